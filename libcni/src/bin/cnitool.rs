@@ -1,0 +1,502 @@
+//! `cnitool`: run a network configuration list against a network namespace,
+//! as the Go reference `cnitool` does. A thin command line over
+//! [`libcni::runtime`]: parse arguments and environment, load the list from
+//! `NETCONFPATH`, run the verb, print the ADD result.
+
+use libcni::invoke::split_path_list;
+use libcni::runtime::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR};
+use libcni::{Error, Result};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha512};
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+Usage: cnitool [--cache-dir DIR] [-i IFNAME | --ifname IFNAME] add|check|del|gc|status <net> <netns>
+
+Runs the network configuration list <net> (found in NETCONFPATH) for the
+network namespace <netns> (a path, e.g. /var/run/netns/test).
+
+  add     attach; prints the result JSON
+  check   check the attachment against the cached ADD result
+  del     detach
+  gc      delete every cached attachment of <net>, then GC its plugins
+  status  ask the plugins whether they can serve ADD
+
+Options:
+  -i, --ifname IFNAME   interface name in the container (default: $CNI_IFNAME or eth0)
+      --cache-dir DIR   result cache directory (default: $CNI_CACHE_DIR or /var/lib/cni)
+  -h, --help            print this help
+
+Environment:
+  NETCONFPATH      configuration directory (default /etc/cni/net.d)
+  CNI_PATH         plugin directories, ':'-separated
+  CNI_ARGS         K=V;K2=V2 pairs passed to the plugins
+  CAP_ARGS         JSON object of capability arguments (e.g. portMappings)
+  CNI_IFNAME       interface name (overridden by --ifname)
+  CNI_CONTAINERID  container ID (default: cnitool- + 20 hex of sha512(abs netns path))
+  CNI_CACHE_DIR    result cache directory (overridden by --cache-dir)
+";
+
+const DEFAULT_NETCONFPATH: &str = "/etc/cni/net.d";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verb {
+    Add,
+    Check,
+    Del,
+    Gc,
+    Status,
+}
+
+impl Verb {
+    fn parse(s: &str) -> Option<Verb> {
+        Some(match s {
+            "add" => Verb::Add,
+            "check" => Verb::Check,
+            "del" => Verb::Del,
+            "gc" => Verb::Gc,
+            "status" => Verb::Status,
+            _ => return None,
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Verb::Add => "add",
+            Verb::Check => "check",
+            Verb::Del => "del",
+            Verb::Gc => "gc",
+            Verb::Status => "status",
+        }
+    }
+}
+
+/// The command line, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Invocation {
+    verb: Verb,
+    net: String,
+    netns: String,
+    ifname: Option<String>,
+    cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Cli {
+    Help,
+    Run(Invocation),
+}
+
+/// Parses the arguments (without the program name). Flags may come before,
+/// between or after the positionals; `--` ends the flags. An `Err` is a
+/// usage error.
+fn parse_cli(args: &[String]) -> std::result::Result<Cli, String> {
+    let mut ifname = None;
+    let mut cache_dir = None;
+    let mut positional = Vec::new();
+    let mut it = args.iter();
+    let mut flags_done = false;
+    while let Some(arg) = it.next() {
+        if flags_done || !arg.starts_with('-') || arg == "-" {
+            positional.push(arg.clone());
+            continue;
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (arg.as_str(), None),
+        };
+        let mut value = |name: &str| match &inline {
+            Some(v) => Ok(v.clone()),
+            None => it
+                .next()
+                .cloned()
+                .ok_or_else(|| format!("flag {name} needs a value")),
+        };
+        match flag {
+            "-h" | "--help" => return Ok(Cli::Help),
+            "--" => flags_done = true,
+            "-i" | "--ifname" => ifname = Some(value(flag)?),
+            "--cache-dir" => cache_dir = Some(PathBuf::from(value(flag)?)),
+            _ if flag.starts_with("-i") && !flag.starts_with("--") => {
+                ifname = Some(flag[2..].to_string())
+            }
+            _ => return Err(format!("unknown flag {arg:?}")),
+        }
+    }
+    let [verb, net, netns]: [String; 3] = positional.try_into().map_err(|p: Vec<String>| {
+        if p.is_empty() {
+            "missing command".to_string()
+        } else {
+            format!(
+                "expected a command, a network name and a netns, got {} argument(s)",
+                p.len()
+            )
+        }
+    })?;
+    let verb = Verb::parse(&verb).ok_or_else(|| format!("unknown command {verb:?}"))?;
+    Ok(Cli::Run(Invocation {
+        verb,
+        net,
+        netns,
+        ifname: ifname.filter(|s| !s.is_empty()),
+        cache_dir: cache_dir.filter(|p| !p.as_os_str().is_empty()),
+    }))
+}
+
+/// `CNI_ARGS` as cnitool reads it: `;`-separated pairs, each exactly one
+/// `=` with a non-empty key and value.
+fn parse_cni_args(s: &str) -> Result<Vec<(String, String)>> {
+    s.split(';')
+        .map(|pair| match pair.split('=').collect::<Vec<_>>()[..] {
+            [k, v] if !k.is_empty() && !v.is_empty() => Ok((k.to_string(), v.to_string())),
+            _ => Err(Error::InvalidEnv(format!(
+                "CNI_ARGS: invalid pair {pair:?} (want KEY=VALUE, both non-empty)"
+            ))),
+        })
+        .collect()
+}
+
+/// `CAP_ARGS`: a JSON object (or `null`) of capability arguments.
+fn parse_cap_args(s: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(s) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(Value::Null) => Ok(Map::new()),
+        Ok(other) => Err(Error::InvalidEnv(format!(
+            "CAP_ARGS: want a JSON object, got {other}"
+        ))),
+        Err(e) => Err(Error::InvalidEnv(format!("CAP_ARGS: invalid JSON: {e}"))),
+    }
+}
+
+/// Go's `filepath.Abs`: joined to the working directory when relative, then
+/// cleaned lexically (`.` and `..` resolved, no symlink followed).
+fn absolute(path: &Path, cwd: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
+    let mut clean = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::Normal(p) => clean.push(p),
+            Component::ParentDir => {
+                clean.pop();
+            }
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    clean
+}
+
+/// `cnitool-` + the first 10 bytes of sha512(netns path), in hex.
+fn container_id_for(netns: &str) -> String {
+    let digest = Sha512::digest(netns.as_bytes());
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
+    format!("cnitool-{hex}")
+}
+
+/// The runtime arguments from the invocation and the environment.
+fn runtime_conf(
+    inv: &Invocation,
+    env: &dyn Fn(&str) -> Option<String>,
+    cwd: &Path,
+) -> Result<RuntimeConf> {
+    let set = |k: &str| env(k).filter(|v| !v.is_empty());
+    let capability_args = match set("CAP_ARGS") {
+        Some(s) => parse_cap_args(&s)?,
+        None => Map::new(),
+    };
+    let args = match set("CNI_ARGS") {
+        Some(s) => parse_cni_args(&s)?,
+        None => Vec::new(),
+    };
+    let ifname = inv
+        .ifname
+        .clone()
+        .or_else(|| set("CNI_IFNAME"))
+        .unwrap_or_else(|| "eth0".into());
+    let netns = absolute(Path::new(&inv.netns), cwd)
+        .to_string_lossy()
+        .into_owned();
+    let container_id = set("CNI_CONTAINERID").unwrap_or_else(|| container_id_for(&netns));
+    Ok(RuntimeConf {
+        container_id,
+        netns,
+        ifname,
+        args,
+        capability_args,
+    })
+}
+
+/// Runs the invocation; returns what to print on stdout.
+fn run(inv: &Invocation) -> Result<Option<String>> {
+    let env = |k: &str| std::env::var(k).ok();
+    let conf_dir = env("NETCONFPATH")
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| DEFAULT_NETCONFPATH.into());
+    let list = load_conf_list(Path::new(&conf_dir), &inv.net)?;
+    let cwd = std::env::current_dir().map_err(|e| Error::io("reading the working directory", e))?;
+    let rt = runtime_conf(inv, &env, &cwd)?;
+    let cache_dir = inv
+        .cache_dir
+        .clone()
+        .or_else(|| {
+            env("CNI_CACHE_DIR")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE_DIR));
+    let cni = CniConfig::new(
+        split_path_list(&env("CNI_PATH").unwrap_or_default()),
+        cache_dir,
+    );
+    match inv.verb {
+        Verb::Add => {
+            let result = cni.add_network_list(&list, &rt)?;
+            let json = result.to_json(list.cni_version)?;
+            Ok(Some(pretty(&json)?))
+        }
+        Verb::Check => cni.check_network_list(&list, &rt).map(|()| None),
+        Verb::Del => cni.del_network_list(&list, &rt).map(|()| None),
+        Verb::Gc => cni.gc_network_list(&list, None).map(|()| None),
+        Verb::Status => cni.status_network_list(&list).map(|()| None),
+    }
+}
+
+/// JSON indented by four spaces, as Go's `result.Print()`.
+fn pretty(v: &Value) -> Result<String> {
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(b"    ");
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    v.serialize(&mut ser)
+        .map_err(|e| Error::Internal(format!("encoding result: {e}")))?;
+    String::from_utf8(out).map_err(|e| Error::Internal(format!("encoding result: {e}")))
+}
+
+fn main() -> ExitCode {
+    let args: std::result::Result<Vec<String>, _> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect();
+    let parsed = match args {
+        Ok(args) => parse_cli(&args),
+        Err(bad) => Err(format!("argument {bad:?} is not valid UTF-8")),
+    };
+    let inv = match parsed {
+        Ok(Cli::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Cli::Run(inv)) => inv,
+        Err(msg) => {
+            eprintln!("cnitool: {msg}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&inv) {
+        Ok(out) => {
+            if let Some(out) = out {
+                println!("{out}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let msg = e.to_string().replace('\n', "; ");
+            eprintln!(
+                "cnitool {} {}: {msg} (code {})",
+                inv.verb.name(),
+                inv.net,
+                e.code()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &[&str]) -> Vec<String> {
+        s.iter().map(|a| a.to_string()).collect()
+    }
+
+    fn inv(verb: Verb, ifname: Option<&str>, cache_dir: Option<&str>) -> Cli {
+        Cli::Run(Invocation {
+            verb,
+            net: "net1".into(),
+            netns: "/run/netns/p1".into(),
+            ifname: ifname.map(Into::into),
+            cache_dir: cache_dir.map(PathBuf::from),
+        })
+    }
+
+    #[test]
+    fn parses_verbs_and_flags_anywhere() {
+        assert_eq!(
+            parse_cli(&args(&["add", "net1", "/run/netns/p1"])),
+            Ok(inv(Verb::Add, None, None))
+        );
+        assert_eq!(
+            parse_cli(&args(&["-i", "net0", "del", "net1", "/run/netns/p1"])),
+            Ok(inv(Verb::Del, Some("net0"), None))
+        );
+        assert_eq!(
+            parse_cli(&args(&[
+                "check",
+                "--ifname=net0",
+                "net1",
+                "/run/netns/p1",
+                "--cache-dir",
+                "/tmp/c"
+            ])),
+            Ok(inv(Verb::Check, Some("net0"), Some("/tmp/c")))
+        );
+        assert_eq!(
+            parse_cli(&args(&[
+                "gc",
+                "net1",
+                "--cache-dir=/tmp/c",
+                "/run/netns/p1"
+            ])),
+            Ok(inv(Verb::Gc, None, Some("/tmp/c")))
+        );
+        assert_eq!(
+            parse_cli(&args(&["status", "-inet0", "net1", "/run/netns/p1"])),
+            Ok(inv(Verb::Status, Some("net0"), None))
+        );
+        assert_eq!(parse_cli(&args(&["add", "--help"])), Ok(Cli::Help));
+    }
+
+    #[test]
+    fn usage_errors() {
+        for (a, want) in [
+            (
+                &["add", "net1"][..],
+                "expected a command, a network name and a netns, got 2 argument(s)",
+            ),
+            (&[], "missing command"),
+            (&["up", "net1", "/x"], "unknown command \"up\""),
+            (&["add", "net1", "/x", "-i"], "flag -i needs a value"),
+            (
+                &["add", "net1", "/x", "--bogus"],
+                "unknown flag \"--bogus\"",
+            ),
+            (
+                &["add", "net1", "/x", "extra"],
+                "expected a command, a network name and a netns, got 4 argument(s)",
+            ),
+        ] {
+            assert_eq!(parse_cli(&args(a)), Err(want.to_string()), "{a:?}");
+        }
+    }
+
+    #[test]
+    fn container_id_is_a_hash_of_the_absolute_netns_path() {
+        // Expected values computed with `printf %s PATH | sha512sum | cut -c1-20`.
+        assert_eq!(
+            container_id_for("/var/run/netns/test"),
+            "cnitool-7b8a61d5d8e94d07cbe4"
+        );
+        assert_eq!(
+            container_id_for("/run/netns/p1"),
+            "cnitool-f3fef9b9576e4680797c"
+        );
+        let cwd = Path::new("/run/x");
+        assert_eq!(
+            absolute(Path::new("../netns//p1/."), cwd),
+            PathBuf::from("/run/netns/p1")
+        );
+        assert_eq!(absolute(Path::new("/a/../../b"), cwd), PathBuf::from("/b"));
+        assert_eq!(absolute(Path::new(""), cwd), PathBuf::from("/run/x"));
+
+        let i = Invocation {
+            verb: Verb::Add,
+            net: "net1".into(),
+            netns: "../netns/p1".into(),
+            ifname: None,
+            cache_dir: None,
+        };
+        let rt = runtime_conf(&i, &|_| None, cwd).unwrap();
+        assert_eq!(rt.container_id, "cnitool-f3fef9b9576e4680797c");
+        assert_eq!(
+            (rt.netns.as_str(), rt.ifname.as_str()),
+            ("/run/netns/p1", "eth0")
+        );
+        assert!(rt.args.is_empty() && rt.capability_args.is_empty());
+    }
+
+    #[test]
+    fn environment_is_read_with_the_flag_winning() {
+        let env = |k: &str| {
+            Some(
+                match k {
+                    "CNI_IFNAME" => "net5",
+                    "CNI_CONTAINERID" => "ctr1",
+                    "CNI_ARGS" => "IgnoreUnknown=1;K8S_POD_NAME=web",
+                    "CAP_ARGS" => r#"{"portMappings":[{"hostPort":80}]}"#,
+                    _ => return None,
+                }
+                .to_string(),
+            )
+        };
+        let mut i = Invocation {
+            verb: Verb::Add,
+            net: "net1".into(),
+            netns: "/run/netns/p1".into(),
+            ifname: None,
+            cache_dir: None,
+        };
+        let rt = runtime_conf(&i, &env, Path::new("/")).unwrap();
+        assert_eq!(
+            (rt.container_id.as_str(), rt.ifname.as_str()),
+            ("ctr1", "net5")
+        );
+        assert_eq!(
+            rt.args,
+            [
+                ("IgnoreUnknown".to_string(), "1".to_string()),
+                ("K8S_POD_NAME".to_string(), "web".to_string())
+            ]
+        );
+        assert_eq!(rt.capability_args["portMappings"][0]["hostPort"], 80);
+        i.ifname = Some("flag0".into());
+        assert_eq!(
+            runtime_conf(&i, &env, Path::new("/")).unwrap().ifname,
+            "flag0"
+        );
+    }
+
+    #[test]
+    fn bad_cni_args_and_cap_args_are_rejected() {
+        for bad in ["a", "a=", "=b", "a=b=c", "a=b;", "a=b;;c=d"] {
+            let e = parse_cni_args(bad).unwrap_err();
+            assert_eq!(e.code(), 4, "{bad}");
+            assert!(e.to_string().starts_with("CNI_ARGS: invalid pair"), "{e}");
+        }
+        assert_eq!(
+            parse_cni_args("a=b;c=d").unwrap(),
+            [
+                ("a".to_string(), "b".to_string()),
+                ("c".to_string(), "d".to_string())
+            ]
+        );
+        assert_eq!(parse_cap_args("[1]").unwrap_err().code(), 4);
+        assert_eq!(parse_cap_args("{").unwrap_err().code(), 4);
+        assert!(parse_cap_args("null").unwrap().is_empty());
+    }
+
+    #[test]
+    fn add_output_is_indented_by_four_spaces() {
+        let v: Value =
+            serde_json::from_str(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}"#)
+                .unwrap();
+        assert_eq!(
+            pretty(&v).unwrap(),
+            "{\n    \"cniVersion\": \"1.0.0\",\n    \"ips\": [\n        {\n            \"address\": \"10.0.0.2/24\"\n        }\n    ]\n}"
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! The one error type of the suite. Every variant knows its CNI error code
+//! (spec §"Error"), and every rejection names the key, value or variable
+//! that caused it, so a runtime's log is enough to find the fault.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Well-known CNI error codes (0-99 are reserved by the spec).
+pub mod code {
+    pub const INCOMPATIBLE_VERSION: u32 = 1;
+    pub const UNSUPPORTED_FIELD: u32 = 2;
+    pub const UNKNOWN_CONTAINER: u32 = 3;
+    pub const INVALID_ENV: u32 = 4;
+    pub const IO: u32 = 5;
+    pub const DECODE: u32 = 6;
+    pub const INVALID_CONFIG: u32 = 7;
+    pub const TRY_AGAIN_LATER: u32 = 11;
+    pub const NOT_AVAILABLE: u32 = 50;
+    pub const LIMITED_CONNECTIVITY: u32 = 51;
+    /// Plugin-specific (100+): a kernel operation (netlink, netns, sysctl) failed.
+    pub const KERNEL: u32 = 100;
+    /// Plugin-specific: a delegated plugin could not be found or run.
+    pub const DELEGATE: u32 = 101;
+    /// Plugin-specific: CHECK found the node different from the result.
+    pub const CHECK_FAILED: u32 = 102;
+    /// Same value as Go's `ErrInternal`: a bug (e.g. a panic) in the plugin.
+    pub const INTERNAL: u32 = 999;
+}
+
+/// An error of the suite, mapped onto a CNI error code.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Code 1: the config's `cniVersion` is not one we speak, or a verb is
+    /// not allowed at that version.
+    #[error("{msg}")]
+    IncompatibleVersion { msg: String, details: String },
+    /// Code 2: a config key we understand but do not support with this value.
+    #[error("unsupported field {key:?}: {value}")]
+    UnsupportedField { key: String, value: String },
+    /// Code 3: the container is unknown.
+    #[error("{0}")]
+    UnknownContainer(String),
+    /// Code 4: a `CNI_*` variable is missing or invalid; the message names it.
+    #[error("{0}")]
+    InvalidEnv(String),
+    /// Code 5: reading or writing a file or stream failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Code 6: stdin or a result could not be decoded.
+    #[error("{0}")]
+    Decode(String),
+    /// Code 7: the network configuration is invalid; names the key.
+    #[error("invalid network config: {key}: {msg}")]
+    InvalidConfig { key: String, msg: String },
+    /// Code 11: transient; the runtime should retry.
+    #[error("{0}")]
+    TryAgainLater(String),
+    /// Code 50: STATUS: the plugin cannot serve ADD now.
+    #[error("{0}")]
+    NotAvailable(String),
+    /// Code 51: STATUS: not available, and existing containers may be affected.
+    #[error("{0}")]
+    LimitedConnectivity(String),
+    /// Code 100: a kernel operation failed; `op` says which.
+    #[error("{op}: {source}")]
+    Kernel {
+        op: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Code 101: a delegated plugin could not be found or run.
+    #[error("{0}")]
+    Delegate(String),
+    /// Code 102: CHECK found state that differs from `prevResult`.
+    #[error("{0}")]
+    CheckFailed(String),
+    /// An error reported by another plugin (a delegate), kept with its code.
+    #[error("{0}")]
+    Plugin(ErrorResult),
+    /// Code 999: a bug, e.g. a panic.
+    #[error("{0}")]
+    Internal(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::IncompatibleVersion { .. } => code::INCOMPATIBLE_VERSION,
+            Error::UnsupportedField { .. } => code::UNSUPPORTED_FIELD,
+            Error::UnknownContainer(_) => code::UNKNOWN_CONTAINER,
+            Error::InvalidEnv(_) => code::INVALID_ENV,
+            Error::Io { .. } => code::IO,
+            Error::Decode(_) => code::DECODE,
+            Error::InvalidConfig { .. } => code::INVALID_CONFIG,
+            Error::TryAgainLater(_) => code::TRY_AGAIN_LATER,
+            Error::NotAvailable(_) => code::NOT_AVAILABLE,
+            Error::LimitedConnectivity(_) => code::LIMITED_CONNECTIVITY,
+            Error::Kernel { .. } => code::KERNEL,
+            Error::Delegate(_) => code::DELEGATE,
+            Error::CheckFailed(_) => code::CHECK_FAILED,
+            Error::Plugin(e) => e.code,
+            Error::Internal(_) => code::INTERNAL,
+        }
+    }
+
+    /// `InvalidConfig` naming `key`.
+    pub fn config(key: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::InvalidConfig {
+            key: key.into(),
+            msg: msg.into(),
+        }
+    }
+
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    pub fn kernel(op: impl Into<String>, source: std::io::Error) -> Self {
+        Error::Kernel {
+            op: op.into(),
+            source,
+        }
+    }
+
+    /// The spec's error result for this error, as written on stdout.
+    pub fn to_result(&self, cni_version: &str) -> ErrorResult {
+        if let Error::Plugin(e) = self {
+            let mut e = e.clone();
+            if e.cni_version.is_empty() {
+                e.cni_version = cni_version.to_string();
+            }
+            return e;
+        }
+        let details = match self {
+            Error::IncompatibleVersion { details, .. } => details.clone(),
+            Error::Io { source, .. } | Error::Kernel { source, .. } => source.to_string(),
+            _ => String::new(),
+        };
+        ErrorResult {
+            cni_version: cni_version.to_string(),
+            code: self.code(),
+            msg: self.to_string(),
+            details,
+        }
+    }
+}
+
+/// The error result of the spec: `{"cniVersion","code","msg","details"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorResult {
+    #[serde(
+        rename = "cniVersion",
+        default,
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub cni_version: String,
+    pub code: u32,
+    #[serde(default)]
+    pub msg: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub details: String,
+}
+
+impl fmt::Display for ErrorResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.msg)?;
+        if !self.details.is_empty() {
+            write!(f, "; {}", self.details)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_follow_the_spec() {
+        let cases: Vec<(Error, u32)> = vec![
+            (
+                Error::IncompatibleVersion {
+                    msg: "x".into(),
+                    details: String::new(),
+                },
+                1,
+            ),
+            (
+                Error::UnsupportedField {
+                    key: "k".into(),
+                    value: "v".into(),
+                },
+                2,
+            ),
+            (Error::UnknownContainer("c".into()), 3),
+            (Error::InvalidEnv("CNI_IFNAME".into()), 4),
+            (Error::io("read stdin", std::io::Error::other("x")), 5),
+            (Error::Decode("bad".into()), 6),
+            (Error::config("name", "missing"), 7),
+            (Error::TryAgainLater("busy".into()), 11),
+            (Error::NotAvailable("no".into()), 50),
+            (Error::LimitedConnectivity("no".into()), 51),
+            (Error::kernel("link add", std::io::Error::other("x")), 100),
+            (Error::Delegate("x".into()), 101),
+            (Error::CheckFailed("x".into()), 102),
+            (Error::Internal("panic".into()), 999),
+        ];
+        for (e, c) in cases {
+            assert_eq!(e.code(), c, "{e:?}");
+            assert_eq!(e.to_result("1.0.0").code, c);
+        }
+    }
+
+    #[test]
+    fn error_json_has_spec_fields() {
+        let e = Error::config("ipam.subnet", "\"10.0.0.1/24\" has host bits set");
+        let j = serde_json::to_value(e.to_result("1.1.0")).unwrap();
+        assert_eq!(j["code"], 7);
+        assert_eq!(j["cniVersion"], "1.1.0");
+        assert_eq!(
+            j["msg"],
+            "invalid network config: ipam.subnet: \"10.0.0.1/24\" has host bits set"
+        );
+        assert!(j.get("details").is_none());
+    }
+
+    #[test]
+    fn delegate_errors_keep_their_code() {
+        let inner = ErrorResult {
+            cni_version: String::new(),
+            code: 7,
+            msg: "bad range".into(),
+            details: "d".into(),
+        };
+        let r = Error::Plugin(inner).to_result("0.4.0");
+        assert_eq!((r.code, r.cni_version.as_str()), (7, "0.4.0"));
+    }
+}

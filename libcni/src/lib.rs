@@ -1,0 +1,20 @@
+//! libcni: the shared skeleton of the CNI suite.
+//!
+//! Plugin side: spec [`types`], the plugin entry point [`skel`], delegation
+//! ([`invoke`]), network namespaces ([`netns`]) and a synchronous netlink
+//! client ([`netlink`]). Runtime side: [`runtime`] (conflist loading, chain
+//! execution, result cache) behind the `cnitool` binary.
+
+pub mod args;
+pub mod error;
+pub mod fault;
+pub mod invoke;
+pub mod netlink;
+pub mod netns;
+pub mod runtime;
+pub mod skel;
+pub mod types;
+pub mod version;
+
+pub use error::{Error, ErrorResult, Result};
+pub use version::Version;

@@ -1,0 +1,576 @@
+//! The plugin entry point ("skel"): reads `CNI_*` and stdin, validates them
+//! as the spec says, gates verbs by version, dispatches to a [`Plugin`] and
+//! prints the result or a spec error JSON. Nothing a plugin does can end the
+//! process without a spec error JSON on stdout: errors and panics alike.
+
+use crate::args::CniArgs;
+use crate::error::{Error, ErrorResult};
+use crate::invoke::split_path_list;
+use crate::netns::NetNs;
+use crate::types::config::{validate_container_id, validate_ifname, validate_network_name};
+use crate::types::{CniResult, NetConf};
+use crate::version::{self, Version};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// Largest stdin we accept: configs with a `prevResult` are small; anything
+/// near this is an attack or a bug.
+pub const MAX_STDIN: u64 = 16 << 20;
+
+/// A CNI verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    Add,
+    Del,
+    Check,
+    Gc,
+    Status,
+    Version,
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Option<Command> {
+        Some(match s {
+            "ADD" => Command::Add,
+            "DEL" => Command::Del,
+            "CHECK" => Command::Check,
+            "GC" => Command::Gc,
+            "STATUS" => Command::Status,
+            "VERSION" => Command::Version,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Gc => "GC",
+            Command::Status => "STATUS",
+            Command::Version => "VERSION",
+        }
+    }
+
+    /// The `CNI_*` variables the spec requires for this verb. `CNI_PATH` is
+    /// optional as the spec says (Go's skel requires it); a plugin that
+    /// delegates reports its absence itself.
+    fn required_env(self) -> &'static [&'static str] {
+        match self {
+            Command::Add | Command::Check => &["CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME"],
+            Command::Del => &["CNI_CONTAINERID", "CNI_IFNAME"],
+            Command::Gc | Command::Status | Command::Version => &[],
+        }
+    }
+
+    /// Verbs that act on one attachment (container ID + interface).
+    fn has_attachment(self) -> bool {
+        matches!(self, Command::Add | Command::Del | Command::Check)
+    }
+}
+
+/// Everything a plugin verb gets: the validated environment and config.
+#[derive(Debug, Clone)]
+pub struct CmdArgs {
+    pub command: Command,
+    /// Empty for GC and STATUS.
+    pub container_id: String,
+    /// The `CNI_NETNS` path; may be empty on DEL, and is for GC and STATUS.
+    pub netns: String,
+    /// Empty for GC and STATUS.
+    pub ifname: String,
+    pub args: CniArgs,
+    /// `CNI_PATH`, split.
+    pub path: Vec<PathBuf>,
+    /// stdin as received, to pass to delegates unchanged.
+    pub stdin: Vec<u8>,
+    /// The keys every plugin shares, parsed.
+    pub conf: NetConf,
+    /// The config's `cniVersion`.
+    pub version: Version,
+}
+
+impl CmdArgs {
+    /// Parses the plugin's own config struct from stdin. A key of the wrong
+    /// type is code 7 naming the key's path.
+    pub fn config<T: DeserializeOwned>(&self) -> Result<T, Error> {
+        parse_config(&self.stdin)
+    }
+
+    /// The `prevResult`, converted from whatever version it is in.
+    pub fn prev_result(&self) -> Result<Option<CniResult>, Error> {
+        match &self.conf.prev_result {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => CniResult::from_json(v, self.version)
+                .map(|(r, _)| Some(r))
+                .map_err(|e| Error::config("prevResult", e.to_string())),
+        }
+    }
+
+    /// The container's namespace, checked to be a network namespace that
+    /// is not our own.
+    pub fn open_netns(&self) -> Result<NetNs, Error> {
+        NetNs::open_container(std::path::Path::new(&self.netns))
+    }
+}
+
+/// Parses `bytes` into `T`; JSON syntax errors are code 6, a key of the
+/// wrong type or a missing key is code 7 naming the key's path.
+pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        if inner.is_data() {
+            Error::config(path, strip_position(&inner.to_string()))
+        } else {
+            Error::Decode(format!("config is not valid JSON: {inner}"))
+        }
+    })
+}
+
+/// Drops serde's " at line X column Y" suffix: a config key path says more.
+fn strip_position(msg: &str) -> String {
+    match msg.rfind(" at line ") {
+        Some(i) => msg[..i].to_string(),
+        None => msg.to_string(),
+    }
+}
+
+/// The verbs of a plugin. GC and STATUS default to "nothing to do".
+pub trait Plugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error>;
+    fn del(&self, args: &CmdArgs) -> Result<(), Error>;
+    fn check(&self, args: &CmdArgs) -> Result<(), Error>;
+    fn gc(&self, _args: &CmdArgs) -> Result<(), Error> {
+        Ok(())
+    }
+    fn status(&self, _args: &CmdArgs) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// What a run printed on stdout and the exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub stdout: String,
+    pub exit_code: i32,
+}
+
+static ERROR_VERSION: OnceLock<String> = OnceLock::new();
+
+/// Runs `plugin` for this process and exits. `about` is printed on stderr
+/// when `CNI_COMMAND` is unset, as Go's skel does.
+pub fn plugin_main<P: Plugin>(plugin: P, about: &str) -> ! {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = match info.payload().downcast_ref::<&str>() {
+            Some(s) => s.to_string(),
+            None => info
+                .payload()
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let location = info.location().map(|l| l.to_string()).unwrap_or_default();
+        let e = Error::Internal(format!("plugin panicked: {msg} ({location})"));
+        let version = ERROR_VERSION.get().cloned().unwrap_or_default();
+        print_and_exit(&error_json(&e, &version), 1);
+    }));
+    let mut stdin = std::io::stdin().lock();
+    let outcome = execute(&plugin, about, &|k| std::env::var(k).ok(), &mut stdin);
+    print_and_exit(&outcome.stdout, outcome.exit_code)
+}
+
+fn print_and_exit(stdout: &str, code: i32) -> ! {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(stdout.as_bytes());
+    let _ = out.flush();
+    std::process::exit(code)
+}
+
+fn error_json(e: &Error, version: &str) -> String {
+    let r: ErrorResult = e.to_result(version);
+    let mut s = serde_json::to_string(&r)
+        .unwrap_or_else(|_| format!(r#"{{"code":{},"msg":"unencodable error"}}"#, r.code));
+    s.push('\n');
+    s
+}
+
+/// The whole skel, testable: `env` answers variable lookups.
+pub fn execute<P: Plugin>(
+    plugin: &P,
+    about: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    stdin: &mut dyn Read,
+) -> Outcome {
+    let mut version_seen = String::new();
+    match run(plugin, about, env, stdin, &mut version_seen) {
+        Ok(stdout) => Outcome {
+            stdout,
+            exit_code: 0,
+        },
+        Err(e) => Outcome {
+            stdout: error_json(&e, &version_seen),
+            exit_code: 1,
+        },
+    }
+}
+
+fn run<P: Plugin>(
+    plugin: &P,
+    about: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    stdin: &mut dyn Read,
+    version_seen: &mut String,
+) -> Result<String, Error> {
+    let var = |k: &str| env(k).unwrap_or_default();
+    let command_str = var("CNI_COMMAND");
+    if command_str.is_empty() {
+        let versions: Vec<&str> = version::ALL.iter().map(|v| v.as_str()).collect();
+        eprintln!(
+            "{about}\nCNI protocol versions supported: {}",
+            versions.join(", ")
+        );
+        return Ok(String::new());
+    }
+    let command = Command::parse(&command_str)
+        .ok_or_else(|| Error::InvalidEnv(format!("unknown CNI_COMMAND: {command_str}")))?;
+    if command == Command::Version {
+        return Ok(version::version_info_json() + "\n");
+    }
+    let missing: Vec<&str> = command
+        .required_env()
+        .iter()
+        .copied()
+        .filter(|k| var(k).is_empty())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Error::InvalidEnv(format!(
+            "required env variables [{}] missing",
+            missing.join(",")
+        )));
+    }
+
+    let mut bytes = Vec::new();
+    stdin
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Error::io("reading stdin", e))?;
+    if bytes.len() as u64 > MAX_STDIN {
+        return Err(Error::io(
+            "reading stdin",
+            std::io::Error::other(format!("config is larger than {MAX_STDIN} bytes")),
+        ));
+    }
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| Error::Decode(format!("config is not valid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(Error::Decode("config is not a JSON object".into()));
+    }
+    if let Some(v) = value.get("cniVersion").and_then(Value::as_str) {
+        if Version::parse(v).is_some() {
+            *version_seen = v.to_string();
+            let _ = ERROR_VERSION.set(v.to_string());
+        }
+    }
+    let conf: NetConf = parse_config(&bytes)?;
+    validate_network_name(&conf.name)?;
+    let version = Version::parse_config(&conf.cni_version)?;
+    let allowed = match command {
+        Command::Check => version.allows_check(),
+        Command::Gc | Command::Status => version.allows_gc_and_status(),
+        _ => true,
+    };
+    if !allowed {
+        return Err(Error::IncompatibleVersion {
+            msg: format!("config version does not allow {}", command.as_str()),
+            details: format!("cniVersion is {version}"),
+        });
+    }
+
+    let (container_id, ifname, netns) = if command.has_attachment() {
+        let id = var("CNI_CONTAINERID");
+        validate_container_id(&id)?;
+        let ifname = var("CNI_IFNAME");
+        validate_ifname(&ifname)?;
+        (id, ifname, var("CNI_NETNS"))
+    } else {
+        Default::default()
+    };
+    let args = CniArgs::parse(&var("CNI_ARGS"))?;
+    let cmd = CmdArgs {
+        command,
+        container_id,
+        netns,
+        ifname,
+        args,
+        path: split_path_list(&var("CNI_PATH")),
+        stdin: bytes,
+        conf,
+        version,
+    };
+    match command {
+        Command::Add => {
+            let result = plugin.add(&cmd)?;
+            let mut s = serde_json::to_string(&result.to_json(version)?)
+                .map_err(|e| Error::Internal(format!("encoding result: {e}")))?;
+            s.push('\n');
+            Ok(s)
+        }
+        Command::Del => plugin.del(&cmd).map(|()| String::new()),
+        Command::Check => plugin.check(&cmd).map(|()| String::new()),
+        Command::Gc => plugin.gc(&cmd).map(|()| String::new()),
+        Command::Status => plugin.status(&cmd).map(|()| String::new()),
+        Command::Version => Ok(String::new()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::IpConfig;
+    use serde_json::json;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    /// Records the verbs it was called with; ADD returns one address.
+    #[derive(Default)]
+    struct Recorder {
+        calls: RefCell<Vec<(Command, String, String)>>,
+    }
+
+    impl Plugin for Recorder {
+        fn add(&self, a: &CmdArgs) -> Result<CniResult, Error> {
+            self.record(a);
+            Ok(CniResult {
+                ips: vec![IpConfig {
+                    address: "10.0.0.2/24".parse().unwrap(),
+                    gateway: None,
+                    interface: None,
+                }],
+                ..CniResult::default()
+            })
+        }
+        fn del(&self, a: &CmdArgs) -> Result<(), Error> {
+            self.record(a);
+            Ok(())
+        }
+        fn check(&self, a: &CmdArgs) -> Result<(), Error> {
+            self.record(a);
+            Err(Error::config("ipam", "check failed"))
+        }
+    }
+
+    impl Recorder {
+        fn record(&self, a: &CmdArgs) {
+            self.calls
+                .borrow_mut()
+                .push((a.command, a.container_id.clone(), a.ifname.clone()));
+        }
+    }
+
+    fn env_of(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn call(p: &Recorder, env: &[(&str, &str)], stdin: &str) -> (Value, i32) {
+        let env = env_of(env);
+        let o = execute(p, "test", &|k| env.get(k).cloned(), &mut stdin.as_bytes());
+        let v = if o.stdout.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&o.stdout).unwrap()
+        };
+        (v, o.exit_code)
+    }
+
+    const FULL: &[(&str, &str)] = &[
+        ("CNI_COMMAND", "ADD"),
+        ("CNI_CONTAINERID", "c1"),
+        ("CNI_NETNS", "/run/netns/x"),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/opt/cni/bin"),
+    ];
+
+    fn with(cmd: &str, overrides: &[(&'static str, &'static str)]) -> Vec<(&'static str, String)> {
+        let mut env: Vec<(&str, String)> = FULL.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        env[0].1 = cmd.to_string();
+        for (k, v) in overrides {
+            env.retain(|(ek, _)| ek != k);
+            if !v.is_empty() {
+                env.push((k, v.to_string()));
+            }
+        }
+        env
+    }
+
+    fn call_with(
+        p: &Recorder,
+        cmd: &str,
+        over: &[(&'static str, &'static str)],
+        stdin: &str,
+    ) -> (Value, i32) {
+        let env = with(cmd, over);
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        call(p, &pairs, stdin)
+    }
+
+    const CONF: &str = r#"{"cniVersion":"1.0.0","name":"net","type":"x"}"#;
+
+    #[test]
+    fn add_prints_the_result_in_the_config_version() {
+        let p = Recorder::default();
+        let (v, code) = call_with(&p, "ADD", &[], CONF);
+        assert_eq!(code, 0);
+        assert_eq!(v["cniVersion"], "1.0.0");
+        assert_eq!(v["ips"][0]["address"], "10.0.0.2/24");
+        let (v, _) = call_with(&p, "ADD", &[], r#"{"cniVersion":"0.3.1","name":"net"}"#);
+        assert_eq!(v["ips"][0]["version"], "4");
+        let (v, _) = call_with(&p, "ADD", &[], r#"{"name":"net"}"#);
+        assert_eq!(v["ip4"]["ip"], "10.0.0.2/24", "no cniVersion means 0.1.0");
+        assert_eq!(p.calls.borrow().len(), 3);
+    }
+
+    #[test]
+    fn version_answers_without_stdin() {
+        let p = Recorder::default();
+        let (v, code) = call(&p, &[("CNI_COMMAND", "VERSION")], "garbage");
+        assert_eq!(code, 0);
+        assert_eq!(v["cniVersion"], "1.1.0");
+        assert_eq!(
+            v["supportedVersions"],
+            json!(["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+        );
+    }
+
+    #[test]
+    fn env_errors_are_code_4_and_name_the_variable() {
+        let p = Recorder::default();
+        let (v, code) = call_with(&p, "ADD", &[("CNI_NETNS", ""), ("CNI_IFNAME", "")], CONF);
+        assert_eq!((code, v["code"].as_u64()), (1, Some(4)));
+        assert_eq!(
+            v["msg"],
+            "required env variables [CNI_NETNS,CNI_IFNAME] missing"
+        );
+        let (v, _) = call_with(&p, "BOGUS", &[], CONF);
+        assert_eq!(
+            (v["code"].as_u64(), v["msg"].as_str()),
+            (Some(4), Some("unknown CNI_COMMAND: BOGUS"))
+        );
+        let (v, _) = call_with(&p, "ADD", &[("CNI_IFNAME", "a/b")], CONF);
+        assert_eq!(v["code"], 4);
+        assert!(v["msg"].as_str().unwrap().contains("CNI_IFNAME"));
+        let (v, _) = call_with(&p, "ADD", &[("CNI_IFNAME", "abcdefghijklmnop")], CONF);
+        assert_eq!(v["code"], 4);
+        let (v, _) = call_with(&p, "ADD", &[("CNI_CONTAINERID", "../etc")], CONF);
+        assert_eq!(v["code"], 4);
+        assert!(v["msg"].as_str().unwrap().contains("CNI_CONTAINERID"));
+        let (v, _) = call_with(&p, "ADD", &[("CNI_ARGS", "IP")], CONF);
+        assert_eq!(v["code"], 4);
+        assert!(p.calls.borrow().is_empty(), "no verb ran");
+    }
+
+    #[test]
+    fn del_does_not_need_a_netns() {
+        let p = Recorder::default();
+        let (_, code) = call_with(&p, "DEL", &[("CNI_NETNS", "")], CONF);
+        assert_eq!(code, 0);
+        assert_eq!(
+            p.calls.borrow()[0],
+            (Command::Del, "c1".into(), "eth0".into())
+        );
+    }
+
+    #[test]
+    fn bad_json_is_6_bad_name_7_bad_version_1() {
+        let p = Recorder::default();
+        let (v, _) = call_with(&p, "ADD", &[], "{not json");
+        assert_eq!(v["code"], 6);
+        let (v, _) = call_with(&p, "ADD", &[], "[1]");
+        assert_eq!(v["code"], 6);
+        let (v, _) = call_with(&p, "ADD", &[], r#"{"cniVersion":"1.0.0"}"#);
+        assert_eq!(
+            (v["code"].as_u64(), v["msg"].as_str()),
+            (
+                Some(7),
+                Some("invalid network config: name: missing network name")
+            )
+        );
+        let (v, _) = call_with(&p, "ADD", &[], r#"{"cniVersion":"1.0.0","name":"a b"}"#);
+        assert_eq!(v["code"], 7);
+        let (v, _) = call_with(&p, "ADD", &[], r#"{"cniVersion":"7.0.0","name":"n"}"#);
+        assert_eq!(v["code"], 1);
+        assert!(v["details"].as_str().unwrap().contains("\"7.0.0\""));
+        let (v, _) = call_with(
+            &p,
+            "ADD",
+            &[],
+            r#"{"cniVersion":"1.0.0","name":"n","capabilities":"x"}"#,
+        );
+        assert_eq!(v["code"], 7);
+        assert!(v["msg"].as_str().unwrap().contains("capabilities"), "{v}");
+        assert!(p.calls.borrow().is_empty());
+    }
+
+    #[test]
+    fn verbs_are_gated_by_version() {
+        let p = Recorder::default();
+        let old = r#"{"cniVersion":"0.3.1","name":"n"}"#;
+        let (v, _) = call_with(&p, "CHECK", &[], old);
+        assert_eq!(
+            (v["code"].as_u64(), v["msg"].as_str()),
+            (Some(1), Some("config version does not allow CHECK"))
+        );
+        let (v, _) = call_with(&p, "GC", &[], CONF);
+        assert_eq!(v["code"], 1);
+        let (v, _) = call_with(&p, "STATUS", &[], CONF);
+        assert_eq!(v["code"], 1);
+        let new = r#"{"cniVersion":"1.1.0","name":"n"}"#;
+        assert_eq!(call_with(&p, "GC", &[], new).1, 0);
+        assert_eq!(call_with(&p, "STATUS", &[], new).1, 0);
+        // CHECK reaches the plugin, whose error keeps its code and the version.
+        let (v, code) = call_with(&p, "CHECK", &[], CONF);
+        assert_eq!(
+            (code, v["code"].as_u64(), v["cniVersion"].as_str()),
+            (1, Some(7), Some("1.0.0"))
+        );
+    }
+
+    #[test]
+    fn oversized_stdin_is_refused() {
+        let p = Recorder::default();
+        let big = format!(r#"{{"name":"n","x":"{}"}}"#, "a".repeat(MAX_STDIN as usize));
+        let (v, _) = call_with(&p, "ADD", &[], &big);
+        assert_eq!(v["code"], 5);
+    }
+
+    #[test]
+    fn parse_config_names_the_key() {
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct C {
+            ipam: Inner,
+        }
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct Inner {
+            mtu: u32,
+        }
+        let e = parse_config::<C>(br#"{"ipam":{"mtu":"x"}}"#).unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert!(
+            e.to_string()
+                .starts_with("invalid network config: ipam.mtu: invalid type"),
+            "{e}"
+        );
+        let e = parse_config::<C>(br#"{"ipam":{"mtu":-1}}"#).unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert_eq!(parse_config::<C>(b"{").unwrap_err().code(), 6);
+    }
+}

@@ -1,0 +1,137 @@
+//! CNI spec versions: which exist, which we speak, and which verbs each allows.
+
+use crate::error::Error;
+use std::fmt;
+
+/// A CNI spec version we speak. Ordered oldest to newest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    V0_1_0,
+    V0_2_0,
+    V0_3_0,
+    V0_3_1,
+    V0_4_0,
+    V1_0_0,
+    V1_1_0,
+}
+
+/// All versions a plugin of this suite supports, oldest first.
+pub const ALL: [Version; 7] = [
+    Version::V0_1_0,
+    Version::V0_2_0,
+    Version::V0_3_0,
+    Version::V0_3_1,
+    Version::V0_4_0,
+    Version::V1_0_0,
+    Version::V1_1_0,
+];
+
+impl Version {
+    /// The newest version: what VERSION reports as `cniVersion`.
+    pub const CURRENT: Version = Version::V1_1_0;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V0_1_0 => "0.1.0",
+            Version::V0_2_0 => "0.2.0",
+            Version::V0_3_0 => "0.3.0",
+            Version::V0_3_1 => "0.3.1",
+            Version::V0_4_0 => "0.4.0",
+            Version::V1_0_0 => "1.0.0",
+            Version::V1_1_0 => "1.1.0",
+        }
+    }
+
+    /// Exact match against a supported version, as Go's reconciler does.
+    /// An empty string is 0.1.0 (the spec's default when `cniVersion` is absent).
+    pub fn parse(s: &str) -> Option<Version> {
+        if s.is_empty() {
+            return Some(Version::V0_1_0);
+        }
+        ALL.iter().copied().find(|v| v.as_str() == s)
+    }
+
+    /// Like [`Version::parse`], with the spec's error (code 1) for unknown ones.
+    pub fn parse_config(s: &str) -> Result<Version, Error> {
+        Version::parse(s).ok_or_else(|| Error::IncompatibleVersion {
+            msg: "incompatible CNI versions".into(),
+            details: format!(
+                "config is {s:?}, plugin supports [{}]",
+                ALL.iter()
+                    .map(|v| format!("{:?}", v.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        })
+    }
+
+    /// Results of this version have the 0.1/0.2 shape (`ip4`/`ip6`).
+    pub fn is_legacy_result(self) -> bool {
+        self <= Version::V0_2_0
+    }
+
+    /// CHECK exists from 0.4.0 on.
+    pub fn allows_check(self) -> bool {
+        self >= Version::V0_4_0
+    }
+
+    /// GC and STATUS exist from 1.1.0 on.
+    pub fn allows_gc_and_status(self) -> bool {
+        self >= Version::V1_1_0
+    }
+
+    /// DEL receives a `prevResult` from 0.4.0 on.
+    pub fn del_has_prev_result(self) -> bool {
+        self >= Version::V0_4_0
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The answer to VERSION: `{"cniVersion": "1.1.0", "supportedVersions": [...]}`.
+pub fn version_info_json() -> String {
+    let versions: Vec<&str> = ALL.iter().map(|v| v.as_str()).collect();
+    serde_json::json!({
+        "cniVersion": Version::CURRENT.as_str(),
+        "supportedVersions": versions,
+    })
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_exactly_the_seven_versions() {
+        for v in ALL {
+            assert_eq!(Version::parse(v.as_str()), Some(v));
+        }
+        assert_eq!(Version::parse(""), Some(Version::V0_1_0));
+        for bad in ["1.0", "0.3", "1.1.1", "v1.0.0", "2.0.0", " 1.0.0"] {
+            assert_eq!(Version::parse(bad), None, "{bad}");
+            assert_eq!(Version::parse_config(bad).unwrap_err().code(), 1);
+        }
+    }
+
+    #[test]
+    fn verb_gates() {
+        assert!(!Version::V0_3_1.allows_check());
+        assert!(Version::V0_4_0.allows_check());
+        assert!(!Version::V1_0_0.allows_gc_and_status());
+        assert!(Version::V1_1_0.allows_gc_and_status());
+        assert!(Version::V0_2_0.is_legacy_result());
+        assert!(!Version::V0_3_0.is_legacy_result());
+    }
+
+    #[test]
+    fn version_info_lists_all() {
+        let v: serde_json::Value = serde_json::from_str(&version_info_json()).unwrap();
+        assert_eq!(v["cniVersion"], "1.1.0");
+        assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
+    }
+}
