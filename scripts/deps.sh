@@ -1,0 +1,48 @@
+# Sourced by the demo and test scripts: installs what they need on a fresh
+# Debian machine (as root), only when it is missing.
+
+need_root() {
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "error: $1 needs root (network namespaces, netlink): run it as root" >&2
+    exit 1
+  fi
+}
+
+apt_updated=
+apt_install() {
+  [ -n "$apt_updated" ] || { apt-get update -qq >/dev/null; apt_updated=1; }
+  echo "installing $*" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# ensure_cmd COMMAND PACKAGE
+ensure_cmd() {
+  command -v "$1" >/dev/null 2>&1 || apt_install "$2"
+}
+
+ensure_runtime_deps() {
+  ensure_cmd ip iproute2
+  ensure_cmd ping iputils-ping
+  ensure_cmd nft nftables
+  ensure_cmd iptables-restore iptables
+  ensure_cmd sha512sum coreutils
+}
+
+# The Go reference plugins (Debian's containernetworking-plugins, under
+# /usr/lib/cni) and go-cnitool (the upstream Go libcni, as containerd and
+# CRI-O call plugins), the yardsticks of the compatibility tests.
+ensure_reference_tools() {
+  [ -x /usr/lib/cni/bridge ] || apt_install containernetworking-plugins
+  if ! command -v go-cnitool >/dev/null 2>&1; then
+    local build
+    for build in "$repo/../shared/tools/go-cnitool/build.sh" "${GO_CNITOOL_BUILD:-}"; do
+      if [ -n "$build" ] && [ -f "$build" ]; then
+        sh "$build" /usr/local/bin >&2
+        break
+      fi
+    done
+  fi
+  if ! command -v go-cnitool >/dev/null 2>&1; then
+    echo "warning: go-cnitool is not available (../shared/tools/go-cnitool missing): its tests will say SKIPPED" >&2
+  fi
+}
