@@ -11,7 +11,7 @@ ensure_reference_tools
 
 cargo build --workspace --bins
 status=0
-cargo test --workspace "$@" || status=$?
+cargo test --workspace --no-fail-fast "$@" || status=$?
 
 # Every test namespace must be gone, whatever happened.
 left=$(ip netns list | awk '{print $1}' | grep '^cnit-' || true)
