@@ -1,0 +1,667 @@
+//! The lease directory `<dataDir>/<network>/`, in the reference plugin's
+//! format, so a node can switch between it and this plugin either way:
+//!
+//! - one file per leased address, named by the address (`10.1.0.5`,
+//!   `2001:db8::5`), holding `<containerID>\r\n<ifname>` with no trailing
+//!   newline (older versions wrote only the container ID; those are read too);
+//! - `last_reserved_ip.<range set index>`, holding the last address handed
+//!   out from that set;
+//! - `lock`, taken with `flock(LOCK_EX)` as the Go plugin's go-filemutex
+//!   does, so the two exclude each other.
+//!
+//! Everything is done relative to one directory descriptor opened with
+//! `O_NOFOLLOW`, and no symlink is ever followed: an entry that is a symlink
+//! (or anything but a regular file) where a lease should be is refused.
+//!
+//! A lease is never visible half-written: its content goes into a temp file
+//! (`.tmp-host-local-*`, a name that is no address, so the Go plugin never
+//! takes it for a lease), which is fsynced and then `link()`ed to the
+//! address name; the link fails atomically if the address is taken. A temp
+//! file left by a crash is removed by the next scan under the lock.
+//! `last_reserved_ip.*` is replaced the same way, by `rename()`.
+
+use crate::config::Location;
+use libcni::fault;
+use libcni::types::Attachment;
+use libcni::Error;
+use nix::dir::{Dir, Type};
+use nix::errno::Errno;
+use nix::fcntl::{openat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::unistd::{fsync, linkat, unlinkat, UnlinkatFlags};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::IpAddr;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The lock file, shared with the Go plugin.
+pub const LOCK_FILE: &str = "lock";
+/// `last_reserved_ip.<range set index>`.
+pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
+/// Temp files: never an address, so neither plugin takes one for a lease.
+pub const TEMP_PREFIX: &str = ".tmp-host-local-";
+
+/// A lease file is `<id>\r\n<ifname>`: a few dozen bytes. Anything longer
+/// is garbage (and not read to the end).
+const MAX_LEASE_LEN: u64 = 4096;
+
+/// Who holds a lease, as its file says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// `<containerID>\r\n<ifname>`.
+    Attachment(Attachment),
+    /// A bare container ID, as versions before 0.7 wrote.
+    LegacyId(String),
+    /// Empty (a crash of the Go plugin between create and write), not
+    /// UTF-8, or too long. Blocks its own address and nothing else.
+    Unknown,
+}
+
+impl Holder {
+    /// Reads file content as the reference does: surrounding whitespace
+    /// trimmed, then `id\r\nifname` or a bare ID.
+    pub fn parse(bytes: &[u8]) -> Holder {
+        if bytes.len() as u64 > MAX_LEASE_LEN {
+            return Holder::Unknown;
+        }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return Holder::Unknown;
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            return Holder::Unknown;
+        }
+        match text.split_once("\r\n") {
+            Some((id, ifname)) => Holder::Attachment(Attachment {
+                container_id: id.to_string(),
+                ifname: ifname.to_string(),
+            }),
+            None => Holder::LegacyId(text.to_string()),
+        }
+    }
+
+    /// The lease content for `who`, exactly as the reference writes it.
+    pub fn content_for(who: &Attachment) -> String {
+        format!("{}\r\n{}", who.container_id.trim(), who.ifname)
+    }
+
+    /// True if the file names exactly this container ID and interface.
+    pub fn is(&self, who: &Attachment) -> bool {
+        matches!(self, Holder::Attachment(a)
+            if a.container_id == who.container_id.trim() && a.ifname == who.ifname)
+    }
+
+    /// True if this is a legacy file holding just `container_id`.
+    pub fn is_legacy_of(&self, container_id: &str) -> bool {
+        matches!(self, Holder::LegacyId(id) if id == container_id.trim())
+    }
+
+    /// True if the lease belongs to `who`, in either format.
+    pub fn belongs_to(&self, who: &Attachment) -> bool {
+        self.is(who) || self.is_legacy_of(&who.container_id)
+    }
+}
+
+/// One lease file found by a scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The file name, as found (the address in the reference's spelling).
+    pub name: String,
+    pub addr: IpAddr,
+    /// The content, when the scan was asked to read it.
+    pub holder: Option<Holder>,
+}
+
+/// What one pass over the directory found.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub leases: Vec<Lease>,
+    /// Entries named like an address that are not regular files (a
+    /// symlink, a directory, a FIFO...): never followed nor touched.
+    pub refused: Vec<String>,
+}
+
+/// An open lease directory; holds the lock when opened with it.
+pub struct Store {
+    path: PathBuf,
+    dir: OwnedFd,
+    /// The flocked lock file; `None` for read-only verbs (CHECK, STATUS).
+    lock: Option<File>,
+}
+
+static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl Store {
+    /// ADD: creates the directory (mode 0755, as the reference) when
+    /// missing, opens it and takes the lock.
+    pub fn create_locked(loc: &Location) -> Result<Store, Error> {
+        let path = loc.dir();
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .create(&loc.data_dir)
+            .map_err(|e| Error::io(format!("creating dataDir {}", loc.data_dir.display()), e))?;
+        use std::os::unix::fs::DirBuilderExt;
+        match std::fs::DirBuilder::new().mode(0o755).create(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(format!("creating {}", path.display()), e)),
+        }
+        let store = Store::open(path, true)?;
+        store.ok_or_else(|| {
+            Error::io(
+                format!("opening {}", loc.dir().display()),
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            )
+        })
+    }
+
+    /// DEL and GC: opens and locks the directory; `None` when there is none
+    /// (nothing to release, and nothing is created).
+    pub fn open_locked(loc: &Location) -> Result<Option<Store>, Error> {
+        Store::open(loc.dir(), true)
+    }
+
+    /// CHECK and STATUS: opens without the lock (they only read, and every
+    /// lease we write appears whole).
+    pub fn open_unlocked(loc: &Location) -> Result<Option<Store>, Error> {
+        Store::open(loc.dir(), false)
+    }
+
+    fn open(path: PathBuf, lock: bool) -> Result<Option<Store>, Error> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let dir = match nix::fcntl::open(&path, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(Errno::ELOOP) => {
+                return Err(refused(&path, "the network's lease directory is a symlink"));
+            }
+            Err(Errno::ENOTDIR) => {
+                return Err(refused(
+                    &path,
+                    "the network's lease directory is not a directory",
+                ));
+            }
+            Err(e) => return Err(Error::io(format!("opening {}", path.display()), e.into())),
+        };
+        let mut store = Store {
+            path,
+            dir,
+            lock: None,
+        };
+        if lock {
+            store.lock = Some(store.take_lock()?);
+        }
+        Ok(Some(store))
+    }
+
+    /// Opens `lock` (creating it) and blocks on `flock(LOCK_EX)`.
+    fn take_lock(&self) -> Result<File, Error> {
+        let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let fd =
+            openat(&self.dir, LOCK_FILE, flags, Mode::from_bits_truncate(0o600)).map_err(|e| {
+                if e == Errno::ELOOP {
+                    refused(&self.path.join(LOCK_FILE), "the lock file is a symlink")
+                } else {
+                    self.io_error(&format!("opening {LOCK_FILE}"), e)
+                }
+            })?;
+        let file = File::from(fd);
+        file.lock().map_err(|e| {
+            Error::io(
+                format!("locking {}", self.path.join(LOCK_FILE).display()),
+                e,
+            )
+        })?;
+        Ok(file)
+    }
+
+    /// The directory, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// One pass over the directory. Lists every lease, reads the content of
+    /// those for which `read(addr)` is true, and (under the lock) removes
+    /// temp files left by a crash: no ADD of ours is running, so they are
+    /// stale. Nothing else is touched.
+    pub fn scan(&self, read: &dyn Fn(IpAddr) -> bool) -> Result<Scan, Error> {
+        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+        let mut dir = Dir::openat(&self.dir, ".", flags, Mode::empty())
+            .map_err(|e| self.io_error("listing", e))?;
+        let mut scan = Scan::default();
+        for entry in dir.iter() {
+            let entry = entry.map_err(|e| self.io_error("listing", e))?;
+            let Ok(name) = entry.file_name().to_str() else {
+                continue;
+            };
+            if name.starts_with(TEMP_PREFIX) {
+                if self.lock.is_some() {
+                    self.remove_stale_temp(name);
+                }
+                continue;
+            }
+            let Ok(addr) = name.parse::<IpAddr>() else {
+                continue;
+            };
+            let kind = match entry.file_type() {
+                Some(t) => Some(t),
+                None => self.file_type(name)?,
+            };
+            match kind {
+                None => continue, // gone since readdir
+                Some(Type::File) => {}
+                Some(_) => {
+                    scan.refused.push(name.to_string());
+                    continue;
+                }
+            }
+            let holder = if read(addr) {
+                match self.read_lease_file(name)? {
+                    LeaseRead::Content(h) => Some(h),
+                    LeaseRead::Missing => continue,
+                    LeaseRead::NotRegular => {
+                        scan.refused.push(name.to_string());
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            scan.leases.push(Lease {
+                name: name.to_string(),
+                addr,
+                holder,
+            });
+        }
+        Ok(scan)
+    }
+
+    /// The entry's type without following it; `None` if it is gone.
+    fn file_type(&self, name: &str) -> Result<Option<Type>, Error> {
+        match fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => {
+                let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+                Ok(Some(if fmt == SFlag::S_IFREG {
+                    Type::File
+                } else if fmt == SFlag::S_IFLNK {
+                    Type::Symlink
+                } else {
+                    Type::Fifo // anything else: refused all the same
+                }))
+            }
+            Err(Errno::ENOENT) => Ok(None),
+            Err(e) => Err(self.io_error(&format!("inspecting {name}"), e)),
+        }
+    }
+
+    fn remove_stale_temp(&self, name: &str) {
+        match unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(e) => eprintln!(
+                "host-local: cannot remove stale temp file {}: {e}",
+                self.path.join(name).display()
+            ),
+        }
+    }
+
+    fn read_lease_file(&self, name: &str) -> Result<LeaseRead, Error> {
+        // O_NONBLOCK: a FIFO planted under this name must not hang us.
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let fd = match openat(&self.dir, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(LeaseRead::Missing),
+            Err(Errno::ELOOP) => return Ok(LeaseRead::NotRegular),
+            Err(e) => return Err(self.io_error(&format!("opening {name}"), e)),
+        };
+        let mut bytes = Vec::with_capacity(80);
+        File::from(fd)
+            .take(MAX_LEASE_LEN + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(format!("reading {}", self.path.join(name).display()), e))?;
+        Ok(LeaseRead::Content(Holder::parse(&bytes)))
+    }
+
+    /// The holder of `addr`'s lease, `None` if there is no lease. A lease
+    /// that is not a regular file is refused.
+    pub fn read_lease(&self, addr: IpAddr) -> Result<Option<Holder>, Error> {
+        let name = addr.to_string();
+        if let Some(t) = self.file_type(&name)? {
+            if t != Type::File {
+                return Err(refused(
+                    &self.path.join(&name),
+                    "a lease that is not a regular file",
+                ));
+            }
+        }
+        match self.read_lease_file(&name)? {
+            LeaseRead::Content(h) => Ok(Some(h)),
+            LeaseRead::Missing => Ok(None),
+            LeaseRead::NotRegular => {
+                Err(refused(&self.path.join(&name), "a lease that is a symlink"))
+            }
+        }
+    }
+
+    /// Takes `addr` for `who`; false if it is already taken. The lease
+    /// appears whole or not at all.
+    pub fn reserve(&self, addr: IpAddr, who: &Attachment) -> Result<bool, Error> {
+        let name = addr.to_string();
+        let temp = self.write_temp(Holder::content_for(who).as_bytes())?;
+        fault::point("host-local/temp-written");
+        let linked = match linkat(
+            &self.dir,
+            temp.as_str(),
+            &self.dir,
+            name.as_str(),
+            AtFlags::empty(),
+        ) {
+            Ok(()) => Ok(true),
+            Err(Errno::EEXIST) => Ok(false),
+            Err(e) => Err(self.io_error(&format!("linking the lease {name}"), e)),
+        };
+        if matches!(linked, Ok(true)) {
+            fault::point("host-local/linked");
+        }
+        // If this fails the temp file stays until the next scan under the lock.
+        self.remove_stale_temp(&temp);
+        linked
+    }
+
+    /// Removes the lease file `name`; false if it was already gone.
+    pub fn release(&self, name: &str) -> Result<bool, Error> {
+        match unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) => Ok(true),
+            Err(Errno::ENOENT) => Ok(false),
+            Err(e) => Err(self.io_error(&format!("removing the lease {name}"), e)),
+        }
+    }
+
+    /// The address in `last_reserved_ip.<set>`; `None` when there is no
+    /// such file or it holds no address (the walk then starts over).
+    pub fn last_reserved(&self, set: usize) -> Result<Option<IpAddr>, Error> {
+        let name = format!("{LAST_RESERVED_PREFIX}{set}");
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let fd = match openat(&self.dir, name.as_str(), flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(Errno::ELOOP) => return Err(refused(&self.path.join(&name), "it is a symlink")),
+            Err(e) => return Err(self.io_error(&format!("opening {name}"), e)),
+        };
+        let mut bytes = Vec::new();
+        File::from(fd)
+            .take(MAX_LEASE_LEN)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(format!("reading {}", self.path.join(&name).display()), e))?;
+        Ok(std::str::from_utf8(&bytes)
+            .ok()
+            .and_then(|s| s.trim().parse::<IpAddr>().ok()))
+    }
+
+    /// Replaces `last_reserved_ip.<set>` with `addr`, atomically.
+    pub fn set_last_reserved(&self, set: usize, addr: IpAddr) -> Result<(), Error> {
+        let name = format!("{LAST_RESERVED_PREFIX}{set}");
+        let temp = self.write_temp(addr.to_string().as_bytes())?;
+        if let Err(e) = renameat(&self.dir, temp.as_str(), &self.dir, name.as_str()) {
+            self.remove_stale_temp(&temp);
+            return Err(self.io_error(&format!("replacing {name}"), e));
+        }
+        fault::point("host-local/last-reserved");
+        Ok(())
+    }
+
+    /// Makes the links and renames so far durable.
+    pub fn sync(&self) -> Result<(), Error> {
+        fsync(&self.dir).map_err(|e| self.io_error("syncing", e))
+    }
+
+    /// Writes `content` into a new temp file (0600, fsynced); returns its name.
+    fn write_temp(&self, content: &[u8]) -> Result<String, Error> {
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mode = Mode::from_bits_truncate(0o600);
+        let (name, fd) = loop {
+            let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{TEMP_PREFIX}{}-{n}", std::process::id());
+            match openat(&self.dir, name.as_str(), flags, mode) {
+                Ok(fd) => break (name, fd),
+                // Left by an earlier process with our pid: try the next name.
+                Err(Errno::EEXIST) if n < 1000 => continue,
+                Err(e) => return Err(self.io_error("creating a temp file", e)),
+            }
+        };
+        let mut file = File::from(fd);
+        if let Err(e) = file.write_all(content).and_then(|()| file.sync_data()) {
+            self.remove_stale_temp(&name);
+            return Err(Error::io(
+                format!("writing {}", self.path.join(&name).display()),
+                e,
+            ));
+        }
+        Ok(name)
+    }
+
+    fn io_error(&self, what: &str, e: Errno) -> Error {
+        Error::io(format!("{what} in {}", self.path.display()), e.into())
+    }
+}
+
+/// What reading a lease file gave.
+enum LeaseRead {
+    Content(Holder),
+    Missing,
+    NotRegular,
+}
+
+/// An entry we will not use: names it and says why.
+fn refused(path: &Path, why: &str) -> Error {
+    Error::io(
+        format!("refusing {}", path.display()),
+        std::io::Error::other(format!(
+            "{why}; host-local never follows symlinks and never creates them in its dataDir: remove it"
+        )),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    struct Tmp(PathBuf);
+
+    impl Tmp {
+        fn new(tag: &str) -> Tmp {
+            let p = std::env::temp_dir().join(format!("hl-store-{}-{tag}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Tmp(p)
+        }
+        fn loc(&self) -> Location {
+            Location {
+                data_dir: self.0.clone(),
+                network: "net".into(),
+            }
+        }
+        fn dir(&self) -> PathBuf {
+            self.0.join("net")
+        }
+        fn names(&self) -> Vec<String> {
+            let mut v: Vec<String> = std::fs::read_dir(self.dir())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
+            v.sort();
+            v
+        }
+    }
+
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn who(id: &str, ifname: &str) -> Attachment {
+        Attachment {
+            container_id: id.into(),
+            ifname: ifname.into(),
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn holder_parsing_matches_the_reference() {
+        assert_eq!(
+            Holder::parse(b"c1\r\neth0"),
+            Holder::Attachment(who("c1", "eth0"))
+        );
+        assert_eq!(
+            Holder::parse(b" c1\r\neth0\n"),
+            Holder::Attachment(who("c1", "eth0"))
+        );
+        assert_eq!(Holder::parse(b"c1"), Holder::LegacyId("c1".into()));
+        assert_eq!(Holder::parse(b""), Holder::Unknown);
+        assert_eq!(Holder::parse(b" \n"), Holder::Unknown);
+        assert_eq!(Holder::parse(b"\xff\xfe"), Holder::Unknown);
+        assert_eq!(Holder::parse(&[b'a'; 5000]), Holder::Unknown);
+        assert!(Holder::parse(b"c1\r\neth0").is(&who("c1", "eth0")));
+        assert!(!Holder::parse(b"c1\r\neth0").is(&who("c1", "eth1")));
+        assert!(Holder::parse(b"c1").belongs_to(&who("c1", "eth1")));
+        assert!(!Holder::parse(b"c1").is(&who("c1", "eth1")));
+        assert_eq!(Holder::content_for(&who("c1", "eth0")), "c1\r\neth0");
+    }
+
+    #[test]
+    fn reserve_writes_the_reference_format_atomically() {
+        let t = Tmp::new("reserve");
+        let s = Store::create_locked(&t.loc()).unwrap();
+        assert!(s.reserve(ip("10.1.0.5"), &who("c1", "eth0")).unwrap());
+        assert!(
+            !s.reserve(ip("10.1.0.5"), &who("c2", "eth0")).unwrap(),
+            "taken"
+        );
+        assert!(s.reserve(ip("2001:db8::5"), &who("c1", "eth0")).unwrap());
+        s.set_last_reserved(0, ip("10.1.0.5")).unwrap();
+        s.sync().unwrap();
+        assert_eq!(
+            t.names(),
+            ["10.1.0.5", "2001:db8::5", "last_reserved_ip.0", "lock"]
+        );
+        assert_eq!(
+            std::fs::read(t.dir().join("10.1.0.5")).unwrap(),
+            b"c1\r\neth0"
+        );
+        assert_eq!(
+            std::fs::read(t.dir().join("last_reserved_ip.0")).unwrap(),
+            b"10.1.0.5"
+        );
+        let mode = std::fs::metadata(t.dir().join("10.1.0.5"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(s.last_reserved(0).unwrap(), Some(ip("10.1.0.5")));
+        assert_eq!(s.last_reserved(1).unwrap(), None);
+        assert_eq!(
+            s.read_lease(ip("10.1.0.5")).unwrap(),
+            Some(Holder::Attachment(who("c1", "eth0")))
+        );
+        assert_eq!(s.read_lease(ip("10.1.0.6")).unwrap(), None);
+        assert!(s.release("10.1.0.5").unwrap());
+        assert!(!s.release("10.1.0.5").unwrap(), "already gone");
+    }
+
+    #[test]
+    fn scan_lists_leases_cleans_temps_and_refuses_symlinks() {
+        let t = Tmp::new("scan");
+        let s = Store::create_locked(&t.loc()).unwrap();
+        std::fs::write(t.dir().join("10.1.0.2"), "a\r\neth0").unwrap();
+        std::fs::write(t.dir().join("10.1.0.3"), "").unwrap();
+        std::fs::write(t.dir().join(format!("{TEMP_PREFIX}1-1")), "x\r\neth0").unwrap();
+        std::fs::write(t.dir().join("last_reserved_ip.0"), "10.1.0.3").unwrap();
+        std::fs::write(t.dir().join("notes.txt"), "ignored").unwrap();
+        symlink("/etc/passwd", t.dir().join("10.1.0.9")).unwrap();
+        std::fs::create_dir(t.dir().join("10.1.0.10")).unwrap();
+        let scan = s.scan(&|a| a != ip("10.1.0.3")).unwrap();
+        let mut leases: Vec<(String, Option<Holder>)> = scan
+            .leases
+            .iter()
+            .map(|l| (l.name.clone(), l.holder.clone()))
+            .collect();
+        leases.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            leases,
+            [
+                (
+                    "10.1.0.2".to_string(),
+                    Some(Holder::Attachment(who("a", "eth0")))
+                ),
+                ("10.1.0.3".to_string(), None),
+            ]
+        );
+        let mut refused = scan.refused.clone();
+        refused.sort();
+        assert_eq!(refused, ["10.1.0.10", "10.1.0.9"]);
+        assert!(
+            !t.dir().join(format!("{TEMP_PREFIX}1-1")).exists(),
+            "stale temp removed under the lock"
+        );
+        let e = s.read_lease(ip("10.1.0.9")).unwrap_err();
+        assert!(e.to_string().contains("refusing"), "{e}");
+    }
+
+    #[test]
+    fn unlocked_scan_leaves_temp_files() {
+        let t = Tmp::new("unlocked");
+        drop(Store::create_locked(&t.loc()).unwrap());
+        std::fs::write(t.dir().join(format!("{TEMP_PREFIX}1-1")), "x").unwrap();
+        let s = Store::open_unlocked(&t.loc()).unwrap().unwrap();
+        s.scan(&|_| true).unwrap();
+        assert!(t.dir().join(format!("{TEMP_PREFIX}1-1")).exists());
+    }
+
+    #[test]
+    fn missing_directory_is_not_created_by_del_or_check() {
+        let t = Tmp::new("missing");
+        assert!(Store::open_locked(&t.loc()).unwrap().is_none());
+        assert!(Store::open_unlocked(&t.loc()).unwrap().is_none());
+        assert!(!t.dir().exists());
+    }
+
+    #[test]
+    fn symlinked_directory_lock_and_last_reserved_are_refused() {
+        let t = Tmp::new("symlinks");
+        let elsewhere = t.0.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        symlink(&elsewhere, t.dir()).unwrap();
+        let e = Store::create_locked(&t.loc()).err().unwrap();
+        assert!(e.to_string().contains("refusing"), "{e}");
+        assert!(Store::open_locked(&t.loc()).is_err());
+        std::fs::remove_file(t.dir()).unwrap();
+
+        std::fs::create_dir(t.dir()).unwrap();
+        symlink(elsewhere.join("lock"), t.dir().join("lock")).unwrap();
+        let e = Store::create_locked(&t.loc()).err().unwrap();
+        assert!(e.to_string().contains("lock"), "{e}");
+        assert!(
+            !elsewhere.join("lock").exists(),
+            "never created through the link"
+        );
+        std::fs::remove_file(t.dir().join("lock")).unwrap();
+
+        symlink("/etc/hostname", t.dir().join("last_reserved_ip.0")).unwrap();
+        let s = Store::create_locked(&t.loc()).unwrap();
+        assert!(s.last_reserved(0).is_err());
+        // Replacing it replaces the link itself, never what it points to.
+        s.set_last_reserved(0, ip("10.1.0.7")).unwrap();
+        assert_eq!(
+            std::fs::read(t.dir().join("last_reserved_ip.0")).unwrap(),
+            b"10.1.0.7"
+        );
+    }
+}
