@@ -5,7 +5,10 @@ use serde_json::{json, Value};
 use tests::*;
 
 /// Every plugin binary built so far.
-const PLUGINS: &[&str] = &["loopback"];
+const PLUGINS: &[&str] = &["loopback", "host-local"];
+
+/// The plugins that open `CNI_NETNS` on ADD.
+const NETNS_PLUGINS: &[&str] = &["loopback"];
 
 fn env<'a>(cmd: &'a str, netns: &'a str) -> Vec<(&'a str, &'a str)> {
     vec![
@@ -68,6 +71,21 @@ fn skel_rejects_bad_env_and_config_with_spec_codes() {
         call_plugin(None, &plugin, &e, &conf("1.0.0")).assert_error(4, "CNI_CONTAINERID");
         call_plugin(None, &plugin, &env("BOGUS", "/x"), &conf("1.0.0"))
             .assert_error(4, "unknown CNI_COMMAND: BOGUS");
+        // CHECK below 0.4.0 is refused by version.
+        call_plugin(
+            None,
+            &plugin,
+            &env("CHECK", "/proc/self/ns/net"),
+            &conf("0.3.1"),
+        )
+        .assert_error(1, "does not allow CHECK");
+    }
+}
+
+#[test]
+fn a_netns_path_that_is_not_a_network_namespace_is_refused() {
+    for p in NETNS_PLUGINS {
+        let plugin = bin(p);
         // A path that is not a network namespace: a clear error naming it.
         call_plugin(None, &plugin, &env("ADD", "/etc/passwd"), &conf("1.0.0"))
             .assert_error(4, "/etc/passwd");
@@ -85,14 +103,14 @@ fn skel_rejects_bad_env_and_config_with_spec_codes() {
             &conf("1.0.0"),
         )
         .assert_error(4, "cnit-does-not-exist");
-        // CHECK below 0.4.0 is refused by version.
+        // The plugin's own namespace is not a container's.
         call_plugin(
             None,
             &plugin,
-            &env("CHECK", "/proc/self/ns/net"),
-            &conf("0.3.1"),
+            &env("ADD", "/proc/self/ns/net"),
+            &conf("1.0.0"),
         )
-        .assert_error(1, "does not allow CHECK");
+        .assert_error(4, "own network namespace");
     }
 }
 

@@ -5,6 +5,7 @@
 
 use libcni::invoke::split_path_list;
 use libcni::runtime::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR};
+use libcni::types::Attachment;
 use libcni::{Error, Result};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -13,7 +14,9 @@ use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 
 const USAGE: &str = "\
-Usage: cnitool [--cache-dir DIR] [-i IFNAME | --ifname IFNAME] add|check|del|gc|status <net> <netns>
+Usage: cnitool [--cache-dir DIR] [-i IFNAME | --ifname IFNAME] add|check|del <net> <netns>
+       cnitool [--cache-dir DIR] gc <net> [<netns>[:<ifname>]]...
+       cnitool status <net> [<netns>]
 
 Runs the network configuration list <net> (found in NETCONFPATH) for the
 network namespace <netns> (a path, e.g. /var/run/netns/test).
@@ -21,7 +24,10 @@ network namespace <netns> (a path, e.g. /var/run/netns/test).
   add     attach; prints the result JSON
   check   check the attachment against the cached ADD result
   del     detach
-  gc      delete every cached attachment of <net>, then GC its plugins
+  gc      keep the attachments of the listed namespaces (interface from
+          :<ifname>, else the default interface) and remove everything
+          else of <net>: cached attachments are DELeted, then every plugin
+          gets GC with the kept ones as cni.dev/valid-attachments
   status  ask the plugins whether they can serve ADD
 
 Options:
@@ -78,7 +84,8 @@ impl Verb {
 struct Invocation {
     verb: Verb,
     net: String,
-    netns: String,
+    /// One for add/check/del, at most one for status, any number for gc.
+    netns: Vec<String>,
     ifname: Option<String>,
     cache_dir: Option<PathBuf>,
 }
@@ -125,17 +132,30 @@ fn parse_cli(args: &[String]) -> std::result::Result<Cli, String> {
             _ => return Err(format!("unknown flag {arg:?}")),
         }
     }
-    let [verb, net, netns]: [String; 3] = positional.try_into().map_err(|p: Vec<String>| {
-        if p.is_empty() {
-            "missing command".to_string()
-        } else {
-            format!(
-                "expected a command, a network name and a netns, got {} argument(s)",
-                p.len()
-            )
-        }
-    })?;
+    let mut positional = positional.into_iter();
+    let verb = positional.next().ok_or("missing command")?;
     let verb = Verb::parse(&verb).ok_or_else(|| format!("unknown command {verb:?}"))?;
+    let net = positional
+        .next()
+        .ok_or_else(|| format!("{}: missing the network name", verb.name()))?;
+    let netns: Vec<String> = positional.collect();
+    let fits = match verb {
+        Verb::Add | Verb::Check | Verb::Del => netns.len() == 1,
+        Verb::Status => netns.len() <= 1,
+        Verb::Gc => true,
+    };
+    if !fits {
+        return Err(format!(
+            "{}: expected a network name and {}, got {} netns argument(s)",
+            verb.name(),
+            if verb == Verb::Status {
+                "at most one netns"
+            } else {
+                "one netns"
+            },
+            netns.len()
+        ));
+    }
     Ok(Cli::Run(Invocation {
         verb,
         net,
@@ -218,7 +238,7 @@ fn runtime_conf(
         .clone()
         .or_else(|| set("CNI_IFNAME"))
         .unwrap_or_else(|| "eth0".into());
-    let netns = absolute(Path::new(&inv.netns), cwd)
+    let netns = absolute(Path::new(inv.netns.first().map_or("", |s| s.as_str())), cwd)
         .to_string_lossy()
         .into_owned();
     let container_id = set("CNI_CONTAINERID").unwrap_or_else(|| container_id_for(&netns));
@@ -229,6 +249,34 @@ fn runtime_conf(
         args,
         capability_args,
     })
+}
+
+/// The attachments `gc` keeps: one per `<netns>[:<ifname>]` argument, with
+/// the container ID derived as for `add` (upstream cnitool's `gc`).
+fn gc_valid_attachments(
+    inv: &Invocation,
+    env: &dyn Fn(&str) -> Option<String>,
+    cwd: &Path,
+) -> Result<Vec<Attachment>> {
+    inv.netns
+        .iter()
+        .map(|arg| {
+            let (netns, ifname) = match arg.rsplit_once(':') {
+                Some((n, i)) => (n.to_string(), Some(i.to_string())),
+                None => (arg.clone(), None),
+            };
+            let one = Invocation {
+                netns: vec![netns],
+                ifname: ifname.or_else(|| inv.ifname.clone()),
+                ..inv.clone()
+            };
+            let rt = runtime_conf(&one, env, cwd)?;
+            Ok(Attachment {
+                container_id: rt.container_id,
+                ifname: rt.ifname,
+            })
+        })
+        .collect()
 }
 
 /// Runs the invocation; returns what to print on stdout.
@@ -261,7 +309,10 @@ fn run(inv: &Invocation) -> Result<Option<String>> {
         }
         Verb::Check => cni.check_network_list(&list, &rt).map(|()| None),
         Verb::Del => cni.del_network_list(&list, &rt).map(|()| None),
-        Verb::Gc => cni.gc_network_list(&list, None).map(|()| None),
+        Verb::Gc => {
+            let keep = gc_valid_attachments(inv, &env, &cwd)?;
+            cni.gc_network_list(&list, Some(&keep)).map(|()| None)
+        }
         Verb::Status => cni.status_network_list(&list).map(|()| None),
     }
 }
@@ -328,7 +379,7 @@ mod tests {
         Cli::Run(Invocation {
             verb,
             net: "net1".into(),
-            netns: "/run/netns/p1".into(),
+            netns: vec!["/run/netns/p1".into()],
             ifname: ifname.map(Into::into),
             cache_dir: cache_dir.map(PathBuf::from),
         })
@@ -376,7 +427,12 @@ mod tests {
         for (a, want) in [
             (
                 &["add", "net1"][..],
-                "expected a command, a network name and a netns, got 2 argument(s)",
+                "add: expected a network name and one netns, got 0 netns argument(s)",
+            ),
+            (&["gc"], "gc: missing the network name"),
+            (
+                &["status", "n", "/a", "/b"],
+                "status: expected a network name and at most one netns, got 2 netns argument(s)",
             ),
             (&[], "missing command"),
             (&["up", "net1", "/x"], "unknown command \"up\""),
@@ -387,7 +443,7 @@ mod tests {
             ),
             (
                 &["add", "net1", "/x", "extra"],
-                "expected a command, a network name and a netns, got 4 argument(s)",
+                "add: expected a network name and one netns, got 2 netns argument(s)",
             ),
         ] {
             assert_eq!(parse_cli(&args(a)), Err(want.to_string()), "{a:?}");
@@ -416,7 +472,7 @@ mod tests {
         let i = Invocation {
             verb: Verb::Add,
             net: "net1".into(),
-            netns: "../netns/p1".into(),
+            netns: vec!["../netns/p1".into()],
             ifname: None,
             cache_dir: None,
         };
@@ -446,7 +502,7 @@ mod tests {
         let mut i = Invocation {
             verb: Verb::Add,
             net: "net1".into(),
-            netns: "/run/netns/p1".into(),
+            netns: vec!["/run/netns/p1".into()],
             ifname: None,
             cache_dir: None,
         };
@@ -467,6 +523,45 @@ mod tests {
         assert_eq!(
             runtime_conf(&i, &env, Path::new("/")).unwrap().ifname,
             "flag0"
+        );
+    }
+
+    #[test]
+    fn gc_keeps_the_listed_attachments() {
+        let i = Invocation {
+            verb: Verb::Gc,
+            net: "net1".into(),
+            netns: vec!["/run/netns/p1".into(), "/var/run/netns/test:net1".into()],
+            ifname: None,
+            cache_dir: None,
+        };
+        let keep = gc_valid_attachments(&i, &|_| None, Path::new("/")).unwrap();
+        assert_eq!(
+            keep,
+            [
+                Attachment {
+                    container_id: "cnitool-f3fef9b9576e4680797c".into(),
+                    ifname: "eth0".into()
+                },
+                Attachment {
+                    container_id: "cnitool-7b8a61d5d8e94d07cbe4".into(),
+                    ifname: "net1".into()
+                }
+            ]
+        );
+        let none = Invocation { netns: vec![], ..i };
+        assert!(gc_valid_attachments(&none, &|_| None, Path::new("/"))
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            parse_cli(&args(&["gc", "net1"])),
+            Ok(Cli::Run(Invocation {
+                verb: Verb::Gc,
+                net: "net1".into(),
+                netns: vec![],
+                ifname: None,
+                cache_dir: None
+            }))
         );
     }
 
