@@ -9,10 +9,12 @@ pub mod args;
 pub mod error;
 pub mod fault;
 pub mod invoke;
+pub mod ipam;
 pub mod netlink;
 pub mod netns;
 pub mod runtime;
 pub mod skel;
+pub mod sysctl;
 pub mod types;
 pub mod version;
 

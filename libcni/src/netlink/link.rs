@@ -610,3 +610,527 @@ mod tests {
         assert_eq!(container.link_by_name("eth0").unwrap(), None);
     }
 }
+
+// ---- Bridge VLANs, link state, notifications (added for the bridge plugin) ----
+
+use netlink_packet_route::link as rtlink;
+
+/// rtnetlink multicast group of link changes (`RTNLGRP_LINK`).
+pub const RTNLGRP_LINK: u32 = 1;
+/// rtnetlink multicast group of IPv6 address changes (`RTNLGRP_IPV6_IFADDR`).
+pub const RTNLGRP_IPV6_IFADDR: u32 = 9;
+
+/// Bridge port STP state `BR_STATE_DISABLED`: the port does not forward.
+pub const BR_STATE_DISABLED: u8 = 0;
+/// Bridge port STP state `BR_STATE_FORWARDING`.
+pub const BR_STATE_FORWARDING: u8 = 3;
+
+/// The operational state of a link (`IFLA_OPERSTATE`) and, for a bridge
+/// port, its STP state (`IFLA_BRPORT_STATE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkState {
+    /// `IF_OPER_UP`.
+    pub oper_up: bool,
+    /// The operational state as `ip link` names it ("UP", "DOWN",
+    /// "LOWERLAYERDOWN", ...).
+    pub oper_state: String,
+    /// `BR_STATE_*` when the link is a bridge port.
+    pub port_state: Option<u8>,
+}
+
+/// A VLAN (or a range of VLANs) of a bridge port, as `bridge vlan` shows
+/// them: `vid..=last`, with the PVID and untagged flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BridgeVlan {
+    /// First VLAN ID.
+    pub vid: u16,
+    /// Last VLAN ID (equal to `vid` for a single VLAN).
+    pub last: u16,
+    /// Untagged ingress frames get this VLAN (`BRIDGE_VLAN_INFO_PVID`).
+    pub pvid: bool,
+    /// Frames leave untagged (`BRIDGE_VLAN_INFO_UNTAGGED`).
+    pub untagged: bool,
+}
+
+impl BridgeVlan {
+    /// An access VLAN: PVID and untagged (Go's `BridgeVlanAdd(vid, true, true)`).
+    pub fn access(vid: u16) -> BridgeVlan {
+        BridgeVlan {
+            vid,
+            last: vid,
+            pvid: true,
+            untagged: true,
+        }
+    }
+
+    /// Tagged VLANs `vid..=last` (a trunk).
+    pub fn tagged(vid: u16, last: u16) -> BridgeVlan {
+        BridgeVlan {
+            vid,
+            last,
+            pvid: false,
+            untagged: false,
+        }
+    }
+
+    /// `IFLA_BRIDGE_VLAN_INFO` entries: one for a single VLAN, a
+    /// `RANGE_BEGIN`/`RANGE_END` pair for a range.
+    fn to_nlas(self) -> Vec<rtlink::AfSpecBridge> {
+        use rtlink::{AfSpecBridge, BridgeVlanInfo, BridgeVlanInfoFlags as F};
+        let mut flags = F::empty();
+        if self.pvid {
+            flags |= F::Pvid;
+        }
+        if self.untagged {
+            flags |= F::Untagged;
+        }
+        if self.last <= self.vid {
+            return vec![AfSpecBridge::VlanInfo(BridgeVlanInfo {
+                flags,
+                vid: self.vid,
+            })];
+        }
+        vec![
+            AfSpecBridge::VlanInfo(BridgeVlanInfo {
+                flags: flags | F::RangeBegin,
+                vid: self.vid,
+            }),
+            AfSpecBridge::VlanInfo(BridgeVlanInfo {
+                flags: flags | F::RangeEnd,
+                vid: self.last,
+            }),
+        ]
+    }
+}
+
+/// The `RTM_SETLINK`/`RTM_DELLINK` body (family `AF_BRIDGE`) that adds or
+/// removes `vlans` on bridge port `index`, as `bridge vlan add|del ...
+/// master` sends it: `IFLA_AF_SPEC { IFLA_BRIDGE_FLAGS master,
+/// IFLA_BRIDGE_VLAN_INFO... }`.
+fn bridge_vlan_message(index: u32, vlans: &[BridgeVlan]) -> LinkMessage {
+    let mut msg = link_message(index);
+    msg.header.interface_family = netlink_packet_route::AddressFamily::Bridge;
+    let mut spec = vec![rtlink::AfSpecBridge::Flags(rtlink::BridgeFlag::Controller)];
+    spec.extend(vlans.iter().flat_map(|v| v.to_nlas()));
+    msg.attributes.push(LinkAttribute::AfSpecBridge(spec));
+    msg
+}
+
+/// The `RTM_NEWLINK` body that sets `vlan_filtering` of bridge `index`
+/// (`IFLA_LINKINFO { kind bridge, data { IFLA_BR_VLAN_FILTERING } }`), as
+/// `ip link set <br> type bridge vlan_filtering 0|1` sends it.
+fn bridge_vlan_filtering_message(index: u32, on: bool) -> LinkMessage {
+    let mut msg = link_message(index);
+    msg.attributes.push(LinkAttribute::LinkInfo(vec![
+        LinkInfo::Kind(InfoKind::Bridge),
+        LinkInfo::Data(InfoData::Bridge(vec![rtlink::InfoBridge::VlanFiltering(
+            on,
+        )])),
+    ]));
+    msg
+}
+
+fn oper_state_name(state: rtlink::State) -> String {
+    use rtlink::State;
+    match state {
+        State::Unknown => "UNKNOWN".into(),
+        State::NotPresent => "NOTPRESENT".into(),
+        State::Down => "DOWN".into(),
+        State::LowerLayerDown => "LOWERLAYERDOWN".into(),
+        State::Testing => "TESTING".into(),
+        State::Dormant => "DORMANT".into(),
+        State::Up => "UP".into(),
+        other => format!("{other:?}"),
+    }
+}
+
+impl Netlink {
+    /// The full `RTM_NEWLINK` answer for link `index`, or `None`.
+    fn link_message_of(&mut self, index: u32) -> Result<Option<LinkMessage>> {
+        if index == 0 {
+            return Ok(None);
+        }
+        match self.request(RouteNetlinkMessage::GetLink(link_message(index)), 0, || {
+            format!("get link {index}")
+        }) {
+            Ok(replies) => Ok(replies.into_iter().find_map(|m| match m {
+                RouteNetlinkMessage::NewLink(l) => Some(l),
+                _ => None,
+            })),
+            Err(e) if errno(&e) == Some(libc::ENODEV) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The operational state of link `index` (and its bridge port state),
+    /// or `None` if there is no such link.
+    pub fn link_state(&mut self, index: u32) -> Result<Option<LinkState>> {
+        let Some(msg) = self.link_message_of(index)? else {
+            return Ok(None);
+        };
+        let mut state = LinkState {
+            oper_up: false,
+            oper_state: "UNKNOWN".into(),
+            port_state: None,
+        };
+        for attr in msg.attributes {
+            match attr {
+                LinkAttribute::OperState(s) => {
+                    state.oper_up = s == rtlink::State::Up;
+                    state.oper_state = oper_state_name(s);
+                }
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        if let LinkInfo::PortData(InfoPortData::BridgePort(nlas)) = info {
+                            for nla in nlas {
+                                if let InfoBridgePort::State(s) = nla {
+                                    state.port_state = Some(u8::from(s));
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(Some(state))
+    }
+
+    /// Whether bridge `index` filters VLANs (`IFLA_BR_VLAN_FILTERING`);
+    /// `None` if there is no such link or it reports no such attribute.
+    pub fn bridge_vlan_filtering(&mut self, index: u32) -> Result<Option<bool>> {
+        let Some(msg) = self.link_message_of(index)? else {
+            return Ok(None);
+        };
+        for attr in msg.attributes {
+            if let LinkAttribute::LinkInfo(infos) = attr {
+                for info in infos {
+                    if let LinkInfo::Data(InfoData::Bridge(nlas)) = info {
+                        for nla in nlas {
+                            if let rtlink::InfoBridge::VlanFiltering(on) = nla {
+                                return Ok(Some(on));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Creates a bridge named `name` with `mtu` if given and
+    /// `vlan_filtering` on. A kernel without bridge VLAN filtering refuses
+    /// it with `EOPNOTSUPP` and creates nothing. A link of that name
+    /// already there is `EEXIST`.
+    pub fn add_bridge_vlan_filtering(&mut self, name: &str, mtu: Option<u32>) -> Result<()> {
+        let mut msg = link_message(0);
+        msg.attributes.push(LinkAttribute::IfName(name.to_string()));
+        if let Some(mtu) = mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        msg.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::Bridge),
+            LinkInfo::Data(InfoData::Bridge(vec![rtlink::InfoBridge::VlanFiltering(
+                true,
+            )])),
+        ]));
+        self.request(
+            RouteNetlinkMessage::NewLink(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            || format!("add bridge {name:?} with vlan_filtering on"),
+        )?;
+        Ok(())
+    }
+
+    /// Sets `vlan_filtering` of bridge `index`. A kernel without bridge
+    /// VLAN filtering refuses it, whatever the value, with `EOPNOTSUPP`:
+    /// writing the current value is a probe that changes nothing.
+    pub fn set_bridge_vlan_filtering(&mut self, index: u32, on: bool) -> Result<()> {
+        let msg = bridge_vlan_filtering_message(index, on);
+        self.request(RouteNetlinkMessage::NewLink(msg), 0, || {
+            format!(
+                "set vlan_filtering {} on bridge {index}",
+                if on { 1 } else { 0 }
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Adds `vlans` to bridge port `index` (`bridge vlan add ... master`).
+    pub fn bridge_vlan_add(&mut self, index: u32, vlans: &[BridgeVlan]) -> Result<()> {
+        let msg = bridge_vlan_message(index, vlans);
+        self.request(RouteNetlinkMessage::SetLink(msg), 0, || {
+            format!("add vlans {vlans:?} to bridge port {index}")
+        })?;
+        Ok(())
+    }
+
+    /// Removes `vlans` from bridge port `index` (`bridge vlan del ... master`).
+    pub fn bridge_vlan_del(&mut self, index: u32, vlans: &[BridgeVlan]) -> Result<()> {
+        let msg = bridge_vlan_message(index, vlans);
+        self.request(RouteNetlinkMessage::DelLink(msg), 0, || {
+            format!("delete vlans {vlans:?} from bridge port {index}")
+        })?;
+        Ok(())
+    }
+
+    /// The VLANs of bridge port `index`, one entry per VLAN ID (empty on a
+    /// kernel without bridge VLAN filtering).
+    pub fn bridge_port_vlans(&mut self, index: u32) -> Result<Vec<BridgeVlan>> {
+        let mut msg = link_message(0);
+        msg.header.interface_family = netlink_packet_route::AddressFamily::Bridge;
+        msg.attributes
+            .push(LinkAttribute::ExtMask(vec![rtlink::LinkExtentMask::Brvlan]));
+        let replies = self.request(RouteNetlinkMessage::GetLink(msg), NLM_F_DUMP, || {
+            format!("list vlans of bridge port {index}")
+        })?;
+        let mut vlans = Vec::new();
+        for reply in replies {
+            let RouteNetlinkMessage::NewLink(l) = reply else {
+                continue;
+            };
+            if l.header.index != index {
+                continue;
+            }
+            for attr in l.attributes {
+                if let LinkAttribute::AfSpecBridge(spec) = attr {
+                    for s in spec {
+                        if let rtlink::AfSpecBridge::VlanInfo(info) = s {
+                            use rtlink::BridgeVlanInfoFlags as F;
+                            vlans.push(BridgeVlan {
+                                vid: info.vid,
+                                last: info.vid,
+                                pvid: info.flags.contains(F::Pvid),
+                                untagged: info.flags.contains(F::Untagged),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        Ok(vlans)
+    }
+}
+
+/// A netlink socket subscribed to rtnetlink multicast groups
+/// ([`RTNLGRP_LINK`], [`RTNLGRP_IPV6_IFADDR`], ...), to wait on the
+/// kernel's answer instead of sleeping: subscribe, read the state, and only
+/// if it is not there yet, [`Notifications::wait_until`] something changes
+/// and read again. Subscribing before reading means no change is missed.
+#[derive(Debug)]
+pub struct Notifications {
+    socket: netlink_sys::Socket,
+    buf: Vec<u8>,
+}
+
+impl Notifications {
+    /// Subscribes to `groups` in the calling thread's namespace.
+    pub fn open(groups: &[u32]) -> Result<Notifications> {
+        let op = "open a NETLINK_ROUTE notification socket";
+        let mut socket = netlink_sys::Socket::new(netlink_sys::protocols::NETLINK_ROUTE)
+            .map_err(|e| crate::Error::kernel(op, e))?;
+        socket
+            .bind_auto()
+            .map_err(|e| crate::Error::kernel(op, e))?;
+        for &group in groups {
+            socket
+                .add_membership(group)
+                .map_err(|e| crate::Error::kernel(format!("{op}: join group {group}"), e))?;
+        }
+        socket
+            .set_non_blocking(true)
+            .map_err(|e| crate::Error::kernel(op, e))?;
+        Ok(Notifications {
+            socket,
+            buf: Vec::with_capacity(64 * 1024),
+        })
+    }
+
+    /// Subscribes to `groups` inside `ns` (the socket stays bound to it).
+    pub fn open_in(ns: &NetNs, groups: &[u32]) -> Result<Notifications> {
+        ns.run(|| Notifications::open(groups))?
+    }
+
+    /// Waits until a notification arrives or `deadline` passes, then
+    /// discards every queued notification (the caller reads the state
+    /// again). Returns `false` on timeout. A lost-notification overrun
+    /// (`ENOBUFS`) counts as "something changed".
+    pub fn wait_until(&mut self, deadline: std::time::Instant) -> Result<bool> {
+        let fd = self.socket.as_raw_fd();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Ok(false);
+            }
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+            // SAFETY: one valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(crate::Error::kernel("wait for netlink notifications", e));
+            }
+            if n == 0 {
+                continue; // the loop re-checks the deadline
+            }
+            let mut got = false;
+            loop {
+                self.buf.clear();
+                match self.socket.recv(&mut self.buf, libc::MSG_DONTWAIT) {
+                    Ok(_) => got = true,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => got = true,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(crate::Error::kernel("read netlink notifications", e)),
+                }
+            }
+            if got {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod vlan_message_tests {
+    use super::*;
+    use netlink_packet_core::Emitable;
+
+    fn bytes(msg: &LinkMessage) -> Vec<u8> {
+        let mut buf = vec![0u8; msg.buffer_len()];
+        msg.emit(&mut buf);
+        buf
+    }
+
+    /// `struct ifinfomsg` with family `family` and index `index`.
+    fn ifinfomsg(family: u8, index: u32) -> Vec<u8> {
+        let mut v = vec![family, 0, 0, 0];
+        v.extend_from_slice(&index.to_ne_bytes());
+        v.extend_from_slice(&[0; 8]); // flags, change
+        v
+    }
+
+    #[test]
+    fn netlink_link_bridge_vlan_access_message_bytes() {
+        let mut want = ifinfomsg(libc::AF_BRIDGE as u8, 7);
+        // IFLA_AF_SPEC (26), 20 bytes: IFLA_BRIDGE_FLAGS (0) = master (1),
+        // then IFLA_BRIDGE_VLAN_INFO (2) = {flags PVID|UNTAGGED (6), vid 100}.
+        want.extend_from_slice(&[20, 0, 26, 0]);
+        want.extend_from_slice(&[6, 0, 0, 0, 1, 0, 0, 0]);
+        want.extend_from_slice(&[8, 0, 2, 0, 6, 0, 100, 0]);
+        let msg = bridge_vlan_message(7, &[BridgeVlan::access(100)]);
+        assert_eq!(bytes(&msg), want);
+    }
+
+    #[test]
+    fn netlink_link_bridge_vlan_trunk_message_bytes() {
+        let mut want = ifinfomsg(libc::AF_BRIDGE as u8, 300);
+        // master flag, vid 5 tagged, then range 10-4094 tagged.
+        want.extend_from_slice(&[36, 0, 26, 0]);
+        want.extend_from_slice(&[6, 0, 0, 0, 1, 0, 0, 0]);
+        want.extend_from_slice(&[8, 0, 2, 0, 0, 0, 5, 0]);
+        want.extend_from_slice(&[8, 0, 2, 0, 0x08, 0, 10, 0]); // RANGE_BEGIN
+        want.extend_from_slice(&[8, 0, 2, 0, 0x10, 0, 0xfe, 0x0f]); // RANGE_END, 4094
+        let msg = bridge_vlan_message(
+            300,
+            &[BridgeVlan::tagged(5, 5), BridgeVlan::tagged(10, 4094)],
+        );
+        assert_eq!(bytes(&msg), want);
+    }
+
+    #[test]
+    fn netlink_link_bridge_vlan_filtering_message_bytes() {
+        let mut want = ifinfomsg(0, 4);
+        // IFLA_LINKINFO (18) { IFLA_INFO_KIND (1) "bridge\0", IFLA_INFO_DATA
+        // (2) { IFLA_BR_VLAN_FILTERING (7) u8 1 } }; like iproute2, without
+        // NLA_F_NESTED, which the kernel does not require here.
+        let mut kind = vec![11, 0, 1, 0];
+        kind.extend_from_slice(b"bridge\0");
+        kind.push(0); // pad to 4
+        let data = [12u8, 0, 2, 0, 5, 0, 7, 0, 1, 0, 0, 0];
+        let len = (4 + kind.len() + data.len()) as u8;
+        want.extend_from_slice(&[len, 0, 18, 0]);
+        want.extend_from_slice(&kind);
+        want.extend_from_slice(&data);
+        assert_eq!(bytes(&bridge_vlan_filtering_message(4, true)), want);
+        let off = bridge_vlan_filtering_message(4, false);
+        let b = bytes(&off);
+        assert_eq!(b[b.len() - 4], 0, "vlan_filtering 0");
+    }
+
+    #[test]
+    fn netlink_link_vlan_probe_state_and_notifications() {
+        use crate::netns::testing::{new_netns, privileged};
+        if !privileged("netlink_link_vlan_probe_state_and_notifications") {
+            return;
+        }
+        let node = new_netns();
+        let pod = new_netns();
+        let mut nl = Netlink::open_in(&node).unwrap();
+        nl.add_bridge("probebr0", None).unwrap();
+        let br = nl.link_by_name("probebr0").unwrap().unwrap();
+        assert_eq!(nl.bridge_vlan_filtering(br.index).unwrap(), Some(false));
+        match nl.add_bridge_vlan_filtering("probebr1", None) {
+            // This kernel: refused, and nothing is created.
+            Err(e) => {
+                assert_eq!(errno(&e), Some(libc::EOPNOTSUPP), "{e}");
+                assert_eq!(nl.link_by_name("probebr1").unwrap(), None);
+                let e = nl.set_bridge_vlan_filtering(br.index, false).unwrap_err();
+                assert_eq!(errno(&e), Some(libc::EOPNOTSUPP), "{e}");
+            }
+            Ok(()) => {
+                let b1 = nl.link_by_name("probebr1").unwrap().unwrap();
+                assert_eq!(nl.bridge_vlan_filtering(b1.index).unwrap(), Some(true));
+                nl.set_bridge_vlan_filtering(br.index, false).unwrap();
+            }
+        }
+
+        let mut events = Notifications::open_in(&node, &[RTNLGRP_LINK]).unwrap();
+        nl.add_veth("probev0", None, "eth0", &pod, None).unwrap();
+        let h = nl.link_by_name("probev0").unwrap().unwrap();
+        nl.set_master(h.index, br.index).unwrap();
+        nl.set_link_up(br.index).unwrap();
+        nl.set_link_up(h.index).unwrap();
+        let st = nl.link_state(h.index).unwrap().unwrap();
+        assert!(!st.oper_up, "{st:?}");
+        // The kernel updates the operational state asynchronously (linkwatch).
+        assert!(
+            ["DOWN", "LOWERLAYERDOWN"].contains(&st.oper_state.as_str()),
+            "{st:?}"
+        );
+        assert_eq!(st.port_state, Some(BR_STATE_DISABLED));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        assert!(
+            events.wait_until(deadline).unwrap(),
+            "link changes are notified"
+        );
+        let mut c = Netlink::open_in(&pod).unwrap();
+        let eth0 = c.link_by_name("eth0").unwrap().unwrap();
+        c.set_link_up(eth0.index).unwrap();
+        loop {
+            let st = nl.link_state(h.index).unwrap().unwrap();
+            if st.oper_up && st.port_state == Some(BR_STATE_FORWARDING) {
+                break;
+            }
+            assert!(
+                events.wait_until(deadline).unwrap(),
+                "port never came up: {st:?}"
+            );
+        }
+        assert_eq!(nl.link_state(9999).unwrap(), None);
+        // Without VLAN filtering a port lists no VLANs.
+        if nl.bridge_vlan_filtering(br.index).unwrap() == Some(false) {
+            assert_eq!(nl.bridge_port_vlans(h.index).unwrap(), []);
+        }
+        // Nothing more happens: a short wait times out.
+        let soon = std::time::Instant::now() + std::time::Duration::from_millis(50);
+        while events.wait_until(soon).unwrap() {}
+    }
+}

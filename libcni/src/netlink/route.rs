@@ -254,6 +254,24 @@ impl Netlink {
     }
 }
 
+// ---- added for the bridge plugin and libcni::ipam ----
+
+impl Netlink {
+    /// Adds `route` like Go's `netlink.RouteAddEcmp` (`NLM_F_CREATE`
+    /// without `NLM_F_EXCL`): a second route to the same destination through
+    /// another gateway is added beside the first (an IPv6 multipath
+    /// sibling, an IPv4 alias) instead of failing. The very same route
+    /// twice is still `EEXIST`.
+    pub fn add_route_ecmp(&mut self, route: &Route) -> Result<()> {
+        self.request(
+            RouteNetlinkMessage::NewRoute(route.to_message(false)),
+            NLM_F_CREATE,
+            || format!("add route {}", route.describe()),
+        )?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{is_exists, is_not_found};

@@ -1,0 +1,358 @@
+//! ADD: bridge, veth pair, IPAM, container addresses and routes, gateway.
+//! A failure after the veth exists removes it again, and a failure after
+//! IPAM allocated releases the address: a failed ADD leaves nothing behind
+//! but the bridge (and its gateway address and the forwarding sysctls),
+//! which are shared by every container on the node and never removed,
+//! as in the reference.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use libcni::fault;
+use libcni::ipam::{self, IfaceOptions};
+use libcni::netlink::link::{format_mac, Notifications, RTNLGRP_IPV6_IFADDR, RTNLGRP_LINK};
+use libcni::netlink::{is_not_found, Netlink};
+use libcni::netns::NetNs;
+use libcni::skel::CmdArgs;
+use libcni::types::net::{from_bits, to_bits};
+use libcni::types::{CniResult, Interface, IpPrefix, Route};
+use libcni::Error;
+
+use crate::config::Conf;
+use crate::node::{self, Bridge};
+use crate::veth;
+
+/// What this ADD created so far, for the rollback.
+#[derive(Default)]
+struct Created {
+    /// Index of the host end of the veth pair (deleting it removes both).
+    veth: Option<u32>,
+    /// `ipam.type`, once its ADD was called (the spec DELs a failed one too).
+    ipam: Option<String>,
+}
+
+pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
+    let conf = Conf::parse(args)?;
+    let ns = args.open_netns()?;
+    let mut host = Netlink::open()?;
+    let mut container = Netlink::open_in(&ns)?;
+    if container.link_by_name(&args.ifname)?.is_some() {
+        return Err(veth::container_ifname_exists(&args.ifname));
+    }
+    let br = node::ensure_bridge(&mut host, &conf)?;
+
+    let mut created = Created::default();
+    let outcome = steps(
+        args,
+        &conf,
+        &ns,
+        &mut host,
+        &mut container,
+        &br,
+        &mut created,
+    );
+    if outcome.is_err() {
+        rollback(args, &mut host, &created);
+    }
+    outcome
+}
+
+/// Undoes `created`, best effort: the veth pair, then the IPAM lease.
+fn rollback(args: &CmdArgs, host: &mut Netlink, created: &Created) {
+    if let Some(index) = created.veth {
+        if let Err(e) = host.delete_link(index) {
+            if !is_not_found(&e) {
+                eprintln!("bridge: rollback: deleting the veth pair: {e}");
+            }
+        }
+    }
+    if let Some(plugin) = &created.ipam {
+        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
+            eprintln!("bridge: rollback: IPAM DEL: {e}");
+        }
+    }
+}
+
+fn steps(
+    args: &CmdArgs,
+    conf: &Conf,
+    ns: &NetNs,
+    host: &mut Netlink,
+    container: &mut Netlink,
+    br: &Bridge,
+    created: &mut Created,
+) -> Result<CniResult, Error> {
+    let pair = veth::create(host, container, ns, &args.ifname, conf.mtu, conf.mac)?;
+    created.veth = Some(pair.host.index);
+    fault::point("bridge/veth");
+
+    veth::attach(host, pair.host.index, br, conf)?;
+    fault::point("bridge/attach");
+
+    // Subscribed before the container end comes up, so the moment the port
+    // is ready cannot be missed.
+    let mut link_events = Notifications::open(&[RTNLGRP_LINK])?;
+    let mut result = CniResult::default();
+    let mut vlan_gateway = None;
+    let mut gateway_dad = Vec::new();
+    let mut addr_events = None;
+
+    if let Some(plugin) = &conf.ipam {
+        // The spec asks for a DEL of a delegate whose ADD failed too, so the
+        // rollback owns the lease from before the call.
+        created.ipam = Some(plugin.clone());
+        let allocated = ipam::exec_add(plugin, &args.stdin, args.version)?;
+        fault::point("bridge/ipam");
+        if allocated.ips.is_empty() {
+            return Err(Error::Plugin(libcni::ErrorResult {
+                cni_version: String::new(),
+                code: libcni::error::code::INTERNAL,
+                msg: format!("IPAM plugin {plugin:?} returned missing IP config"),
+                details: String::new(),
+            }));
+        }
+        result.ips = allocated.ips;
+        result.routes = allocated.routes;
+        result.dns = allocated.dns;
+        // configure_interface finds the container interface at index 2.
+        result.interfaces = vec![
+            Interface::default(),
+            Interface::default(),
+            Interface {
+                name: args.ifname.clone(),
+                sandbox: args.netns.clone(),
+                ..Interface::default()
+            },
+        ];
+        let gateways = calc_gateways(&mut result, conf);
+
+        let opts = IfaceOptions {
+            enable_dad: conf.enable_dad,
+            ..IfaceOptions::default()
+        };
+        ipam::configure_interface(ns, container, &args.ifname, &result, opts)?;
+        fault::point("bridge/configure");
+
+        if conf.is_gateway {
+            let (target, target_name) = if conf.vlan != 0 {
+                let l = veth::ensure_vlan_gateway(host, br, conf)?;
+                let r = (l.index, l.name.clone());
+                vlan_gateway = Some(l);
+                r
+            } else {
+                (br.index, br.name.clone())
+            };
+            if gateways.iter().any(|g| !g.is_ipv4()) {
+                addr_events = Some(Notifications::open(&[RTNLGRP_IPV6_IFADDR])?);
+            }
+            for gw in &gateways {
+                node::ensure_gateway_address(host, target, &target_name, *gw, conf.force_address)?;
+                if !gw.is_ipv4() {
+                    gateway_dad.push((target, target_name.clone(), gw.addr()));
+                }
+            }
+            if conf.vlan == 0 && !gateways.is_empty() {
+                node::pin_mac(host, br.index)?;
+            }
+            node::enable_forwarding(
+                gateways.iter().any(IpPrefix::is_ipv4),
+                gateways.iter().any(|g| !g.is_ipv4()),
+            )?;
+        }
+        fault::point("bridge/gateway");
+    } else if !conf.disable_container_interface {
+        // Layer 2 only: the container end still comes up.
+        container.set_link_up(pair.container.index)?;
+        fault::point("bridge/configure");
+    }
+
+    if !conf.disable_container_interface {
+        node::wait_port_ready(host, &mut link_events, pair.host.index, &pair.host.name)?;
+    }
+    // The gateway's IPv6 address is tentative until the node's DAD for it
+    // is done; waiting for it here means the pod can reach its gateway as
+    // soon as ADD returns (the reference returns earlier and the gateway is
+    // unreachable for a second or two). An address found in use fails the
+    // ADD; a DAD that cannot finish (no carrier on the bridge, e.g. STP still
+    // learning) does not, since the reference does not wait at all.
+    if let Some(events) = addr_events.as_mut() {
+        for (index, name, ip) in &gateway_dad {
+            match ipam::wait_dad(host, events, *index, name, &[*ip], ipam::DAD_TIMEOUT) {
+                Err(e) if libcni::netlink::errno(&e) == Some(libc::ETIMEDOUT) => {
+                    eprintln!("bridge: warning: {e}");
+                }
+                other => other?,
+            }
+        }
+    }
+
+    // Read back what the kernel has now: the host veth's and the bridge's
+    // MAC may have changed as the port joined.
+    let gone = |what: &str| {
+        Error::kernel(
+            format!("{what} vanished during ADD"),
+            std::io::Error::from_raw_os_error(libc::ENODEV),
+        )
+    };
+    let br_link = host
+        .link_by_index(br.index)?
+        .ok_or_else(|| gone("the bridge"))?;
+    let host_link = host
+        .link_by_index(pair.host.index)?
+        .ok_or_else(|| gone("the host veth"))?;
+    let mut interfaces = vec![
+        interface(&br_link, ""),
+        interface(&host_link, ""),
+        interface(&pair.container, &args.netns),
+    ];
+    if let Some(l) = vlan_gateway {
+        interfaces.push(interface(&l, ""));
+    }
+    result.interfaces = interfaces;
+    if let Some(dns) = &conf.dns {
+        result.dns = dns.clone();
+    }
+    Ok(result)
+}
+
+fn interface(l: &libcni::netlink::Link, sandbox: &str) -> Interface {
+    Interface {
+        name: l.name.clone(),
+        mac: l.mac.as_ref().map(format_mac).unwrap_or_default(),
+        mtu: Some(l.mtu),
+        sandbox: sandbox.to_string(),
+        ..Interface::default()
+    }
+}
+
+/// The reference's `calcGateways`: every address goes on interface 2 (the
+/// container veth); with `isGateway` an address without gateway gets the
+/// first address of its network; with `isDefaultGateway` each family gets a
+/// default route through its gateway unless IPAM already returned a default
+/// route for it. Returns the gateway addresses for the bridge, with the
+/// prefix length of their container address.
+fn calc_gateways(result: &mut CniResult, conf: &Conf) -> Vec<IpPrefix> {
+    let mut gateways = Vec::new();
+    let mut default_done = [false; 2];
+    for ip in &mut result.ips {
+        ip.interface = Some(2);
+        let v4 = ip.address.is_ipv4();
+        if ip.gateway.is_none() && conf.is_gateway {
+            let network = ip.address.network();
+            ip.gateway = Some(from_bits(network, to_bits(network) + 1));
+        }
+        let fam = usize::from(!v4);
+        if conf.is_default_gateway && !default_done[fam] {
+            let any: IpAddr = if v4 {
+                Ipv4Addr::UNSPECIFIED.into()
+            } else {
+                Ipv6Addr::UNSPECIFIED.into()
+            };
+            // Unlike the reference, a default route without a gateway
+            // counts too: configure_interface sends it through the gateway
+            // anyway, and a second identical route would fail with EEXIST.
+            let has_default = result
+                .routes
+                .iter()
+                .any(|r| r.dst.is_ipv4() == v4 && r.dst.prefix_len() == 0);
+            if !has_default {
+                if let Some(dst) = IpPrefix::new(any, 0) {
+                    result.routes.push(Route::new(dst, ip.gateway));
+                }
+            }
+            default_done[fam] = true;
+        }
+        if conf.is_gateway {
+            if let Some(gw) = ip
+                .gateway
+                .and_then(|g| IpPrefix::new(g, ip.address.prefix_len()))
+            {
+                gateways.push(gw);
+            }
+        }
+    }
+    gateways
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use libcni::types::IpConfig;
+
+    fn conf(gw: bool, default_gw: bool) -> Conf {
+        Conf {
+            bridge: "cni0".into(),
+            is_gateway: gw || default_gw,
+            is_default_gateway: default_gw,
+            force_address: false,
+            mtu: None,
+            hairpin: false,
+            promisc: false,
+            vlan: 0,
+            trunk: vec![],
+            preserve_default_vlan: false,
+            enable_dad: false,
+            disable_container_interface: false,
+            port_isolation: false,
+            mac: None,
+            ipam: Some("host-local".into()),
+            dns: None,
+        }
+    }
+
+    fn ip(a: &str, gw: Option<&str>) -> IpConfig {
+        IpConfig {
+            address: a.parse().unwrap(),
+            gateway: gw.map(|g| g.parse().unwrap()),
+            interface: None,
+        }
+    }
+
+    #[test]
+    fn gateways_default_to_the_first_address_of_the_network() {
+        let mut r = CniResult {
+            ips: vec![
+                ip("10.1.2.7/24", None),
+                ip("fd00:1::7/64", Some("fd00:1::fe")),
+            ],
+            ..CniResult::default()
+        };
+        let gws = calc_gateways(&mut r, &conf(true, false));
+        assert_eq!(r.ips[0].gateway, Some("10.1.2.1".parse().unwrap()));
+        assert_eq!(r.ips[1].gateway, Some("fd00:1::fe".parse().unwrap()));
+        assert!(r.ips.iter().all(|i| i.interface == Some(2)));
+        let gws: Vec<String> = gws.iter().map(|g| g.to_string()).collect();
+        assert_eq!(gws, ["10.1.2.1/24", "fd00:1::fe/64"]);
+        assert!(r.routes.is_empty());
+    }
+
+    #[test]
+    fn default_gateway_adds_one_default_route_per_family() {
+        let mut r = CniResult {
+            ips: vec![
+                ip("10.1.2.7/24", None),
+                ip("10.9.0.7/16", None),
+                ip("fd00:1::7/64", None),
+            ],
+            routes: vec![Route::new("::/0".parse().unwrap(), None)],
+            ..CniResult::default()
+        };
+        calc_gateways(&mut r, &conf(false, true));
+        let routes: Vec<String> = r
+            .routes
+            .iter()
+            .map(|r| format!("{} {:?}", r.dst, r.gw))
+            .collect();
+        assert_eq!(routes, ["::/0 None", "0.0.0.0/0 Some(10.1.2.1)"]);
+    }
+
+    #[test]
+    fn without_gateway_nothing_is_added() {
+        let mut r = CniResult {
+            ips: vec![ip("10.1.2.7/24", None)],
+            ..CniResult::default()
+        };
+        assert!(calc_gateways(&mut r, &conf(false, false)).is_empty());
+        assert_eq!(r.ips[0].gateway, None);
+        assert_eq!(r.ips[0].interface, Some(2));
+    }
+}

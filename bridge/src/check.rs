@@ -1,0 +1,183 @@
+//! CHECK: IPAM's CHECK first, then the node and the container against
+//! `prevResult`: the bridge (a bridge, its MAC, promiscuous mode as
+//! configured), the container veth (its MAC), the host veth that is its
+//! peer and a port of the bridge (hairpin and isolation as configured),
+//! the container's addresses and routes. A difference is code 102 naming
+//! what differs.
+
+use libcni::ipam;
+use libcni::netlink::link::format_mac;
+use libcni::netlink::{Link, Netlink};
+use libcni::skel::CmdArgs;
+use libcni::types::{CniResult, Interface};
+use libcni::Error;
+
+use crate::config::Conf;
+
+pub fn check(args: &CmdArgs) -> Result<(), Error> {
+    let conf = Conf::parse(args)?;
+    let ns = args.open_netns()?;
+    if let Some(plugin) = &conf.ipam {
+        ipam::exec_check(plugin, &args.stdin)?;
+    }
+    let prev = args
+        .prev_result()?
+        .ok_or_else(|| Error::config("prevResult", "CHECK needs the ADD result (prevResult)"))?;
+    let mut host = Netlink::open()?;
+    let mut container = Netlink::open_in(&ns)?;
+
+    let br = check_bridge(&mut host, &prev, &conf)?;
+    let cont = check_container(&mut container, &prev, args)?;
+    check_host_veth(&mut host, &prev, &conf, &br, &cont, &args.ifname)?;
+
+    // Addresses the result gives to the container interface (or to no
+    // interface in particular), and every route.
+    let ips: Vec<_> = prev
+        .ips
+        .iter()
+        .filter(|ip| match ip.interface {
+            None => true,
+            Some(i) => prev
+                .interfaces
+                .get(i)
+                .is_some_and(|x| x.name == args.ifname && x.sandbox == args.netns),
+        })
+        .collect();
+    ipam::check_addresses(&mut container, &args.ifname, &ips)?;
+    ipam::check_routes(&mut container, &prev.routes)
+}
+
+fn failed(msg: String) -> Error {
+    Error::CheckFailed(msg)
+}
+
+fn mac_of(l: &Link) -> String {
+    l.mac.as_ref().map(format_mac).unwrap_or_default()
+}
+
+fn check_bridge(host: &mut Netlink, prev: &CniResult, conf: &Conf) -> Result<Link, Error> {
+    let name = &conf.bridge;
+    let want = prev
+        .interfaces
+        .iter()
+        .find(|i| &i.name == name)
+        .ok_or_else(|| failed(format!("prevResult has no interface for bridge {name:?}")))?;
+    if !want.sandbox.is_empty() {
+        return Err(failed(format!(
+            "prevResult puts bridge {name:?} in sandbox {:?}, it belongs to the node",
+            want.sandbox
+        )));
+    }
+    let br = host
+        .link_by_name(name)?
+        .ok_or_else(|| failed(format!("bridge {name:?} not found on the node")))?;
+    if br.kind.as_deref() != Some("bridge") {
+        return Err(failed(format!(
+            "{name:?} is not a bridge (kind {})",
+            br.kind.as_deref().unwrap_or("none")
+        )));
+    }
+    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac_of(&br)) {
+        return Err(failed(format!(
+            "bridge {name:?} has MAC {}, prevResult says {}",
+            mac_of(&br),
+            want.mac
+        )));
+    }
+    if br.promisc != conf.promisc {
+        return Err(failed(format!(
+            "bridge {name:?} promiscuous mode is {}, promiscMode is {}",
+            br.promisc, conf.promisc
+        )));
+    }
+    Ok(br)
+}
+
+fn check_container(c: &mut Netlink, prev: &CniResult, args: &CmdArgs) -> Result<Link, Error> {
+    let ifname = &args.ifname;
+    let want = prev
+        .interfaces
+        .iter()
+        .find(|i| &i.name == ifname && i.sandbox == args.netns)
+        .ok_or_else(|| {
+            failed(format!(
+                "prevResult has no interface {ifname:?} in sandbox {:?}",
+                args.netns
+            ))
+        })?;
+    let link = c
+        .link_by_name(ifname)?
+        .ok_or_else(|| failed(format!("container interface {ifname:?} not found")))?;
+    if link.kind.as_deref() != Some("veth") {
+        return Err(failed(format!(
+            "container interface {ifname:?} is not a veth (kind {})",
+            link.kind.as_deref().unwrap_or("none")
+        )));
+    }
+    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac_of(&link)) {
+        return Err(failed(format!(
+            "container interface {ifname:?} has MAC {}, prevResult says {}",
+            mac_of(&link),
+            want.mac
+        )));
+    }
+    Ok(link)
+}
+
+fn check_host_veth(
+    host: &mut Netlink,
+    prev: &CniResult,
+    conf: &Conf,
+    br: &Link,
+    cont: &Link,
+    ifname: &str,
+) -> Result<(), Error> {
+    let candidates = prev
+        .interfaces
+        .iter()
+        .filter(|i| i.sandbox.is_empty() && i.name != conf.bridge);
+    let mut port: Option<(&Interface, Link)> = None;
+    for want in candidates {
+        let Some(l) = host.link_by_name(&want.name)? else {
+            continue;
+        };
+        if l.kind.as_deref() == Some("veth")
+            && Some(l.index) == cont.peer_index
+            && l.peer_index == Some(cont.index)
+            && l.master == Some(br.index)
+        {
+            port = Some((want, l));
+            break;
+        }
+    }
+    let (want, l) = port.ok_or_else(|| {
+        failed(format!(
+            "no host veth in prevResult is the peer of {ifname:?} and a port of bridge {:?}",
+            conf.bridge
+        ))
+    })?;
+    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac_of(&l)) {
+        return Err(failed(format!(
+            "host veth {:?} has MAC {}, prevResult says {}",
+            l.name,
+            mac_of(&l),
+            want.mac
+        )));
+    }
+    let flags = l.bridge_port.unwrap_or_default();
+    if flags.hairpin.unwrap_or(false) != conf.hairpin {
+        return Err(failed(format!(
+            "bridge port {:?} hairpin mode is {}, hairpinMode is {}",
+            l.name,
+            flags.hairpin.unwrap_or(false),
+            conf.hairpin
+        )));
+    }
+    if conf.port_isolation && flags.isolated != Some(true) {
+        return Err(failed(format!(
+            "bridge port {:?} is not isolated, portIsolation is true",
+            l.name
+        )));
+    }
+    Ok(())
+}

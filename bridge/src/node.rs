@@ -1,0 +1,229 @@
+//! The node side of the plugin, in the namespace it runs in: the bridge
+//! (create or reuse, VLAN filtering probe), its gateway addresses, IP
+//! forwarding, and waiting for a port to be ready.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use libcni::netlink::link::{Link, Notifications, BR_STATE_DISABLED};
+use libcni::netlink::{self, is_exists, Family, Netlink};
+use libcni::sysctl::{self, Key};
+use libcni::types::IpPrefix;
+use libcni::Error;
+
+use crate::config::Conf;
+
+/// How long the host end of the veth may take to become operationally up
+/// (the reference sleeps 0, 50, 500, 1000 and 1000 ms, then gives up).
+pub const PORT_TIMEOUT: Duration = Duration::from_millis(2550);
+
+/// The bridge this ADD works with. A bridge this ADD created stays when
+/// the ADD fails, as in the reference: a concurrent ADD may already be
+/// attaching to it, and an empty bridge costs nothing.
+#[derive(Debug, Clone)]
+pub struct Bridge {
+    pub index: u32,
+    pub name: String,
+}
+
+/// Creates the bridge or reuses the one there, as the reference does:
+/// created with the config's MTU (and `vlan_filtering` when the port gets
+/// VLANs), promiscuous mode on with `promiscMode`, `accept_ra=0`, up. A
+/// link of that name that is not a bridge is an error. Two ADDs racing to
+/// create it both succeed (`EEXIST` means "the other one won").
+///
+/// VLANs on a kernel without bridge VLAN filtering fail here, before the
+/// plugin creates anything: creating a bridge with `vlan_filtering` is
+/// refused whole, and on an existing bridge writing `vlan_filtering` with
+/// its current value is a probe that changes nothing.
+pub fn ensure_bridge(nl: &mut Netlink, conf: &Conf) -> Result<Bridge, Error> {
+    let name = conf.bridge.as_str();
+    let vlans = conf.wants_vlans();
+    let mut created = false;
+    let link = match nl.link_by_name(name)? {
+        Some(l) => {
+            check_is_bridge(&l)?;
+            if vlans {
+                probe_vlan_filtering(nl, &l, conf)?;
+            }
+            l
+        }
+        None => {
+            let added = if vlans {
+                nl.add_bridge_vlan_filtering(name, conf.mtu)
+            } else {
+                nl.add_bridge(name, conf.mtu)
+            };
+            match added {
+                Ok(()) => created = true,
+                Err(e) if is_exists(&e) => {}
+                Err(e) if vlans && netlink::errno(&e) == Some(libc::EOPNOTSUPP) => {
+                    return Err(vlan_unsupported(conf))
+                }
+                Err(e) => return Err(e),
+            }
+            let l = nl.link_by_name(name)?.ok_or_else(|| {
+                Error::kernel(
+                    format!("bridge {name:?} vanished right after it was created"),
+                    io::Error::from_raw_os_error(libc::ENODEV),
+                )
+            })?;
+            check_is_bridge(&l)?;
+            if vlans && !created {
+                probe_vlan_filtering(nl, &l, conf)?;
+            }
+            l
+        }
+    };
+    if conf.promisc && !link.promisc {
+        nl.set_promisc(link.index, true)?;
+    }
+    // We own the routes of this interface.
+    match sysctl::ensure_here(&Key::ipv6_conf(name, "accept_ra")?, "0") {
+        Err(e) if !sysctl::is_missing(&e) => return Err(e),
+        _ => {}
+    }
+    if !link.up {
+        nl.set_link_up(link.index)?;
+    }
+    Ok(Bridge {
+        index: link.index,
+        name: name.to_string(),
+    })
+}
+
+fn check_is_bridge(l: &Link) -> Result<(), Error> {
+    if l.kind.as_deref() == Some("bridge") {
+        return Ok(());
+    }
+    Err(Error::config(
+        "bridge",
+        format!(
+            "{:?} already exists but is not a bridge (it is a {} link)",
+            l.name,
+            l.kind.as_deref().unwrap_or("plain")
+        ),
+    ))
+}
+
+fn probe_vlan_filtering(nl: &mut Netlink, l: &Link, conf: &Conf) -> Result<(), Error> {
+    let current = nl.bridge_vlan_filtering(l.index)?.unwrap_or(false);
+    match nl.set_bridge_vlan_filtering(l.index, current) {
+        Err(e) if netlink::errno(&e) == Some(libc::EOPNOTSUPP) => Err(vlan_unsupported(conf)),
+        other => other,
+    }
+}
+
+/// Code 2 naming the VLAN key: this kernel cannot do it.
+fn vlan_unsupported(conf: &Conf) -> Error {
+    let (key, value) = conf.vlan_key();
+    Error::UnsupportedField {
+        key: key.to_string(),
+        value: format!(
+            "{value}: this kernel has no bridge VLAN filtering (CONFIG_BRIDGE_VLAN_FILTERING), \
+             so bridge {:?} cannot carry VLANs",
+            conf.bridge
+        ),
+    }
+}
+
+/// Puts gateway address `gw` (the gateway with the container address's
+/// prefix length) on link `index` (the bridge, or the VLAN gateway veth),
+/// as the reference's `ensureAddr`: already there is fine; another IPv4
+/// address, or an overlapping IPv6 one, is an error unless `forceAddress`,
+/// which replaces it. Returns whether the address was added now.
+pub fn ensure_gateway_address(
+    nl: &mut Netlink,
+    index: u32,
+    link_name: &str,
+    gw: IpPrefix,
+    force: bool,
+) -> Result<bool, Error> {
+    let family = Family::of(&gw.addr());
+    for a in nl.addresses(Some(index), Some(family))? {
+        if a.addr == gw.addr() && a.prefix_len == gw.prefix_len() {
+            return Ok(false);
+        }
+        let Some(have) = IpPrefix::new(a.addr, a.prefix_len) else {
+            continue;
+        };
+        let conflict = family == Family::V4 || have.overlaps(&gw);
+        if !conflict {
+            continue;
+        }
+        if !force {
+            return Err(Error::config(
+                "forceAddress",
+                format!(
+                    "{link_name:?} already has an IP address different from {gw} ({have}); \
+                     set forceAddress to replace it"
+                ),
+            ));
+        }
+        match nl.del_address(index, a.addr, a.prefix_len) {
+            Err(e) if !netlink::is_not_found(&e) => return Err(e),
+            _ => {}
+        }
+    }
+    match nl.add_address(index, gw.addr(), gw.prefix_len()) {
+        Ok(()) => Ok(true),
+        // A concurrent ADD added the same gateway first.
+        Err(e) if is_exists(&e) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Sets the bridge's MAC to its current value, which pins it: otherwise a
+/// bridge takes the lowest MAC of its ports, and changes as ports churn.
+pub fn pin_mac(nl: &mut Netlink, index: u32) -> Result<(), Error> {
+    if let Some(mac) = nl.link_by_index(index)?.and_then(|l| l.mac) {
+        nl.set_mac(index, &mac)?;
+    }
+    Ok(())
+}
+
+/// Turns on IPv4 and/or IPv6 forwarding of the node, writing only what is
+/// not already 1.
+pub fn enable_forwarding(v4: bool, v6: bool) -> Result<(), Error> {
+    if v4 {
+        sysctl::ensure_here(&Key::ipv4_forward(), "1")?;
+    }
+    if v6 {
+        sysctl::ensure_here(&Key::ipv6_forward(), "1")?;
+    }
+    Ok(())
+}
+
+/// Waits until port `index` (the host end of the veth) is operationally up
+/// and the bridge has enabled it, as the reference's retry loop does, but
+/// on the kernel's link notifications (`events`, subscribed to
+/// `RTNLGRP_LINK` before the container end came up) instead of sleeps.
+pub fn wait_port_ready(
+    nl: &mut Netlink,
+    events: &mut Notifications,
+    index: u32,
+    name: &str,
+) -> Result<(), Error> {
+    let deadline = Instant::now() + PORT_TIMEOUT;
+    loop {
+        let state = nl.link_state(index)?.ok_or_else(|| {
+            Error::kernel(
+                format!("bridge port {name:?} is gone"),
+                io::Error::from_raw_os_error(libc::ENODEV),
+            )
+        })?;
+        if state.oper_up && state.port_state != Some(BR_STATE_DISABLED) {
+            return Ok(());
+        }
+        if !events.wait_until(deadline)? {
+            return Err(Error::kernel(
+                format!(
+                    "bridge port {name:?} in error state: {} after {} ms",
+                    state.oper_state,
+                    PORT_TIMEOUT.as_millis()
+                ),
+                io::Error::from_raw_os_error(libc::ETIMEDOUT),
+            ));
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Network sysctls (`/proc/sys/net/...`), read and written in a chosen
+//! network namespace.
+//!
+//! This module owns every access to `/proc/sys/net` in the suite. A sysctl
+//! under `/proc/sys/net` belongs to the network namespace of the *thread*
+//! that opens the file, so [`read`]/[`write`] run on a short-lived thread
+//! inside the namespace ([`NetNs::run`]); [`read_here`]/[`write_here`] use
+//! the calling thread's namespace (the plugin's own, or a thread already
+//! inside a namespace, to batch several sysctls into one `run`).
+//!
+//! Keys are typed ([`Key`]) and validated when built: slash-separated
+//! components under `net/`, none empty, `.` or `..`, and no NUL, so no key
+//! can name a file outside `/proc/sys/net`. Components are separated by `/`
+//! (not `.`) because interface names may contain dots (`cni0.100`).
+
+use std::fmt;
+use std::io::Write;
+use std::path::PathBuf;
+
+use crate::netns::NetNs;
+use crate::{Error, Result};
+
+/// Where sysctls live.
+const PROC_SYS: &str = "/proc/sys";
+
+/// A validated sysctl key under `net/`, e.g. `net/ipv6/conf/eth0/accept_dad`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key(String);
+
+impl Key {
+    /// Parses `net/ipv4/ip_forward` (a leading `/` is allowed). Fails with
+    /// code 7 naming the key when it does not stay under `net/`.
+    pub fn new(key: &str) -> Result<Key> {
+        let trimmed = key.strip_prefix('/').unwrap_or(key);
+        let bad = |why: &str| Error::config("sysctl", format!("{key:?} {why}"));
+        let mut parts = trimmed.split('/');
+        if parts.next() != Some("net") {
+            return Err(bad("is not under net/"));
+        }
+        let mut count = 0;
+        for part in parts {
+            count += 1;
+            if part.is_empty() || part == "." || part == ".." {
+                return Err(bad("has an empty, \".\" or \"..\" component"));
+            }
+            if part.bytes().any(|b| b == 0 || b.is_ascii_whitespace()) {
+                return Err(bad("contains NUL or whitespace"));
+            }
+        }
+        if count == 0 {
+            return Err(bad("names no sysctl"));
+        }
+        Ok(Key(trimmed.to_string()))
+    }
+
+    /// `net/ipv4/conf/<ifname>/<knob>`.
+    pub fn ipv4_conf(ifname: &str, knob: &str) -> Result<Key> {
+        Key::checked_conf("ipv4", ifname, knob)
+    }
+
+    /// `net/ipv6/conf/<ifname>/<knob>`.
+    pub fn ipv6_conf(ifname: &str, knob: &str) -> Result<Key> {
+        Key::checked_conf("ipv6", ifname, knob)
+    }
+
+    fn checked_conf(family: &str, ifname: &str, knob: &str) -> Result<Key> {
+        // A slash in either part would shift the path; refuse it outright.
+        if ifname.contains('/') || knob.contains('/') {
+            return Err(Error::config(
+                "sysctl",
+                format!("interface {ifname:?} or knob {knob:?} contains '/'"),
+            ));
+        }
+        Key::new(&format!("net/{family}/conf/{ifname}/{knob}"))
+    }
+
+    /// `net/ipv4/ip_forward`: IPv4 forwarding of the namespace.
+    pub fn ipv4_forward() -> Key {
+        Key("net/ipv4/ip_forward".to_string())
+    }
+
+    /// `net/ipv6/conf/all/forwarding`: IPv6 forwarding of the namespace.
+    pub fn ipv6_forward() -> Key {
+        Key("net/ipv6/conf/all/forwarding".to_string())
+    }
+
+    /// The key as written (`net/ipv6/conf/eth0/accept_dad`).
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The file under `/proc/sys`.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(PROC_SYS).join(&self.0)
+    }
+}
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Reads `key` in the calling thread's namespace, trimmed of the trailing
+/// newline. A missing sysctl is [`Error::Kernel`] with errno `ENOENT`
+/// ([`is_missing`]).
+pub fn read_here(key: &Key) -> Result<String> {
+    let s = std::fs::read_to_string(key.path())
+        .map_err(|e| Error::kernel(format!("read sysctl {key}"), e))?;
+    Ok(s.trim_end_matches('\n').to_string())
+}
+
+/// Writes `value` to `key` in the calling thread's namespace.
+pub fn write_here(key: &Key, value: &str) -> Result<()> {
+    let op = || format!("write {value:?} to sysctl {key}");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(key.path())
+        .map_err(|e| Error::kernel(op(), e))?;
+    // One write: the kernel parses the whole value from one call.
+    f.write_all(value.as_bytes())
+        .map_err(|e| Error::kernel(op(), e))
+}
+
+/// Writes `value` only when the sysctl holds something else, in the calling
+/// thread's namespace. Returns whether it wrote.
+pub fn ensure_here(key: &Key, value: &str) -> Result<bool> {
+    if read_here(key)? == value {
+        return Ok(false);
+    }
+    write_here(key, value)?;
+    Ok(true)
+}
+
+/// Reads `key` inside `ns`.
+pub fn read(ns: &NetNs, key: &Key) -> Result<String> {
+    ns.run(|| read_here(key))?
+}
+
+/// Writes `value` to `key` inside `ns`.
+pub fn write(ns: &NetNs, key: &Key, value: &str) -> Result<()> {
+    ns.run(|| write_here(key, value))?
+}
+
+/// [`ensure_here`] inside `ns`.
+pub fn ensure(ns: &NetNs, key: &Key, value: &str) -> Result<bool> {
+    ns.run(|| ensure_here(key, value))?
+}
+
+/// Whether `e` says the sysctl does not exist (`ENOENT`): e.g. IPv6 knobs
+/// when the kernel has IPv6 disabled, or an interface that is gone.
+pub fn is_missing(e: &Error) -> bool {
+    matches!(e, Error::Kernel { source, .. } if source.raw_os_error() == Some(libc::ENOENT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::testing::{new_netns, privileged};
+
+    #[test]
+    fn sysctl_keys_stay_under_net() {
+        assert_eq!(
+            Key::new("net/ipv4/ip_forward").unwrap().path(),
+            PathBuf::from("/proc/sys/net/ipv4/ip_forward")
+        );
+        assert_eq!(
+            Key::new("/net/ipv4/ip_forward").unwrap().as_str(),
+            "net/ipv4/ip_forward"
+        );
+        assert_eq!(
+            Key::ipv6_conf("cni0.100", "accept_ra").unwrap().as_str(),
+            "net/ipv6/conf/cni0.100/accept_ra"
+        );
+        for bad in [
+            "",
+            "net",
+            "net/",
+            "kernel/hostname",
+            "net/../kernel/hostname",
+            "net/ipv4/../../kernel",
+            "net//ipv4",
+            "net/./ipv4",
+            "net/ipv4/ip_forward\0",
+            "net/ipv4/ip forward",
+            "ne/ipv4",
+        ] {
+            let e = Key::new(bad).unwrap_err();
+            assert_eq!(e.code(), 7, "{bad:?}");
+            assert!(e.to_string().contains("sysctl"), "{e}");
+        }
+        assert!(Key::ipv4_conf("../x", "rp_filter").is_err());
+        assert!(Key::ipv4_conf("..", "rp_filter").is_err());
+        assert!(Key::ipv4_conf("eth0", "a/b").is_err());
+        assert_eq!(Key::ipv4_forward().to_string(), "net/ipv4/ip_forward");
+        assert_eq!(Key::ipv6_forward().as_str(), "net/ipv6/conf/all/forwarding");
+    }
+
+    #[test]
+    fn sysctl_read_write_in_a_namespace() {
+        if !privileged("sysctl_read_write_in_a_namespace") {
+            return;
+        }
+        let ns = new_netns();
+        let fwd = Key::ipv4_forward();
+        let before_here = read_here(&fwd).unwrap();
+        assert_eq!(read(&ns, &fwd).unwrap(), "0");
+        assert!(ensure(&ns, &fwd, "1").unwrap());
+        assert!(!ensure(&ns, &fwd, "1").unwrap());
+        assert_eq!(read(&ns, &fwd).unwrap(), "1");
+        // Only that namespace changed.
+        assert_eq!(read_here(&fwd).unwrap(), before_here);
+        write(&ns, &fwd, "0").unwrap();
+        assert_eq!(read(&ns, &fwd).unwrap(), "0");
+
+        let missing = Key::ipv4_conf("nosuchif0", "arp_notify").unwrap();
+        let e = read(&ns, &missing).unwrap_err();
+        assert!(is_missing(&e), "{e}");
+        assert_eq!(e.code(), 100);
+        assert!(e
+            .to_string()
+            .starts_with("read sysctl net/ipv4/conf/nosuchif0/arp_notify"));
+        let e = write(&ns, &missing, "1").unwrap_err();
+        assert!(is_missing(&e), "{e}");
+        assert!(!is_missing(&Error::config("x", "y")));
+    }
+}
