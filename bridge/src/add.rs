@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use libcni::fault;
 use libcni::ipam::{self, IfaceOptions};
-use libcni::netlink::link::{format_mac, Notifications, RTNLGRP_IPV6_IFADDR, RTNLGRP_LINK};
+use libcni::netlink::link::{format_mac, Notifications, RTNLGRP_LINK};
 use libcni::netlink::{is_not_found, Netlink};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -93,8 +93,6 @@ fn steps(
     let mut link_events = Notifications::open(&[RTNLGRP_LINK])?;
     let mut result = CniResult::default();
     let mut vlan_gateway = None;
-    let mut gateway_dad = Vec::new();
-    let mut addr_events = None;
 
     if let Some(plugin) = &conf.ipam {
         // The spec asks for a DEL of a delegate whose ADD failed too, so the
@@ -141,14 +139,8 @@ fn steps(
             } else {
                 (br.index, br.name.clone())
             };
-            if gateways.iter().any(|g| !g.is_ipv4()) {
-                addr_events = Some(Notifications::open(&[RTNLGRP_IPV6_IFADDR])?);
-            }
             for gw in &gateways {
                 node::ensure_gateway_address(host, target, &target_name, *gw, conf.force_address)?;
-                if !gw.is_ipv4() {
-                    gateway_dad.push((target, target_name.clone(), gw.addr()));
-                }
             }
             if conf.vlan == 0 && !gateways.is_empty() {
                 node::pin_mac(host, br.index)?;
@@ -168,23 +160,6 @@ fn steps(
     if !conf.disable_container_interface {
         node::wait_port_ready(host, &mut link_events, pair.host.index, &pair.host.name)?;
     }
-    // The gateway's IPv6 address is tentative until the node's DAD for it
-    // is done; waiting for it here means the pod can reach its gateway as
-    // soon as ADD returns (the reference returns earlier and the gateway is
-    // unreachable for a second or two). An address found in use fails the
-    // ADD; a DAD that cannot finish (no carrier on the bridge, e.g. STP still
-    // learning) does not, since the reference does not wait at all.
-    if let Some(events) = addr_events.as_mut() {
-        for (index, name, ip) in &gateway_dad {
-            match ipam::wait_dad(host, events, *index, name, &[*ip], ipam::DAD_TIMEOUT) {
-                Err(e) if libcni::netlink::errno(&e) == Some(libc::ETIMEDOUT) => {
-                    eprintln!("bridge: warning: {e}");
-                }
-                other => other?,
-            }
-        }
-    }
-
     // Read back what the kernel has now: the host veth's and the bridge's
     // MAC may have changed as the port joined.
     let gone = |what: &str| {

@@ -165,7 +165,15 @@ pub fn ensure_gateway_address(
             _ => {}
         }
     }
-    match nl.add_address(index, gw.addr(), gw.prefix_len()) {
+    // The gateway address is the node's by construction (IPAM never hands
+    // it out), so IPv6 skips DAD: the pod can use its gateway as soon as
+    // ADD returns, with no wait (Go's gateway is unusable for 1-2 s).
+    let added = if gw.is_ipv4() {
+        nl.add_address(index, gw.addr(), gw.prefix_len())
+    } else {
+        nl.add_address_nodad(index, gw.addr(), gw.prefix_len())
+    };
+    match added {
         Ok(()) => Ok(true),
         // A concurrent ADD added the same gateway first.
         Err(e) if is_exists(&e) => Ok(false),

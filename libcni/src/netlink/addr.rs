@@ -11,6 +11,9 @@ use crate::Result;
 
 /// `IFA_F_DADFAILED`: duplicate address detection failed.
 pub const IFA_F_DADFAILED: u32 = 0x08;
+/// `IFA_F_NODAD`: the address is usable at once, without duplicate address
+/// detection.
+pub const IFA_F_NODAD: u32 = 0x02;
 /// `IFA_F_TENTATIVE`: duplicate address detection is still running.
 pub const IFA_F_TENTATIVE: u32 = 0x40;
 
@@ -144,6 +147,21 @@ impl Netlink {
         Ok(())
     }
 
+    /// Like [`Netlink::add_address`], with `IFA_F_NODAD`: an IPv6 address
+    /// that is usable at once, for addresses the node owns by construction
+    /// (a bridge's gateway address, which IPAM never hands out).
+    pub fn add_address_nodad(&mut self, index: u32, ip: IpAddr, prefix_len: u8) -> Result<()> {
+        let mut msg = address_message(index, ip, prefix_len, true);
+        msg.attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        self.request(
+            RouteNetlinkMessage::NewAddress(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            || format!("add address {ip}/{prefix_len} (nodad) to link {index}"),
+        )?;
+        Ok(())
+    }
+
     /// Removes `ip/prefix_len` from link `index`. An address that is not
     /// there is an error with errno `EADDRNOTAVAIL`
     /// ([`super::is_not_found`]).
@@ -160,6 +178,7 @@ impl Netlink {
 // at compile time that our constants match its bits.
 const _: () = {
     assert!(AddressFlags::Tentative.bits() == IFA_F_TENTATIVE);
+    assert!(AddressFlags::Nodad.bits() == IFA_F_NODAD);
     assert!(AddressFlags::Dadfailed.bits() == IFA_F_DADFAILED);
 };
 
