@@ -17,8 +17,10 @@
 //! module's public API.
 
 pub mod addr;
+pub mod ifb;
 pub mod link;
 pub mod route;
+pub mod tc;
 
 pub use addr::Address;
 pub use link::{BridgePortFlags, Link};

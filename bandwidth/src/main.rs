@@ -1,0 +1,171 @@
+//! The `bandwidth` plugin: shapes a container's traffic with token bucket
+//! filters, as a chained plugin after one that made a veth pair (bridge,
+//! ptp).
+//!
+//! Ingress (into the container) is shaped by a TBF at the root of the host
+//! end of the veth. Egress (out of the container) enters the host through
+//! that veth, where nothing can delay it, so an ingress qdisc with a u32
+//! match-all filter redirects it to an IFB device, whose root TBF shapes it
+//! on the way out. Everything goes over netlink ([`libcni::netlink::tc`],
+//! [`libcni::netlink::ifb`]); ADD is idempotent and DEL and GC clean up
+//! what ADD made, as `shape` explains.
+
+mod config;
+mod shape;
+
+use config::Bandwidth;
+use libcni::netlink::link::format_mac;
+use libcni::netlink::tc::PschedClock;
+use libcni::netlink::Netlink;
+use libcni::netns::NetNs;
+use libcni::skel::{plugin_main, CmdArgs, Plugin};
+use libcni::types::{CniResult, Interface};
+use libcni::{Error, Version};
+use std::collections::HashSet;
+use std::path::Path;
+
+struct BandwidthPlugin;
+
+/// The oldest config version served: results before 0.3.0 have no
+/// interfaces, so the host veth cannot be matched against prevResult.
+const OLDEST: Version = Version::V0_3_0;
+
+fn require_version(args: &CmdArgs) -> Result<(), Error> {
+    if args.version >= OLDEST {
+        return Ok(());
+    }
+    let supported: Vec<String> = libcni::version::ALL
+        .iter()
+        .filter(|v| **v >= OLDEST)
+        .map(|v| format!("{:?}", v.as_str()))
+        .collect();
+    Err(Error::IncompatibleVersion {
+        msg: "incompatible CNI versions: bandwidth needs results with interfaces (0.3.0 or later)"
+            .into(),
+        details: format!(
+            "config is {:?}, plugin supports [{}]",
+            args.version.as_str(),
+            supported.join(" ")
+        ),
+    })
+}
+
+/// The prevResult, which a shaping ADD or CHECK needs: it names the host
+/// interface.
+fn chained_prev_result(args: &CmdArgs) -> Result<CniResult, Error> {
+    args.prev_result()?.ok_or_else(|| {
+        Error::config(
+            "prevResult",
+            "missing: bandwidth must be called as a chained plugin, after the plugin that made the veth",
+        )
+    })
+}
+
+/// The host veth must be one prevResult reports on the host.
+fn require_listed(prev: &CniResult, host: &str, ifname: &str) -> Result<(), Error> {
+    if prev
+        .interfaces
+        .iter()
+        .any(|i| i.sandbox.is_empty() && i.name == host)
+    {
+        return Ok(());
+    }
+    Err(Error::config(
+        "prevResult.interfaces",
+        format!(
+            "the host end {host:?} of container interface {ifname:?} is not listed as a host interface (without sandbox)"
+        ),
+    ))
+}
+
+impl Plugin for BandwidthPlugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
+        require_version(args)?;
+        let bw = config::parse(args)?;
+        if bw.is_empty() {
+            return Ok(args.prev_result()?.unwrap_or_default());
+        }
+        let mut result = chained_prev_result(args)?;
+        let ns = args.open_netns()?;
+        let mut host = Netlink::open()?;
+        let veth = shape::host_veth(&ns, &mut host, &args.ifname)?;
+        require_listed(&result, &veth.name, &args.ifname)?;
+        let clock = PschedClock::read()?;
+        let owner = shape::Owner::new(&args.conf.name, &args.container_id, &args.ifname);
+        match shape::apply(&mut host, &veth, &bw, &owner, &clock) {
+            Ok(Some(ifb)) => {
+                result
+                    .interfaces
+                    .retain(|i| i.name != ifb.name || !i.sandbox.is_empty());
+                result.interfaces.push(Interface {
+                    name: ifb.name.clone(),
+                    mac: ifb.mac.as_ref().map(format_mac).unwrap_or_default(),
+                    ..Interface::default()
+                });
+                Ok(result)
+            }
+            Ok(None) => Ok(result),
+            Err(e) => {
+                // Leave nothing half made; the runtime's DEL would too.
+                let _ = shape::teardown(&mut host, Some(&veth), &owner);
+                Err(e)
+            }
+        }
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
+        // DEL does not read the shaping keys: it removes what an ADD may
+        // have made whatever the config says now.
+        let owner = shape::Owner::new(&args.conf.name, &args.container_id, &args.ifname);
+        let mut host = Netlink::open()?;
+        let mut errors = Vec::new();
+        let veth = match NetNs::open_if_present(Path::new(&args.netns)) {
+            Ok(Some(ns)) => match shape::host_veth_if_present(&ns, &mut host, &args.ifname) {
+                Ok(v) => v,
+                Err(e) => {
+                    errors.push(e);
+                    None
+                }
+            },
+            Ok(None) => None,
+            Err(e) => {
+                errors.push(e);
+                None
+            }
+        };
+        errors.extend(shape::teardown(&mut host, veth.as_ref(), &owner));
+        shape::combine("bandwidth DEL", errors)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
+        require_version(args)?;
+        let bw: Bandwidth = config::parse(args)?;
+        let prev = chained_prev_result(args)?;
+        if bw.is_empty() {
+            return Ok(());
+        }
+        let ns = args.open_netns()?;
+        let mut host = Netlink::open()?;
+        let veth = shape::host_veth(&ns, &mut host, &args.ifname)?;
+        require_listed(&prev, &veth.name, &args.ifname)?;
+        let clock = PschedClock::read()?;
+        let owner = shape::Owner::new(&args.conf.name, &args.container_id, &args.ifname);
+        shape::check(&mut host, &veth, &bw, &owner, &clock)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
+        let valid: HashSet<(String, String)> = args
+            .conf
+            .gc_valid_attachments()
+            .into_iter()
+            .map(|a| (a.container_id, a.ifname))
+            .collect();
+        let mut host = Netlink::open()?;
+        let errors = shape::collect_garbage(&mut host, &args.conf.name, &valid)?;
+        shape::combine("bandwidth GC", errors)
+    }
+}
+
+fn main() {
+    plugin_main(BandwidthPlugin, "CNI bandwidth plugin (Rust CNI suite)")
+}
