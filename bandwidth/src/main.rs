@@ -26,30 +26,6 @@ use std::path::Path;
 
 struct BandwidthPlugin;
 
-/// The oldest config version served: results before 0.3.0 have no
-/// interfaces, so the host veth cannot be matched against prevResult.
-const OLDEST: Version = Version::V0_3_0;
-
-fn require_version(args: &CmdArgs) -> Result<(), Error> {
-    if args.version >= OLDEST {
-        return Ok(());
-    }
-    let supported: Vec<String> = libcni::version::ALL
-        .iter()
-        .filter(|v| **v >= OLDEST)
-        .map(|v| format!("{:?}", v.as_str()))
-        .collect();
-    Err(Error::IncompatibleVersion {
-        msg: "incompatible CNI versions: bandwidth needs results with interfaces (0.3.0 or later)"
-            .into(),
-        details: format!(
-            "config is {:?}, plugin supports [{}]",
-            args.version.as_str(),
-            supported.join(" ")
-        ),
-    })
-}
-
 /// The prevResult, which a shaping ADD or CHECK needs: it names the host
 /// interface.
 fn chained_prev_result(args: &CmdArgs) -> Result<CniResult, Error> {
@@ -79,8 +55,13 @@ fn require_listed(prev: &CniResult, host: &str, ifname: &str) -> Result<(), Erro
 }
 
 impl Plugin for BandwidthPlugin {
+    /// 0.3.0 on, as the Go plugin: older results have no interfaces, so the
+    /// host veth cannot be matched against prevResult.
+    fn supported_versions(&self) -> &'static [Version] {
+        &libcni::version::ALL[2..]
+    }
+
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
-        require_version(args)?;
         let bw = config::parse(args)?;
         if bw.is_empty() {
             return Ok(args.prev_result()?.unwrap_or_default());
@@ -138,7 +119,6 @@ impl Plugin for BandwidthPlugin {
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
-        require_version(args)?;
         let bw: Bandwidth = config::parse(args)?;
         let prev = chained_prev_result(args)?;
         if bw.is_empty() {

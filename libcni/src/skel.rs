@@ -142,6 +142,12 @@ fn strip_position(msg: &str) -> String {
 
 /// The verbs of a plugin. GC and STATUS default to "nothing to do".
 pub trait Plugin {
+    /// The spec versions this plugin speaks: VERSION lists them, and a
+    /// config of any other version is refused with code 1. All seven unless
+    /// a plugin cannot serve the old ones.
+    fn supported_versions(&self) -> &'static [Version] {
+        &version::ALL
+    }
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error>;
     fn del(&self, args: &CmdArgs) -> Result<(), Error>;
     fn check(&self, args: &CmdArgs) -> Result<(), Error>;
@@ -239,7 +245,7 @@ fn run<P: Plugin>(
     let command = Command::parse(&command_str)
         .ok_or_else(|| Error::InvalidEnv(format!("unknown CNI_COMMAND: {command_str}")))?;
     if command == Command::Version {
-        return Ok(version::version_info_json() + "\n");
+        return Ok(version::version_info_json(plugin.supported_versions()) + "\n");
     }
     let missing: Vec<&str> = command
         .required_env()
@@ -278,7 +284,7 @@ fn run<P: Plugin>(
     }
     let conf: NetConf = parse_config(&bytes)?;
     validate_network_name(&conf.name)?;
-    let version = Version::parse_config(&conf.cni_version)?;
+    let version = version::parse_supported(&conf.cni_version, plugin.supported_versions())?;
     let allowed = match command {
         Command::Check => version.allows_check(),
         Command::Gc | Command::Status => version.allows_gc_and_status(),

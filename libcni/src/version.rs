@@ -53,16 +53,7 @@ impl Version {
 
     /// Like [`Version::parse`], with the spec's error (code 1) for unknown ones.
     pub fn parse_config(s: &str) -> Result<Version, Error> {
-        Version::parse(s).ok_or_else(|| Error::IncompatibleVersion {
-            msg: "incompatible CNI versions".into(),
-            details: format!(
-                "config is {s:?}, plugin supports [{}]",
-                ALL.iter()
-                    .map(|v| format!("{:?}", v.as_str()))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
-        })
+        parse_supported(s, &ALL)
     }
 
     /// Results of this version have the 0.1/0.2 shape (`ip4`/`ip6`).
@@ -92,14 +83,33 @@ impl fmt::Display for Version {
     }
 }
 
-/// The answer to VERSION: `{"cniVersion": "1.1.0", "supportedVersions": [...]}`.
-pub fn version_info_json() -> String {
-    let versions: Vec<&str> = ALL.iter().map(|v| v.as_str()).collect();
+/// The answer to VERSION for a plugin speaking `supported`:
+/// `{"cniVersion": "1.1.0", "supportedVersions": [...]}`.
+pub fn version_info_json(supported: &[Version]) -> String {
+    let versions: Vec<&str> = supported.iter().map(|v| v.as_str()).collect();
     serde_json::json!({
         "cniVersion": Version::CURRENT.as_str(),
         "supportedVersions": versions,
     })
     .to_string()
+}
+
+/// Like [`Version::parse_config`], for a plugin that speaks only `supported`.
+pub fn parse_supported(s: &str, supported: &[Version]) -> Result<Version, Error> {
+    match Version::parse(s) {
+        Some(v) if supported.contains(&v) => Ok(v),
+        _ => Err(Error::IncompatibleVersion {
+            msg: "incompatible CNI versions".into(),
+            details: format!(
+                "config is {s:?}, plugin supports [{}]",
+                supported
+                    .iter()
+                    .map(|v| format!("{:?}", v.as_str()))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -130,8 +140,15 @@ mod tests {
 
     #[test]
     fn version_info_lists_all() {
-        let v: serde_json::Value = serde_json::from_str(&version_info_json()).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&version_info_json(&ALL)).unwrap();
         assert_eq!(v["cniVersion"], "1.1.0");
         assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
+        let e = parse_supported("0.2.0", &ALL[2..]).unwrap_err();
+        assert_eq!(e.code(), 1);
+        assert!(e.to_string().contains("incompatible"));
+        assert_eq!(
+            parse_supported("0.3.0", &ALL[2..]).unwrap(),
+            Version::V0_3_0
+        );
     }
 }
