@@ -23,6 +23,9 @@ pub mod code {
     pub const DELEGATE: u32 = 101;
     /// Plugin-specific: CHECK found the node different from the result.
     pub const CHECK_FAILED: u32 = 102;
+    /// Plugin-specific: the config is valid but another attachment holds
+    /// what it asks for (e.g. a host port already mapped).
+    pub const CONFLICT: u32 = 103;
     /// Same value as Go's `ErrInternal`: a bug (e.g. a panic) in the plugin.
     pub const INTERNAL: u32 = 999;
 }
@@ -78,6 +81,9 @@ pub enum Error {
     /// Code 102: CHECK found state that differs from `prevResult`.
     #[error("{0}")]
     CheckFailed(String),
+    /// Code 103: another attachment holds what this one asks for; names it.
+    #[error("{0}")]
+    Conflict(String),
     /// An error reported by another plugin (a delegate), kept with its code.
     #[error("{0}")]
     Plugin(ErrorResult),
@@ -104,6 +110,7 @@ impl Error {
             Error::Kernel { .. } => code::KERNEL,
             Error::Delegate(_) => code::DELEGATE,
             Error::CheckFailed(_) => code::CHECK_FAILED,
+            Error::Conflict(_) => code::CONFLICT,
             Error::Plugin(e) => e.code,
             Error::Internal(_) => code::INTERNAL,
         }
@@ -212,6 +219,7 @@ mod tests {
             (Error::kernel("link add", std::io::Error::other("x")), 100),
             (Error::Delegate("x".into()), 101),
             (Error::CheckFailed("x".into()), 102),
+            (Error::Conflict("x".into()), 103),
             (Error::Internal("panic".into()), 999),
         ];
         for (e, c) in cases {

@@ -10,6 +10,7 @@ pub mod error;
 pub mod fault;
 pub mod invoke;
 pub mod ipam;
+pub mod netfilter;
 pub mod netlink;
 pub mod netns;
 pub mod runtime;

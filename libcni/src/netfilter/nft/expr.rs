@@ -1,0 +1,501 @@
+//! nf_tables expressions: the instructions of a rule, encoded as the
+//! kernel's `NFTA_EXPR_*` attributes. Only what the suite's rules use:
+//! meta, payload, cmp, bitwise, lookup, immediate (verdicts), nat, masq,
+//! fib, ct and counter. Helpers at the end build the common matches
+//! (`ip saddr 10.0.0.0/8`, `meta nfproto ipv4`, `ct status dnat`, ...) the
+//! way `nft` does, so `nft list ruleset` prints them back as such.
+
+use std::net::IpAddr;
+
+use super::wire::Attrs;
+
+const NFTA_LIST_ELEM: u16 = 1;
+const NFTA_EXPR_NAME: u16 = 1;
+const NFTA_EXPR_DATA: u16 = 2;
+const NFTA_DATA_VALUE: u16 = 1;
+const NFTA_DATA_VERDICT: u16 = 2;
+const NFTA_VERDICT_CODE: u16 = 1;
+const NFTA_VERDICT_CHAIN: u16 = 2;
+
+/// The verdict register.
+pub const REG_VERDICT: u32 = 0;
+/// The first 16-byte register (`NFT_REG_1`), the same storage as
+/// [`reg32`]`(0)`.
+pub const REG_1: u32 = 1;
+
+/// The 32-bit register `n` (`NFT_REG32_00 + n`); concatenations put each
+/// field in its own 32-bit slots.
+pub const fn reg32(n: u32) -> u32 {
+    8 + n
+}
+
+/// `NFT_META_*` keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum MetaKey {
+    Mark = 3,
+    Iif = 4,
+    Oif = 5,
+    IifName = 6,
+    OifName = 7,
+    NfProto = 15,
+    L4Proto = 16,
+}
+
+/// `NFT_PAYLOAD_*` bases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum PayloadBase {
+    LinkLayer = 0,
+    Network = 1,
+    Transport = 2,
+}
+
+/// `NFT_CMP_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum CmpOp {
+    Eq = 0,
+    Neq = 1,
+}
+
+/// A verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Accept,
+    Drop,
+    Return,
+    Jump(String),
+    Goto(String),
+}
+
+impl Verdict {
+    fn code(&self) -> i32 {
+        match self {
+            Verdict::Drop => 0,
+            Verdict::Accept => 1,
+            Verdict::Jump(_) => -3,
+            Verdict::Goto(_) => -4,
+            Verdict::Return => -5,
+        }
+    }
+
+    /// `NFTA_DATA_VERDICT` content.
+    pub(crate) fn encode(&self, a: &mut Attrs) {
+        a.nest(NFTA_DATA_VERDICT, |v| {
+            v.put_be32(NFTA_VERDICT_CODE, self.code() as u32);
+            if let Verdict::Jump(c) | Verdict::Goto(c) = self {
+                v.put_str(NFTA_VERDICT_CHAIN, c);
+            }
+        });
+    }
+}
+
+/// `NFT_NAT_*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatType {
+    Snat = 0,
+    Dnat = 1,
+}
+
+/// One expression.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    /// Load a meta key into `dreg`.
+    Meta {
+        key: MetaKey,
+        dreg: u32,
+    },
+    /// Load `len` bytes at `offset` of a header into `dreg`.
+    Payload {
+        base: PayloadBase,
+        offset: u32,
+        len: u32,
+        dreg: u32,
+    },
+    /// Compare `sreg` with `data`; break the rule when it does not hold.
+    Cmp {
+        sreg: u32,
+        op: CmpOp,
+        data: Vec<u8>,
+    },
+    /// `dreg = (sreg & mask) ^ xor`.
+    Bitwise {
+        sreg: u32,
+        dreg: u32,
+        mask: Vec<u8>,
+        xor: Vec<u8>,
+    },
+    /// Look `sreg` up in a set; with `dreg`, load the map's data there.
+    Lookup {
+        set: String,
+        set_id: Option<u32>,
+        sreg: u32,
+        dreg: Option<u32>,
+        invert: bool,
+    },
+    /// Load a verdict (into [`REG_VERDICT`]).
+    Immediate(Verdict),
+    /// Load a constant into `dreg`.
+    Load {
+        dreg: u32,
+        data: Vec<u8>,
+    },
+    /// Source or destination NAT to the address (and port) in registers.
+    Nat {
+        kind: NatType,
+        family: u8,
+        addr_reg: u32,
+        port_reg: Option<u32>,
+    },
+    /// Masquerade.
+    Masq,
+    /// `fib daddr type` into `dreg`.
+    FibDaddrType {
+        dreg: u32,
+    },
+    /// Load a conntrack key (`NFT_CT_*`) into `dreg`.
+    Ct {
+        key: u32,
+        dreg: u32,
+    },
+    Counter,
+}
+
+/// `NFT_CT_STATUS`.
+pub const CT_STATUS: u32 = 2;
+/// `IPS_DST_NAT`: the connection was destination-NATed.
+pub const IPS_DST_NAT: u32 = 1 << 5;
+/// `RTN_LOCAL`: fib address type of a local address.
+pub const RTN_LOCAL: u32 = 2;
+
+impl Expr {
+    fn name(&self) -> &'static str {
+        match self {
+            Expr::Meta { .. } => "meta",
+            Expr::Payload { .. } => "payload",
+            Expr::Cmp { .. } => "cmp",
+            Expr::Bitwise { .. } => "bitwise",
+            Expr::Lookup { .. } => "lookup",
+            Expr::Immediate(_) | Expr::Load { .. } => "immediate",
+            Expr::Nat { .. } => "nat",
+            Expr::Masq => "masq",
+            Expr::FibDaddrType { .. } => "fib",
+            Expr::Ct { .. } => "ct",
+            Expr::Counter => "counter",
+        }
+    }
+
+    fn encode_data(&self, a: &mut Attrs) {
+        let value = |a: &mut Attrs, ty: u16, data: &[u8]| {
+            a.nest(ty, |d| {
+                d.put(NFTA_DATA_VALUE, data);
+            });
+        };
+        match self {
+            Expr::Meta { key, dreg } => {
+                a.put_be32(2, *key as u32).put_be32(1, *dreg);
+            }
+            Expr::Payload {
+                base,
+                offset,
+                len,
+                dreg,
+            } => {
+                a.put_be32(1, *dreg)
+                    .put_be32(2, *base as u32)
+                    .put_be32(3, *offset)
+                    .put_be32(4, *len);
+            }
+            Expr::Cmp { sreg, op, data } => {
+                a.put_be32(1, *sreg).put_be32(2, *op as u32);
+                value(a, 3, data);
+            }
+            Expr::Bitwise {
+                sreg,
+                dreg,
+                mask,
+                xor,
+            } => {
+                a.put_be32(1, *sreg)
+                    .put_be32(2, *dreg)
+                    .put_be32(3, mask.len() as u32);
+                value(a, 4, mask);
+                value(a, 5, xor);
+            }
+            Expr::Lookup {
+                set,
+                set_id,
+                sreg,
+                dreg,
+                invert,
+            } => {
+                a.put_str(1, set).put_be32(2, *sreg);
+                if let Some(d) = dreg {
+                    a.put_be32(3, *d);
+                }
+                if let Some(id) = set_id {
+                    a.put_be32(4, *id);
+                }
+                if *invert {
+                    a.put_be32(5, 1);
+                }
+            }
+            Expr::Immediate(v) => {
+                a.put_be32(1, REG_VERDICT);
+                a.nest(2, |d| v.encode(d));
+            }
+            Expr::Load { dreg, data } => {
+                a.put_be32(1, *dreg);
+                a.nest(2, |d| {
+                    d.put(NFTA_DATA_VALUE, data);
+                });
+            }
+            Expr::Nat {
+                kind,
+                family,
+                addr_reg,
+                port_reg,
+            } => {
+                a.put_be32(1, *kind as u32)
+                    .put_be32(2, u32::from(*family))
+                    .put_be32(3, *addr_reg);
+                if let Some(p) = port_reg {
+                    a.put_be32(5, *p);
+                }
+            }
+            Expr::Masq => {}
+            Expr::FibDaddrType { dreg } => {
+                // NFT_FIB_RESULT_ADDRTYPE, NFTA_FIB_F_DADDR.
+                a.put_be32(1, *dreg).put_be32(2, 3).put_be32(3, 2);
+            }
+            Expr::Ct { key, dreg } => {
+                a.put_be32(1, *dreg).put_be32(2, *key);
+            }
+            Expr::Counter => {
+                a.put_be64(1, 0).put_be64(2, 0);
+            }
+        }
+    }
+
+    /// Appends this expression as one `NFTA_LIST_ELEM` of a rule.
+    pub(crate) fn encode(&self, list: &mut Attrs) {
+        list.nest(NFTA_LIST_ELEM, |e| {
+            e.put_str(NFTA_EXPR_NAME, self.name());
+            let mut data = Attrs::new();
+            self.encode_data(&mut data);
+            if !data.bytes().is_empty() {
+                e.put(NFTA_EXPR_DATA | super::wire::NLA_F_NESTED, data.bytes());
+            }
+        });
+    }
+}
+
+/// `NFPROTO_*` values (`meta nfproto`, nat family).
+pub const NFPROTO_IPV4: u8 = 2;
+pub const NFPROTO_IPV6: u8 = 10;
+
+/// `meta nfproto ipv4|ipv6`: the guard an `inet` table needs before it
+/// reads an IP header field.
+pub fn match_nfproto(v6: bool) -> Vec<Expr> {
+    vec![
+        Expr::Meta {
+            key: MetaKey::NfProto,
+            dreg: REG_1,
+        },
+        Expr::Cmp {
+            sreg: REG_1,
+            op: CmpOp::Eq,
+            data: vec![if v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 }],
+        },
+    ]
+}
+
+/// Offset of the source (or destination) address in the IPv4/IPv6 header.
+pub fn ip_addr_offset(v6: bool, source: bool) -> (u32, u32) {
+    match (v6, source) {
+        (false, true) => (12, 4),
+        (false, false) => (16, 4),
+        (true, true) => (8, 16),
+        (true, false) => (24, 16),
+    }
+}
+
+/// `ip saddr|daddr [!=] addr/len` (`ip6` for IPv6 addresses).
+pub fn match_ip(source: bool, op: CmpOp, addr: IpAddr, prefix_len: u8) -> Vec<Expr> {
+    let v6 = addr.is_ipv6();
+    let (offset, len) = ip_addr_offset(v6, source);
+    let bytes = ip_bytes(addr);
+    let width = bytes.len() as u32 * 8;
+    let mut out = vec![Expr::Payload {
+        base: PayloadBase::Network,
+        offset,
+        len,
+        dreg: REG_1,
+    }];
+    let plen = u32::from(prefix_len).min(width);
+    if plen == width {
+        out.push(Expr::Cmp {
+            sreg: REG_1,
+            op,
+            data: bytes,
+        });
+        return out;
+    }
+    let mask = prefix_mask(bytes.len(), plen);
+    let net: Vec<u8> = bytes.iter().zip(&mask).map(|(b, m)| b & m).collect();
+    // nft loads only the bytes the prefix covers when it ends on a byte
+    // boundary; the full-width bitwise form is what it prints back as a
+    // prefix in every case.
+    out.push(Expr::Bitwise {
+        sreg: REG_1,
+        dreg: REG_1,
+        mask,
+        xor: vec![0; bytes.len()],
+    });
+    out.push(Expr::Cmp {
+        sreg: REG_1,
+        op,
+        data: net,
+    });
+    out
+}
+
+/// `ct status dnat`.
+pub fn match_ct_status_dnat() -> Vec<Expr> {
+    vec![
+        Expr::Ct {
+            key: CT_STATUS,
+            dreg: REG_1,
+        },
+        Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: IPS_DST_NAT.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        },
+        Expr::Cmp {
+            sreg: REG_1,
+            op: CmpOp::Neq,
+            data: vec![0; 4],
+        },
+    ]
+}
+
+/// `fib daddr type local`.
+pub fn match_fib_daddr_local() -> Vec<Expr> {
+    vec![
+        Expr::FibDaddrType { dreg: REG_1 },
+        Expr::Cmp {
+            sreg: REG_1,
+            op: CmpOp::Eq,
+            data: RTN_LOCAL.to_ne_bytes().to_vec(),
+        },
+    ]
+}
+
+/// `iifname|oifname [!=] "name"` (a trailing `*` matches a prefix, as in nft).
+pub fn match_ifname(input: bool, op: CmpOp, name: &str) -> Vec<Expr> {
+    let key = if input {
+        MetaKey::IifName
+    } else {
+        MetaKey::OifName
+    };
+    let mut out = vec![Expr::Meta { key, dreg: REG_1 }];
+    let data = match name.strip_suffix('*') {
+        Some(prefix) => prefix.as_bytes().to_vec(),
+        None => {
+            let mut d = vec![0u8; 16];
+            d[..name.len().min(15)].copy_from_slice(&name.as_bytes()[..name.len().min(15)]);
+            d
+        }
+    };
+    out.push(Expr::Cmp {
+        sreg: REG_1,
+        op,
+        data,
+    });
+    out
+}
+
+/// The address in network byte order.
+pub fn ip_bytes(addr: IpAddr) -> Vec<u8> {
+    match addr {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+fn prefix_mask(len: usize, plen: u32) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let bits = plen.saturating_sub(i as u32 * 8).min(8);
+            if bits == 0 {
+                0
+            } else {
+                0xffu8 << (8 - bits)
+            }
+        })
+        .collect()
+}
+
+/// Pads a concatenation field to whole 32-bit registers, as set keys and
+/// registers hold it.
+pub fn pad4(mut field: Vec<u8>) -> Vec<u8> {
+    field.resize((field.len() + 3) & !3, 0);
+    field
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn netfilter_prefix_masks_cover_the_prefix_bits() {
+        assert_eq!(prefix_mask(4, 8), vec![255, 0, 0, 0]);
+        assert_eq!(prefix_mask(4, 4), vec![0xf0, 0, 0, 0]);
+        assert_eq!(prefix_mask(4, 20), vec![255, 255, 0xf0, 0]);
+        let m = match_ip(true, CmpOp::Eq, "10.1.2.3".parse().unwrap(), 16);
+        assert_eq!(
+            m[2],
+            Expr::Cmp {
+                sreg: REG_1,
+                op: CmpOp::Eq,
+                data: vec![10, 1, 0, 0]
+            }
+        );
+        assert_eq!(
+            match_ip(false, CmpOp::Eq, "::1".parse().unwrap(), 128).len(),
+            2
+        );
+    }
+
+    #[test]
+    fn netfilter_expressions_encode_name_and_data() {
+        let mut list = Attrs::new();
+        Expr::Masq.encode(&mut list);
+        // One LIST_ELEM holding only the name "masq\0" (8 bytes + 4).
+        assert_eq!(list.bytes().len(), 4 + 4 + 8);
+        let mut list = Attrs::new();
+        Expr::Immediate(Verdict::Jump("hostports".into())).encode(&mut list);
+        let elem = super::super::wire::AttrIter::new(list.bytes())
+            .next()
+            .unwrap();
+        let data = elem.nested().find(NFTA_EXPR_DATA).unwrap();
+        let verdict = data
+            .nested()
+            .find(2)
+            .unwrap()
+            .nested()
+            .find(NFTA_DATA_VERDICT)
+            .unwrap();
+        assert_eq!(
+            verdict.nested().find(NFTA_VERDICT_CODE).unwrap().be32(),
+            Some(-3i32 as u32)
+        );
+        assert_eq!(
+            verdict.nested().find(NFTA_VERDICT_CHAIN).unwrap().str(),
+            "hostports"
+        );
+    }
+}

@@ -1,0 +1,1196 @@
+//! portmap: real TCP and UDP connections through host ports, on nftables
+//! and on iptables, validation, conflicts, DEL/CHECK/GC, conntrack, and the
+//! Go reference plugin side by side (iptables rules and DEL interop).
+//!
+//! Topology of a traffic test: a node namespace with veth pairs to pod A
+//! (10.1.0.2, fd00:1::2), pod B (10.2.0.2) and an upstream namespace
+//! (10.9.0.2, fd00:9::2); the node ends are x.x.0.1 and forward. Pods run a
+//! Python listener that answers every TCP connection and UDP datagram with
+//! "<name> <peer address>", so each test asserts who answered and which
+//! source address it saw (masqueraded or not).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use tests::*;
+
+/// Answers each TCP connection and UDP datagram on `port` (both families)
+/// with "<name> <peer address>".
+const SERVER: &str = r#"
+import socket, sys, threading
+name, port = sys.argv[1], int(sys.argv[2])
+def norm(a):
+    return a[7:] if a.startswith('::ffff:') else a
+t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+t.bind(('::', port))
+t.listen(64)
+u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+u.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+u.bind(('::', port))
+def udp():
+    while True:
+        d, a = u.recvfrom(100)
+        u.sendto(('%s %s\n' % (name, norm(a[0]))).encode(), a)
+threading.Thread(target=udp, daemon=True).start()
+print('ready', flush=True)
+while True:
+    c, a = t.accept()
+    c.sendall(('%s %s\n' % (name, norm(a[0]))).encode())
+    c.close()
+"#;
+
+/// Connects (TCP) or sends one datagram (UDP) and prints the answer; exits
+/// non-zero after 3 s without one.
+const CLIENT: &str = r#"
+import socket, sys
+proto, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fam = socket.AF_INET6 if ':' in host else socket.AF_INET
+s = socket.socket(fam, socket.SOCK_STREAM if proto == 'tcp' else socket.SOCK_DGRAM)
+s.settimeout(3)
+if proto == 'tcp':
+    s.connect((host, port))
+else:
+    s.sendto(b'x', (host, port))
+print(s.recv(100).decode().strip())
+"#;
+
+/// A listener process in a pod, killed on drop.
+struct Server(Child);
+
+impl Server {
+    fn start(ns: &Netns, name: &str, port: u16) -> Server {
+        let mut child = ns
+            .command("python3")
+            .args(["-c", SERVER, name, &port.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start python3 listener");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+        let server = Server(child);
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "listener in {} did not start",
+            ns.name()
+        );
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The answer to one connection from `ns`, or `None` when nothing answered.
+fn connect(ns: &Netns, proto: &str, host: &str, port: u16) -> Option<String> {
+    let out = ns
+        .command("python3")
+        .args(["-c", CLIENT, proto, host, &port.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .expect("run python3 client");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A namespace joined to the node by a veth pair: `eth0` inside, `v<idx>`
+/// on the node, 10.<idx>.0.0/24 and fd00:<idx>::/64 with the node at .1.
+struct Peer {
+    ns: Netns,
+    idx: u8,
+}
+
+impl Peer {
+    fn attach(node: &Netns, tag: &str, idx: u8) -> Peer {
+        let ns = Netns::new(tag);
+        let nif = format!("v{idx}");
+        node.ip(&[
+            "link",
+            "add",
+            &nif,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns.name(),
+        ]);
+        node.ip(&["addr", "add", &format!("10.{idx}.0.1/24"), "dev", &nif]);
+        node.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd00:{idx}::1/64"),
+            "dev",
+            &nif,
+            "nodad",
+        ]);
+        node.ip(&["link", "set", &nif, "up"]);
+        ns.ip(&["addr", "add", &format!("10.{idx}.0.2/24"), "dev", "eth0"]);
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd00:{idx}::2/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ns.ip(&["link", "set", "eth0", "up"]);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns.ip(&["route", "add", "default", "via", &format!("10.{idx}.0.1")]);
+        ns.ip(&[
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("fd00:{idx}::1"),
+        ]);
+        Peer { ns, idx }
+    }
+
+    fn v4(&self) -> String {
+        format!("10.{}.0.2", self.idx)
+    }
+
+    fn v6(&self) -> String {
+        format!("fd00:{}::2", self.idx)
+    }
+
+    fn node_v4(&self) -> String {
+        format!("10.{}.0.1", self.idx)
+    }
+
+    fn node_v6(&self) -> String {
+        format!("fd00:{}::1", self.idx)
+    }
+
+    /// The result of the plugin that set up this pod: eth0 with both addresses.
+    fn prev_result(&self) -> Value {
+        json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [{"name": "eth0", "sandbox": self.ns.path()}],
+            "ips": [
+                {"address": format!("{}/24", self.v4()), "interface": 0},
+                {"address": format!("{}/64", self.v6()), "interface": 0}
+            ]
+        })
+    }
+}
+
+/// A node namespace that forwards, with loopback up.
+fn node(tag: &str) -> Netns {
+    let node = Netns::new(&format!("node-{tag}"));
+    node.ip(&["link", "set", "lo", "up"]);
+    run_ok(node.command("sh").args([
+        "-c",
+        "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
+    ]));
+    node
+}
+
+/// A portmap config for network `net`.
+fn conf(net: &str, mappings: Value, extra: Value, prev: Option<&Value>) -> String {
+    let mut c = json!({
+        "cniVersion": "1.0.0",
+        "name": net,
+        "type": "portmap",
+        "runtimeConfig": {"portMappings": mappings},
+    });
+    if let Some(p) = prev {
+        c["prevResult"] = p.clone();
+    }
+    if let Some(o) = extra.as_object() {
+        for (k, v) in o {
+            c[k] = v.clone();
+        }
+    }
+    c.to_string()
+}
+
+/// Calls our portmap (or the Go one) in the node namespace.
+fn call(
+    plugin: &std::path::Path,
+    node: &Netns,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    stdin: &str,
+) -> PluginOutput {
+    call_plugin(
+        Some(node),
+        plugin,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        stdin,
+    )
+}
+
+fn ours() -> std::path::PathBuf {
+    bin("portmap")
+}
+
+fn ok(out: &PluginOutput) {
+    assert_eq!(out.exit_code, 0, "{out:?}");
+}
+
+/// `nft list` of our table (empty when it does not exist).
+fn nft_table(node: &Netns) -> String {
+    let out = node
+        .command("nft")
+        .args(["list", "table", "inet", "cni_rs_hostport"])
+        .output()
+        .expect("nft");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn nft_ruleset(node: &Netns) -> String {
+    let out = run_ok(node.command("nft").args(["list", "ruleset"]));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The `elements = { ... }` of one map or set, whitespace-normalised and
+/// sorted (hash sets list in no particular order).
+fn elements(node: &Netns, set: &str) -> String {
+    let flat: String = nft_table(node)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let Some(start) = [format!("map {set} {{ "), format!("set {set} {{ ")]
+        .iter()
+        .find_map(|h| flat.find(h.as_str()).map(|i| i + h.len()))
+    else {
+        return String::new();
+    };
+    let body = &flat[start..];
+    let body = &body[..body.find(" } ").unwrap_or(body.len())];
+    let Some((_, list)) = body.split_once("elements = { ") else {
+        return String::new();
+    };
+    let mut items: Vec<&str> = list.split(", ").collect();
+    items.sort_unstable();
+    items.join(", ")
+}
+
+fn iptables_save(node: &Netns, v6: bool) -> String {
+    let cmd = if v6 {
+        "ip6tables-save"
+    } else {
+        "iptables-save"
+    };
+    let out = run_ok(node.command(cmd).args(["-t", "nat"]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn sysctl(ns: &Netns, path: &str) -> String {
+    let out = run_ok(ns.command("cat").arg(format!("/proc/sys/{path}")));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+// ---- nftables ---------------------------------------------------------------
+
+#[test]
+fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
+    if !require_root("portmap_nft_forwards_tcp_and_udp_from_everywhere") {
+        return;
+    }
+    let node = node("pmtraffic");
+    let a = Peer::attach(&node, "pm-a", 1);
+    let b = Peer::attach(&node, "pm-b", 2);
+    let up = Peer::attach(&node, "pm-up", 9);
+    let _srv = Server::start(&a.ns, "podA", 80);
+    let maps = json!([
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+        {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
+    ]);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let c = conf("pmnet", maps, json!({"backend": "nftables"}), Some(&prev));
+    let out = call(&ours(), &node, "ADD", "ctr-a", &netns, &c);
+    ok(&out);
+    assert_eq!(out.json()["ips"], prev["ips"], "prevResult passes through");
+
+    // The state: two elements per family tagged with the owner.
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80, \
+         udp . 8053 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80"
+    );
+    assert_eq!(
+        elements(&node, "hostports6"),
+        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : fd00:1::2 . 80, \
+         udp . 8053 comment \"net=pmnet cid=ctr-a\" : fd00:1::2 . 80"
+    );
+    let table = nft_table(&node);
+    assert!(
+        table.contains("fib daddr type local jump hostports"),
+        "{table}"
+    );
+    assert!(
+        table.contains("meta nfproto ipv4 dnat ip to meta l4proto . th dport map @hostports4"),
+        "{table}"
+    );
+    assert!(
+        table.contains("ct status dnat ip saddr 10.1.0.0/24 ip daddr 10.1.0.0/24 masquerade comment \"hairpin 10.1.0.0/24\""),
+        "{table}"
+    );
+    assert_eq!(sysctl(&node, "net/ipv4/conf/v1/route_localnet"), "1");
+    assert_eq!(sysctl(&node, "net/ipv4/conf/v2/route_localnet"), "0");
+
+    let expect = |from: &Netns, proto: &str, host: &str, port: u16, seen: &str| {
+        assert_eq!(
+            connect(from, proto, host, port).as_deref(),
+            Some(format!("podA {seen}").as_str()),
+            "{proto} {host}:{port} from {}",
+            from.name()
+        );
+    };
+    let node_addr = up.node_v4();
+    for proto in ["tcp", "udp"] {
+        let port = if proto == "tcp" { 8080 } else { 8053 };
+        // From upstream, to the node's address: no masquerade.
+        expect(&up.ns, proto, &node_addr, port, &up.v4());
+        expect(&up.ns, proto, &up.node_v6(), port, &up.v6());
+        // From another pod (another subnet): its own address.
+        expect(&b.ns, proto, &node_addr, port, &b.v4());
+        // Hairpin: the pod through its own host port, masqueraded to the node.
+        expect(&a.ns, proto, &node_addr, port, &a.node_v4());
+        expect(&a.ns, proto, &up.node_v6(), port, &a.node_v6());
+        // From the node itself, to 127.0.0.1 (route_localnet + masquerade)
+        // and to its own addresses.
+        expect(&node, proto, "127.0.0.1", port, &a.node_v4());
+        expect(&node, proto, &node_addr, port, &node_addr);
+        expect(&node, proto, &up.node_v6(), port, &up.node_v6());
+        // IPv6 has no route_localnet: the kernel never lets a packet from
+        // ::1 leave the host, masqueraded or not (neither does Go's plugin).
+        assert_eq!(connect(&node, proto, "::1", port), None);
+    }
+
+    // DEL without mappings and without a namespace: everything of ctr-a goes.
+    let del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &del));
+    assert_eq!(elements(&node, "hostports4"), "");
+    assert_eq!(elements(&node, "hostports6"), "");
+    assert_eq!(connect(&up.ns, "tcp", &node_addr, 8080), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &del));
+}
+
+#[test]
+fn portmap_nft_host_ip_selects_the_address_and_family() {
+    if !require_root("portmap_nft_host_ip_selects_the_address_and_family") {
+        return;
+    }
+    let node = node("pmhostip");
+    let a = Peer::attach(&node, "pmh-a", 1);
+    let up = Peer::attach(&node, "pmh-up", 9);
+    let _srv = Server::start(&a.ns, "podA", 80);
+    let maps = json!([
+        {"hostPort": 8081, "containerPort": 80, "protocol": "tcp", "hostIP": "10.9.0.1"},
+        {"hostPort": 8082, "containerPort": 80, "protocol": "tcp", "hostIP": "0.0.0.0"},
+        {"hostPort": 8083, "containerPort": 80, "protocol": "tcp", "hostIP": "fd00:9::1"}
+    ]);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    ok(&call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-h",
+        &netns,
+        &conf("pmnet", maps, json!({}), Some(&prev)),
+    ));
+    assert_eq!(
+        elements(&node, "hostip_hostports4"),
+        "10.9.0.1 . tcp . 8081 comment \"net=pmnet cid=ctr-h\" : 10.1.0.2 . 80"
+    );
+    assert_eq!(
+        elements(&node, "hostip_hostports6"),
+        "fd00:9::1 . tcp . 8083 comment \"net=pmnet cid=ctr-h\" : fd00:1::2 . 80"
+    );
+    // 0.0.0.0 is "every IPv4 address", and only IPv4.
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "tcp . 8082 comment \"net=pmnet cid=ctr-h\" : 10.1.0.2 . 80"
+    );
+    assert_eq!(elements(&node, "hostports6"), "");
+    let seen = format!("podA {}", up.v4());
+    assert_eq!(
+        connect(&up.ns, "tcp", "10.9.0.1", 8081).as_deref(),
+        Some(seen.as_str())
+    );
+    // Another local address of the node does not match the hostIP.
+    assert_eq!(connect(&up.ns, "tcp", "10.1.0.1", 8081), None);
+    assert_eq!(
+        connect(&up.ns, "tcp", "10.1.0.1", 8082).as_deref(),
+        Some(seen.as_str())
+    );
+    assert_eq!(connect(&up.ns, "tcp", &up.node_v6(), 8082), None);
+    let seen6 = format!("podA {}", up.v6());
+    assert_eq!(
+        connect(&up.ns, "tcp", &up.node_v6(), 8083).as_deref(),
+        Some(seen6.as_str())
+    );
+}
+
+#[test]
+fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
+    if !require_root("portmap_validation_rejects_bad_mappings_before_touching_anything") {
+        return;
+    }
+    let node = node("pmvalid");
+    let pod = Netns::new("pmv-pod");
+    let v4_only = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}]
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    let m = |v: Value| json!([v]);
+    let cases: Vec<(Value, Value, &str, &str)> = vec![
+        (
+            m(json!({"hostPort": 0, "containerPort": 80, "protocol": "tcp"})),
+            json!({}),
+            "portMappings[0].hostPort",
+            "0 is not a port",
+        ),
+        (
+            m(json!({"hostPort": 70000, "containerPort": 80, "protocol": "tcp"})),
+            json!({}),
+            "portMappings[0].hostPort",
+            "70000",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": -1, "protocol": "tcp"})),
+            json!({}),
+            "portMappings[0].containerPort",
+            "-1",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "icmp"})),
+            json!({}),
+            "portMappings[0].protocol",
+            "\"icmp\"",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "1.2.3"})),
+            json!({}),
+            "portMappings[0].hostIP",
+            "\"1.2.3\"",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp", "hostIP": "fd00::1"})),
+            json!({}),
+            "portMappings[0].hostIP",
+            "fd00::1",
+        ),
+        (
+            json!([{"hostPort": 80, "containerPort": 80, "protocol": "tcp"}, {"hostPort": 80, "containerPort": 81, "protocol": "tcp"}]),
+            json!({}),
+            "portMappings[1].hostPort",
+            "tcp 80 -> 81",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"backend": "nftables", "markMasqBit": 5}),
+            "markMasqBit",
+            "nftables",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"backend": "nftables", "externalSetMarkChain": "X"}),
+            "externalSetMarkChain",
+            "nftables",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"backend": "nftables", "conditionsV4": ["-s", "1.2.3.4"]}),
+            "conditionsV4",
+            "nftables",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"backend": "iptables", "conditionsV4": ["ip saddr 1.2.3.4"]}),
+            "conditionsV4",
+            "iptables",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"backend": "nftables", "conditionsV4": ["tcp flags syn"]}),
+            "conditionsV4",
+            "\"tcp\"",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"backend": "pf"}),
+            "backend",
+            "\"pf\"",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"markMasqBit": 32}),
+            "markMasqBit",
+            "32",
+        ),
+        (
+            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
+            json!({"markMasqBit": 3, "externalSetMarkChain": "X"}),
+            "externalSetMarkChain",
+            "markMasqBit",
+        ),
+    ];
+    for (maps, extra, key, value) in cases {
+        let out = call(
+            &ours(),
+            &node,
+            "ADD",
+            "ctr-v",
+            &netns,
+            &conf("pmnet", maps.clone(), extra.clone(), Some(&v4_only)),
+        );
+        out.assert_error(7, key);
+        out.assert_error(7, value);
+    }
+    // A missing prevResult is a config error too.
+    let one = m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"}));
+    call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-v",
+        &netns,
+        &conf("pmnet", one, json!({}), None),
+    )
+    .assert_error(7, "prevResult");
+    // Nothing was installed, on either backend.
+    assert_eq!(nft_ruleset(&node), "");
+    assert!(!iptables_save(&node, false).contains("CNI-"));
+}
+
+#[test]
+fn portmap_nft_refuses_a_host_port_held_by_another_container() {
+    if !require_root("portmap_nft_refuses_a_host_port_held_by_another_container") {
+        return;
+    }
+    let node = node("pmconflict");
+    let a = Peer::attach(&node, "pmc-a", 1);
+    let b = Peer::attach(&node, "pmc-b", 2);
+    let pa = a.prev_result();
+    let pb = b.prev_result();
+    let na = a.ns.path().to_str().unwrap().to_string();
+    let nb = b.ns.path().to_str().unwrap().to_string();
+    let first = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    ok(&call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-a",
+        &na,
+        &conf("pmnet", first.clone(), json!({}), Some(&pa)),
+    ));
+    // ADD again for the same container: its own mapping is replaced.
+    ok(&call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-a",
+        &na,
+        &conf("pmnet", first, json!({}), Some(&pa)),
+    ));
+    let second = json!([
+        {"hostPort": 9090, "containerPort": 90, "protocol": "tcp"},
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}
+    ]);
+    let out = call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-b",
+        &nb,
+        &conf("pmnet", second, json!({}), Some(&pb)),
+    );
+    out.assert_error(103, "host port 8080 (tcp 8080 -> 80) is already mapped by another container (net=pmnet cid=ctr-a)");
+    // Nothing of ctr-b went in, not even its free port 9090.
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80"
+    );
+    // The same port on another protocol or a specific host IP is free.
+    let other = json!([
+        {"hostPort": 8080, "containerPort": 80, "protocol": "udp"},
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "10.2.0.1"}
+    ]);
+    ok(&call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-b",
+        &nb,
+        &conf("pmnet", other, json!({}), Some(&pb)),
+    ));
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80, \
+         udp . 8080 comment \"net=pmnet cid=ctr-b\" : 10.2.0.2 . 80"
+    );
+}
+
+#[test]
+fn portmap_nft_del_check_and_gc_find_containers_by_id() {
+    if !require_root("portmap_nft_del_check_and_gc_find_containers_by_id") {
+        return;
+    }
+    let node = node("pmlife");
+    let a = Peer::attach(&node, "pml-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    // DEL where nothing was ever installed succeeds.
+    ok(&call(
+        &ours(),
+        &node,
+        "DEL",
+        "ctr-x",
+        "",
+        &conf("pmnet", json!([]), json!({}), None),
+    ));
+    assert_eq!(nft_ruleset(&node), "");
+
+    let add = |cid: &str, net: &str, port: u16| {
+        let maps = json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]);
+        let c = conf(net, maps, json!({"cniVersion": "1.1.0"}), Some(&prev));
+        ok(&call(&ours(), &node, "ADD", cid, &netns, &c));
+        c
+    };
+    let c1 = add("ctr-1", "neta", 8001);
+    add("ctr-2", "neta", 8002);
+    add("ctr-3", "netb", 8003);
+    ok(&call(&ours(), &node, "CHECK", "ctr-1", &netns, &c1));
+
+    // CHECK notices a mapping removed by hand.
+    run_ok(node.command("nft").args([
+        "delete",
+        "element",
+        "inet",
+        "cni_rs_hostport",
+        "hostports4",
+        "{ tcp . 8001 }",
+    ]));
+    call(&ours(), &node, "CHECK", "ctr-1", &netns, &c1)
+        .assert_error(102, "mapping tcp 8001 -> 80 is missing from map hostports4");
+    call(
+        &ours(),
+        &node,
+        "CHECK",
+        "ctr-1",
+        &netns,
+        &conf("neta", json!([]), json!({}), None),
+    )
+    .assert_error(7, "prevResult");
+
+    // GC of neta with only ctr-1 valid: ctr-2 goes, netb's ctr-3 stays.
+    let gc = json!({
+        "cniVersion": "1.1.0", "name": "neta", "type": "portmap",
+        "cni.dev/valid-attachments": [{"containerID": "ctr-1", "ifname": "eth0"}]
+    })
+    .to_string();
+    let out = call_plugin(
+        Some(&node),
+        &ours(),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+        &gc,
+    );
+    ok(&out);
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "tcp . 8003 comment \"net=netb cid=ctr-3\" : 10.1.0.2 . 80"
+    );
+}
+
+#[test]
+fn portmap_without_mappings_passes_the_result_through() {
+    if !require_root("portmap_without_mappings_passes_the_result_through") {
+        return;
+    }
+    let node = node("pmnone");
+    let pod = Netns::new("pmn-pod");
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "gateway": "10.1.0.1", "interface": 0}],
+        "dns": {"nameservers": ["10.1.0.1"]}
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    let out = call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-n",
+        &netns,
+        &conf("pmnet", json!([]), json!({}), Some(&prev)),
+    );
+    ok(&out);
+    assert_eq!(out.json(), prev);
+    assert_eq!(nft_ruleset(&node), "", "nothing installed without mappings");
+}
+
+/// The UDP conntrack entries of the node whose destination port is `port`.
+fn udp_entries(node: &Netns, port: u16) -> usize {
+    let out = run_ok(node.command("cat").arg("/proc/net/nf_conntrack"));
+    let needle = format!("dport={port} ");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(" udp ") && l.contains(&needle))
+        .count()
+}
+
+#[test]
+fn portmap_removes_stale_udp_conntrack_entries_on_add_and_del() {
+    if !require_root("portmap_removes_stale_udp_conntrack_entries_on_add_and_del") {
+        return;
+    }
+    let node = node("pmct");
+    let a = Peer::attach(&node, "pmct-a", 1);
+    let up = Peer::attach(&node, "pmct-up", 9);
+    let _srv = Server::start(&a.ns, "podA", 80);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    // A first container makes the table exist, so the node tracks connections.
+    let other = json!([{"hostPort": 7000, "containerPort": 80, "protocol": "tcp"}]);
+    ok(&call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-0",
+        &netns,
+        &conf("pmnet", other, json!({}), Some(&prev)),
+    ));
+    // A UDP flow to port 5353 before any mapping: a conntrack entry without DNAT.
+    assert_eq!(connect(&up.ns, "udp", "10.9.0.1", 5353), None);
+    assert_eq!(udp_entries(&node, 5353), 1);
+    let maps = json!([{"hostPort": 5353, "containerPort": 80, "protocol": "udp"}]);
+    let c = conf("pmnet", maps, json!({}), Some(&prev));
+    ok(&call(&ours(), &node, "ADD", "ctr-u", &netns, &c));
+    assert_eq!(udp_entries(&node, 5353), 0, "ADD removed the stale entry");
+    let seen = format!("podA {}", up.v4());
+    assert_eq!(
+        connect(&up.ns, "udp", "10.9.0.1", 5353).as_deref(),
+        Some(seen.as_str())
+    );
+    assert_eq!(udp_entries(&node, 5353), 1);
+    // DEL, even without mappings in its config, removes the DNATed entry.
+    ok(&call(
+        &ours(),
+        &node,
+        "DEL",
+        "ctr-u",
+        &netns,
+        &conf("pmnet", json!([]), json!({}), None),
+    ));
+    assert_eq!(udp_entries(&node, 5353), 0, "DEL removed the entry");
+}
+
+// ---- iptables ---------------------------------------------------------------
+
+/// Mappings covering both protocols, a host IP per family and `0.0.0.0`.
+fn ipt_mappings() -> Value {
+    json!([
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+        {"hostPort": 8081, "containerPort": 81, "protocol": "tcp", "hostIP": "10.9.0.1"},
+        {"hostPort": 8082, "containerPort": 82, "protocol": "tcp", "hostIP": "fd00:9::1"},
+        {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
+    ])
+}
+
+#[test]
+fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
+    if !require_root("portmap_iptables_writes_exactly_the_go_plugins_rules") {
+        return;
+    }
+    let Some(go) = go_plugin("portmap") else {
+        return;
+    };
+    let go_node = node("pmipt-go");
+    let our_node = node("pmipt-rs");
+    let pod = Netns::new("pmipt-pod");
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}, {"address": "fd00:1::2/64", "interface": 0}]
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    for (extra, tag) in [
+        (json!({"backend": "iptables"}), "default"),
+        (json!({"backend": "iptables", "markMasqBit": 5}), "markbit"),
+        (
+            json!({"backend": "iptables", "snat": false, "conditionsV4": ["-s", "192.0.2.0/24"]}),
+            "conditions",
+        ),
+    ] {
+        let cid = format!("ctr-{tag}");
+        // The Go plugin 1.1.1 knows no "backend" key and ignores it.
+        let c = conf("pmnet", ipt_mappings(), extra, Some(&prev));
+        ok(&call(&go, &go_node, "ADD", &cid, &netns, &c));
+        ok(&call(&ours(), &our_node, "ADD", &cid, &netns, &c));
+        for v6 in [false, true] {
+            assert_eq!(
+                iptables_save(&our_node, v6),
+                iptables_save(&go_node, v6),
+                "{tag}, v6={v6}"
+            );
+        }
+        ok(&call(&go, &go_node, "DEL", &cid, &netns, &c));
+        ok(&call(&ours(), &our_node, "DEL", &cid, &netns, &c));
+        for v6 in [false, true] {
+            assert_eq!(
+                iptables_save(&our_node, v6),
+                iptables_save(&go_node, v6),
+                "after DEL: {tag}, v6={v6}"
+            );
+        }
+    }
+    let saved = iptables_save(&our_node, false);
+    assert!(!saved.contains("CNI-DN-"), "{saved}");
+    assert!(
+        saved.contains(":CNI-HOSTPORT-DNAT - [0:0]"),
+        "shared chains stay, as with Go: {saved}"
+    );
+
+    // masqAll (newer than Go 1.1.1, which ignores it): every source is
+    // marked, as the current Go plugin does (-s 0.0.0.0/0 is implicit).
+    let c = conf(
+        "pmnet",
+        ipt_mappings(),
+        json!({"backend": "iptables", "masqAll": true}),
+        Some(&prev),
+    );
+    ok(&call(&ours(), &our_node, "ADD", "ctr-all", &netns, &c));
+    let chain = "CNI-DN-a70f204f205a1e06e2d36";
+    let saved = iptables_save(&our_node, false);
+    let rules: Vec<&str> = saved
+        .lines()
+        .filter(|l| l.starts_with(&format!("-A {chain}")))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            format!("-A {chain} -p tcp -m tcp --dport 8080 -j CNI-HOSTPORT-SETMARK"),
+            format!("-A {chain} -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.1.0.2:80"),
+            format!("-A {chain} -d 10.9.0.1/32 -p tcp -m tcp --dport 8081 -j CNI-HOSTPORT-SETMARK"),
+            format!("-A {chain} -d 10.9.0.1/32 -p tcp -m tcp --dport 8081 -j DNAT --to-destination 10.1.0.2:81"),
+            format!("-A {chain} -p udp -m udp --dport 8053 -j CNI-HOSTPORT-SETMARK"),
+            format!("-A {chain} -p udp -m udp --dport 8053 -j DNAT --to-destination 10.1.0.2:80"),
+        ]
+    );
+}
+
+#[test]
+fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
+    if !require_root("portmap_iptables_del_removes_the_go_plugins_rules_and_back") {
+        return;
+    }
+    let Some(go) = go_plugin("portmap") else {
+        return;
+    };
+    let node = node("pmipt-interop");
+    let pod = Netns::new("pmipti-pod");
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}, {"address": "fd00:1::2/64", "interface": 0}]
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    let c = conf(
+        "pmnet",
+        ipt_mappings(),
+        json!({"backend": "iptables"}),
+        Some(&prev),
+    );
+    let chain = "CNI-DN-"; // every per-container chain
+                           // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
+    ok(&call(&go, &node, "ADD", "ctr-go", &netns, &c));
+    assert!(iptables_save(&node, false).contains(chain));
+    let bare = conf("pmnet", json!([]), json!({"backend": "iptables"}), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-go", "", &bare));
+    for v6 in [false, true] {
+        let saved = iptables_save(&node, v6);
+        assert!(!saved.contains(chain), "v6={v6}: {saved}");
+    }
+    // Our ADD, Go's DEL.
+    ok(&call(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
+    assert!(iptables_save(&node, true).contains(chain));
+    ok(&call(&go, &node, "DEL", "ctr-rs", &netns, &c));
+    for v6 in [false, true] {
+        let saved = iptables_save(&node, v6);
+        assert!(!saved.contains(chain), "v6={v6}: {saved}");
+    }
+    // The default (nftables) DEL still cleans up iptables rules Go left.
+    ok(&call(&go, &node, "ADD", "ctr-go2", &netns, &c));
+    let nft_del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-go2", "", &nft_del));
+    assert!(!iptables_save(&node, false).contains(chain));
+    assert!(!iptables_save(&node, true).contains(chain));
+}
+
+#[test]
+fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
+    if !require_root("portmap_iptables_forwards_traffic_and_checks_and_collects") {
+        return;
+    }
+    let node = node("pmipt-traffic");
+    let a = Peer::attach(&node, "pmit-a", 1);
+    let up = Peer::attach(&node, "pmit-up", 9);
+    let _srv = Server::start(&a.ns, "podA", 80);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let maps = json!([
+        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+        {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
+    ]);
+    let c = conf(
+        "pmnet",
+        maps,
+        json!({"backend": "iptables", "cniVersion": "1.1.0"}),
+        Some(&prev),
+    );
+    ok(&call(&ours(), &node, "ADD", "ctr-i", &netns, &c));
+    assert_eq!(
+        nft_table(&node),
+        "",
+        "the iptables backend writes no table of ours"
+    );
+    for proto in ["tcp", "udp"] {
+        let port = if proto == "tcp" { 8080 } else { 8053 };
+        let from_up = format!("podA {}", up.v4());
+        assert_eq!(
+            connect(&up.ns, proto, "10.9.0.1", port).as_deref(),
+            Some(from_up.as_str())
+        );
+        let from_up6 = format!("podA {}", up.v6());
+        assert_eq!(
+            connect(&up.ns, proto, "fd00:9::1", port).as_deref(),
+            Some(from_up6.as_str())
+        );
+        let hairpin = format!("podA {}", a.node_v4());
+        assert_eq!(
+            connect(&a.ns, proto, "10.9.0.1", port).as_deref(),
+            Some(hairpin.as_str())
+        );
+        assert_eq!(
+            connect(&node, proto, "127.0.0.1", port).as_deref(),
+            Some(hairpin.as_str())
+        );
+    }
+    ok(&call(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
+    // Remove the UDP DNAT rule by hand: CHECK names the mapping.
+    let saved = iptables_save(&node, false);
+    let dnat = saved
+        .lines()
+        .find(|l| l.contains("--dport 8053 -j DNAT"))
+        .expect("udp DNAT rule")
+        .replacen("-A ", "-D ", 1);
+    let args: Vec<&str> = dnat.split_whitespace().collect();
+    run_ok(node.command("iptables").args(["-t", "nat"]).args(&args));
+    call(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
+        .assert_error(102, "mapping udp 8053 -> 80 has no DNAT rule");
+    // GC with no valid attachment removes the container's chains.
+    let gc =
+        json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap", "backend": "iptables",
+                    "cni.dev/valid-attachments": []})
+        .to_string();
+    ok(&call_plugin(
+        Some(&node),
+        &ours(),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
+        &gc,
+    ));
+    for v6 in [false, true] {
+        let saved = iptables_save(&node, v6);
+        assert!(!saved.contains("CNI-DN-"), "v6={v6}: {saved}");
+    }
+    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
+}
+
+#[test]
+fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
+    if !require_root("portmap_nft_conditions_restrict_who_reaches_the_host_port") {
+        return;
+    }
+    let node = node("pmcond");
+    let a = Peer::attach(&node, "pmcd-a", 1);
+    let b = Peer::attach(&node, "pmcd-b", 2);
+    let up = Peer::attach(&node, "pmcd-up", 9);
+    let _srv = Server::start(&a.ns, "podA", 80);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    let extra = json!({"conditionsV4": ["ip saddr 10.9.0.0/24", "iifname \"v9\""],
+                       "conditionsV6": ["ip6 saddr != fd00:2::/64"]});
+    let c = conf("pmnet", maps, extra, Some(&prev));
+    ok(&call(&ours(), &node, "ADD", "ctr-c", &netns, &c));
+    let table = nft_table(&node);
+    assert!(
+        table.contains("ip saddr 10.9.0.0/24 iifname \"v9\" tcp dport 8080 dnat ip to 10.1.0.2:80 comment \"net=pmnet cid=ctr-c\""),
+        "{table}"
+    );
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "",
+        "conditioned mappings are rules, not elements"
+    );
+    let from_up = format!("podA {}", up.v4());
+    assert_eq!(
+        connect(&up.ns, "tcp", "10.9.0.1", 8080).as_deref(),
+        Some(from_up.as_str())
+    );
+    assert_eq!(
+        connect(&b.ns, "tcp", "10.9.0.1", 8080),
+        None,
+        "10.2.0.2 is not 10.9.0.0/24"
+    );
+    let from_up6 = format!("podA {}", up.v6());
+    assert_eq!(
+        connect(&up.ns, "tcp", &up.node_v6(), 8080).as_deref(),
+        Some(from_up6.as_str())
+    );
+    assert_eq!(
+        connect(&b.ns, "tcp", &up.node_v6(), 8080),
+        None,
+        "fd00:2::/64 is excluded"
+    );
+    ok(&call(&ours(), &node, "CHECK", "ctr-c", &netns, &c));
+    // ADD again replaces the rules instead of duplicating them.
+    ok(&call(&ours(), &node, "ADD", "ctr-c", &netns, &c));
+    assert_eq!(nft_table(&node).matches("cid=ctr-c").count(), 2);
+    ok(&call(
+        &ours(),
+        &node,
+        "DEL",
+        "ctr-c",
+        "",
+        &conf("pmnet", json!([]), json!({}), None),
+    ));
+    assert!(!nft_table(&node).contains("cid=ctr-c"));
+    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
+}
+
+#[test]
+fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
+    if !require_root("portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it") {
+        return;
+    }
+    let node = node("pmskel");
+    let a = Peer::attach(&node, "pms-a", 1);
+    let up = Peer::attach(&node, "pms-up", 9);
+    let _srv = Server::start(&a.ns, "podA", 80);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let mk = |port: u16| {
+        conf(
+            "pmnet",
+            json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
+            json!({}),
+            Some(&prev),
+        )
+    };
+    ok(&call(&ours(), &node, "ADD", "ctr-1", &netns, &mk(8080)));
+    run_ok(
+        node.command("nft")
+            .args(["flush", "chain", "inet", "cni_rs_hostport", "prerouting"]),
+    );
+    call(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)).assert_error(
+        102,
+        "chain inet cni_rs_hostport prerouting has 0 rules, expected 1",
+    );
+    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
+    // The next ADD finds the skeleton incomplete and rewrites it whole.
+    ok(&call(&ours(), &node, "ADD", "ctr-2", &netns, &mk(8081)));
+    ok(&call(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)));
+    let seen = format!("podA {}", up.v4());
+    assert_eq!(
+        connect(&up.ns, "tcp", "10.9.0.1", 8080).as_deref(),
+        Some(seen.as_str())
+    );
+    assert_eq!(
+        nft_table(&node)
+            .matches("fib daddr type local jump hostports")
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
+    if !require_root("portmap_crash_around_the_commit_leaves_all_or_nothing") {
+        return;
+    }
+    let node = node("pmfault");
+    let a = Peer::attach(&node, "pmf-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let c = conf(
+        "pmnet",
+        json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
+        json!({}),
+        Some(&prev),
+    );
+    let run = |point: &str| {
+        call_plugin(
+            Some(&node),
+            &ours(),
+            &[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "ctr-f"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/opt/cni/bin"),
+                ("CNI_FAULT_POINT", point),
+            ],
+            &c,
+        )
+    };
+    let out = run("portmap/before-commit");
+    assert_eq!(out.exit_code, -1, "killed: {out:?}");
+    assert_eq!(nft_ruleset(&node), "", "nothing before the commit");
+    let out = run("portmap/after-commit");
+    assert_eq!(out.exit_code, -1, "killed: {out:?}");
+    assert_eq!(
+        elements(&node, "hostports4"),
+        "tcp . 8080 comment \"net=pmnet cid=ctr-f\" : 10.1.0.2 . 80"
+    );
+    // The runtime's DEL after the failed ADD cleans up by container ID.
+    ok(&call(
+        &ours(),
+        &node,
+        "DEL",
+        "ctr-f",
+        "",
+        &conf("pmnet", json!([]), json!({}), None),
+    ));
+    assert_eq!(elements(&node, "hostports4"), "");
+}
