@@ -998,6 +998,406 @@ impl Notifications {
     }
 }
 
+// ---- macvlan links, txqlen, allmulti, MAC parsing (added for the macvlan and tuning plugins) ----
+
+/// A macvlan mode (`IFLA_MACVLAN_MODE`), as `ip link ... type macvlan mode`
+/// names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MacvlanMode {
+    /// Macvlans on the same lower device reach each other directly.
+    Bridge,
+    /// No traffic between macvlans on the same lower device, even when an
+    /// external switch sends it back.
+    Private,
+    /// Traffic between macvlans goes out to the external switch (which must
+    /// hairpin it).
+    Vepa,
+    /// The one macvlan of the lower device takes it over (its MAC, and
+    /// promiscuous mode).
+    Passthru,
+    /// Only frames from allowed source MACs (not used by the plugins).
+    Source,
+}
+
+impl MacvlanMode {
+    /// `bridge`, `private`, `vepa`, `passthru` or `source`.
+    pub fn parse(s: &str) -> Option<MacvlanMode> {
+        Some(match s {
+            "bridge" => MacvlanMode::Bridge,
+            "private" => MacvlanMode::Private,
+            "vepa" => MacvlanMode::Vepa,
+            "passthru" => MacvlanMode::Passthru,
+            "source" => MacvlanMode::Source,
+            _ => return None,
+        })
+    }
+
+    /// The name `ip -d link` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MacvlanMode::Bridge => "bridge",
+            MacvlanMode::Private => "private",
+            MacvlanMode::Vepa => "vepa",
+            MacvlanMode::Passthru => "passthru",
+            MacvlanMode::Source => "source",
+        }
+    }
+
+    fn to_netlink(self) -> rtlink::MacVlanMode {
+        match self {
+            MacvlanMode::Bridge => rtlink::MacVlanMode::Bridge,
+            MacvlanMode::Private => rtlink::MacVlanMode::Private,
+            MacvlanMode::Vepa => rtlink::MacVlanMode::Vepa,
+            MacvlanMode::Passthru => rtlink::MacVlanMode::Passthrough,
+            MacvlanMode::Source => rtlink::MacVlanMode::Source,
+        }
+    }
+
+    fn from_netlink(mode: rtlink::MacVlanMode) -> Option<MacvlanMode> {
+        Some(match mode {
+            rtlink::MacVlanMode::Bridge => MacvlanMode::Bridge,
+            rtlink::MacVlanMode::Private => MacvlanMode::Private,
+            rtlink::MacVlanMode::Vepa => MacvlanMode::Vepa,
+            rtlink::MacVlanMode::Passthrough => MacvlanMode::Passthru,
+            rtlink::MacVlanMode::Source => MacvlanMode::Source,
+            _ => return None,
+        })
+    }
+}
+
+impl std::fmt::Display for MacvlanMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A macvlan link to create with [`Netlink::add_macvlan`].
+#[derive(Debug, Clone, Copy)]
+pub struct MacvlanSpec<'a> {
+    /// Its name, in the namespace it is created in.
+    pub name: &'a str,
+    /// Index of the lower device, in the socket's namespace.
+    pub master_index: u32,
+    pub mode: MacvlanMode,
+    /// MTU; `None` takes the lower device's.
+    pub mtu: Option<u32>,
+    /// MAC; `None` lets the kernel pick a random one.
+    pub mac: Option<[u8; 6]>,
+    /// `IFLA_MACVLAN_BC_QUEUE_LEN`: the broadcast/multicast queue length;
+    /// `None` keeps the kernel's default.
+    pub bc_queue_len: Option<u32>,
+    /// Create it directly inside this namespace (`IFLA_NET_NS_FD`), so it
+    /// never appears in the socket's namespace; `None` creates it in the
+    /// socket's namespace.
+    pub netns: Option<&'a NetNs>,
+}
+
+/// What [`Netlink::link_details`] reads beyond [`Link`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkDetails {
+    /// The fields every link has.
+    pub link: Link,
+    /// Transmit queue length (`IFLA_TXQLEN`).
+    pub txqlen: u32,
+    /// All-multicast mode as set by a user (`IFF_ALLMULTI`).
+    pub allmulti: bool,
+    /// For a macvlan: its mode (`None` for another kind, or a mode this
+    /// code does not know).
+    pub macvlan_mode: Option<MacvlanMode>,
+    /// For a macvlan: `IFLA_MACVLAN_BC_QUEUE_LEN`, when the kernel reports it.
+    pub macvlan_bc_queue_len: Option<u32>,
+}
+
+impl LinkDetails {
+    fn from_message(msg: LinkMessage) -> LinkDetails {
+        let allmulti = msg.header.flags.contains(LinkFlags::Allmulti);
+        let mut txqlen = 0;
+        let mut macvlan_mode = None;
+        let mut macvlan_bc_queue_len = None;
+        for attr in &msg.attributes {
+            match attr {
+                LinkAttribute::TxQueueLen(q) => txqlen = *q,
+                LinkAttribute::LinkInfo(infos) => {
+                    for info in infos {
+                        if let LinkInfo::Data(InfoData::MacVlan(nlas)) = info {
+                            for nla in nlas {
+                                match nla {
+                                    rtlink::InfoMacVlan::Mode(m) => {
+                                        macvlan_mode = MacvlanMode::from_netlink(*m)
+                                    }
+                                    rtlink::InfoMacVlan::BcQueueLen(q) => {
+                                        macvlan_bc_queue_len = Some(*q)
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        LinkDetails {
+            link: Link::from_message(msg),
+            txqlen,
+            allmulti,
+            macvlan_mode,
+            macvlan_bc_queue_len,
+        }
+    }
+}
+
+impl Netlink {
+    /// Creates the macvlan `spec` on top of link `spec.master_index` (in
+    /// this socket's namespace). With [`MacvlanSpec::netns`] the kernel
+    /// creates it directly inside that namespace under its final name: no
+    /// temporary name, no move, and a name taken in this namespace does
+    /// not matter. A name taken where it is created is `EEXIST`
+    /// ([`super::is_exists`]); a lower device that is gone is `ENODEV`.
+    pub fn add_macvlan(&mut self, spec: &MacvlanSpec<'_>) -> Result<()> {
+        let mut msg = link_message(0);
+        msg.attributes
+            .push(LinkAttribute::IfName(spec.name.to_string()));
+        msg.attributes.push(LinkAttribute::Link(spec.master_index));
+        if let Some(mtu) = spec.mtu {
+            msg.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        if let Some(mac) = spec.mac {
+            msg.attributes.push(LinkAttribute::Address(mac.to_vec()));
+        }
+        if let Some(ns) = spec.netns {
+            msg.attributes.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
+        }
+        let mut data = vec![rtlink::InfoMacVlan::Mode(spec.mode.to_netlink())];
+        if let Some(q) = spec.bc_queue_len {
+            data.push(rtlink::InfoMacVlan::BcQueueLen(q));
+        }
+        msg.attributes.push(LinkAttribute::LinkInfo(vec![
+            LinkInfo::Kind(InfoKind::MacVlan),
+            LinkInfo::Data(InfoData::MacVlan(data)),
+        ]));
+        self.request(
+            RouteNetlinkMessage::NewLink(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            || {
+                let place = match spec.netns {
+                    Some(ns) => format!(" in {:?}", ns.path()),
+                    None => String::new(),
+                };
+                format!(
+                    "add macvlan {:?} (mode {}) on link {}{place}",
+                    spec.name, spec.mode, spec.master_index
+                )
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Sets the transmit queue length of link `index`.
+    pub fn set_txqlen(&mut self, index: u32, txqlen: u32) -> Result<()> {
+        let attrs = vec![LinkAttribute::TxQueueLen(txqlen)];
+        self.set_link(index, attrs, no_flags(), || {
+            format!("set txqlen {txqlen} on link {index}")
+        })
+    }
+
+    /// Turns all-multicast mode of link `index` on or off.
+    pub fn set_allmulti(&mut self, index: u32, on: bool) -> Result<()> {
+        let flag = if on {
+            LinkFlags::Allmulti
+        } else {
+            LinkFlags::empty()
+        };
+        self.set_link(index, vec![], (flag, LinkFlags::Allmulti), || {
+            format!(
+                "set allmulticast {} on link {index}",
+                if on { "on" } else { "off" }
+            )
+        })
+    }
+
+    /// Link `index` with its transmit queue length, all-multicast flag and
+    /// macvlan settings, or `None` if there is no such link.
+    pub fn link_details(&mut self, index: u32) -> Result<Option<LinkDetails>> {
+        Ok(self.link_message_of(index)?.map(LinkDetails::from_message))
+    }
+
+    /// [`Netlink::link_details`] of the link named `name`.
+    pub fn link_details_by_name(&mut self, name: &str) -> Result<Option<LinkDetails>> {
+        match self.link_by_name(name)? {
+            Some(l) => self.link_details(l.index),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Parses a 6-byte MAC address as Go's `net.ParseMAC` writes it:
+/// `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` or `aabb.ccdd.eeff` (hex digits
+/// in either case). Unicast or not is for the caller to decide.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let hex = |p: &str| -> Option<Vec<u8>> {
+        if p.is_empty() || !p.len().is_multiple_of(2) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        (0..p.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&p[i..i + 2], 16).ok())
+            .collect()
+    };
+    let (sep, groups, width) = if s.contains(':') {
+        (':', 6, 2)
+    } else if s.contains('-') {
+        ('-', 6, 2)
+    } else {
+        ('.', 3, 4)
+    };
+    let parts: Vec<&str> = s.split(sep).collect();
+    if parts.len() != groups || parts.iter().any(|p| p.len() != width) {
+        return None;
+    }
+    let bytes = parts
+        .iter()
+        .map(|p| hex(p))
+        .collect::<Option<Vec<_>>>()?
+        .concat();
+    <[u8; 6]>::try_from(bytes.as_slice()).ok()
+}
+
+#[cfg(test)]
+mod macvlan_tests {
+    use super::super::{is_exists, is_not_found};
+    use super::*;
+    use crate::netns::testing::{new_netns, privileged};
+
+    #[test]
+    fn netlink_link_parse_mac_accepts_go_forms() {
+        let want = [0x0a, 0x58, 0xff, 0x01, 0x02, 0xab];
+        assert_eq!(parse_mac("0a:58:ff:01:02:ab"), Some(want));
+        assert_eq!(parse_mac("0A-58-FF-01-02-AB"), Some(want));
+        assert_eq!(parse_mac("0a58.ff01.02ab"), Some(want));
+        for bad in [
+            "",
+            "0a:58:ff:01:02",
+            "0a:58:ff:01:02:ab:cd",
+            "0a:58:ff:01:02:g1",
+            "0a:58:ff:01:2:ab",
+            "0a:58-ff:01:02:ab",
+            "0a58ff0102ab",
+            "0a58.ff01.02a",
+            "+a:58:ff:01:02:ab",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad:?}");
+        }
+        assert_eq!(format_mac(&want), "0a:58:ff:01:02:ab");
+    }
+
+    #[test]
+    fn netlink_link_macvlan_modes_round_trip() {
+        for m in [
+            MacvlanMode::Bridge,
+            MacvlanMode::Private,
+            MacvlanMode::Vepa,
+            MacvlanMode::Passthru,
+            MacvlanMode::Source,
+        ] {
+            assert_eq!(MacvlanMode::parse(m.as_str()), Some(m));
+            assert_eq!(MacvlanMode::from_netlink(m.to_netlink()), Some(m));
+        }
+        assert_eq!(MacvlanMode::parse("Bridge"), None);
+        assert_eq!(MacvlanMode::parse(""), None);
+    }
+
+    #[test]
+    fn netlink_link_macvlan_created_in_another_namespace() {
+        if !privileged("netlink_link_macvlan_created_in_another_namespace") {
+            return;
+        }
+        let (node, pod, upstream) = (new_netns(), new_netns(), new_netns());
+        let mut host = Netlink::open_in(&node).unwrap();
+        let mut c = Netlink::open_in(&pod).unwrap();
+        host.add_veth("up0", Some(1450), "up0p", &upstream, None)
+            .unwrap();
+        let up0 = host.link_by_name("up0").unwrap().unwrap();
+        // A link named like the new one in the node is no obstacle.
+        host.add_bridge("eth1", None).unwrap();
+        let mac = [0x0a, 0x58, 0x0a, 0x46, 0x00, 0x07];
+        let spec = MacvlanSpec {
+            name: "eth1",
+            master_index: up0.index,
+            mode: MacvlanMode::Vepa,
+            mtu: Some(1400),
+            mac: Some(mac),
+            bc_queue_len: Some(321),
+            netns: Some(&pod),
+        };
+        host.add_macvlan(&spec).unwrap();
+        let d = c.link_details_by_name("eth1").unwrap().unwrap();
+        assert_eq!(d.link.kind.as_deref(), Some("macvlan"));
+        assert_eq!(d.macvlan_mode, Some(MacvlanMode::Vepa));
+        assert_eq!(d.macvlan_bc_queue_len, Some(321));
+        assert_eq!((d.link.mtu, d.link.mac), (1400, Some(mac)));
+        assert_eq!(d.link.peer_index, Some(up0.index));
+        assert!(d.link.link_netnsid.is_some(), "{d:?}");
+        assert!(!d.allmulti);
+        let kind = host.link_by_name("eth1").unwrap().unwrap().kind;
+        assert_eq!(
+            kind.as_deref(),
+            Some("bridge"),
+            "the node's eth1 is untouched"
+        );
+
+        // The same name again in the pod: EEXIST, naming the link.
+        let err = host.add_macvlan(&spec).unwrap_err();
+        assert!(is_exists(&err), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("add macvlan \"eth1\" (mode vepa) on link"),
+            "{err}"
+        );
+        // A lower device that does not exist.
+        let err = host
+            .add_macvlan(&MacvlanSpec {
+                name: "eth2",
+                master_index: 4242,
+                ..spec
+            })
+            .unwrap_err();
+        assert!(is_not_found(&err), "{err}");
+        assert_eq!(c.link_by_name("eth2").unwrap(), None);
+
+        // txqlen and allmulti, both ways.
+        c.set_txqlen(d.link.index, 4321).unwrap();
+        c.set_allmulti(d.link.index, true).unwrap();
+        let d2 = c.link_details(d.link.index).unwrap().unwrap();
+        assert_eq!((d2.txqlen, d2.allmulti), (4321, true));
+        c.set_allmulti(d.link.index, false).unwrap();
+        c.set_txqlen(d.link.index, 0).unwrap();
+        let d3 = c.link_details(d.link.index).unwrap().unwrap();
+        assert_eq!((d3.txqlen, d3.allmulti), (0, false));
+        assert_eq!(c.link_details(4242).unwrap(), None);
+        assert_eq!(c.link_details_by_name("nosuch0").unwrap(), None);
+
+        // Created in the socket's own namespace, with the defaults.
+        host.add_macvlan(&MacvlanSpec {
+            name: "mv0",
+            mtu: None,
+            mac: None,
+            bc_queue_len: None,
+            netns: None,
+            mode: MacvlanMode::Bridge,
+            ..spec
+        })
+        .unwrap();
+        let mv = host.link_details_by_name("mv0").unwrap().unwrap();
+        assert_eq!(mv.macvlan_mode, Some(MacvlanMode::Bridge));
+        assert_eq!(mv.link.mtu, 1450, "the lower device's MTU");
+        assert_eq!(mv.link.link_netnsid, None);
+        let veth = host.link_details(up0.index).unwrap().unwrap();
+        assert_eq!(veth.macvlan_mode, None);
+        assert_eq!(veth.txqlen, 1000);
+    }
+}
+
 #[cfg(test)]
 mod vlan_message_tests {
     use super::*;

@@ -1,0 +1,283 @@
+//! The macvlan plugin's config: its keys parsed from stdin and validated
+//! before anything is touched. Every rejection is code 7 naming the key
+//! (code 4 for `CNI_ARGS`). What depends on the master (that it exists, its
+//! MTU) is checked in [`crate::master`].
+
+use libcni::netlink::link::{parse_mac, MacvlanMode};
+use libcni::skel::CmdArgs;
+use libcni::types::Dns;
+use libcni::Error;
+use serde::Deserialize;
+
+/// The keys as they come (JSON types only).
+#[derive(Debug, Default, Deserialize)]
+struct Raw {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    mtu: i64,
+    #[serde(default)]
+    mac: Option<String>,
+    #[serde(rename = "linkInContainer", default)]
+    link_in_container: bool,
+    #[serde(default)]
+    bcqueuelen: i64,
+    #[serde(rename = "runtimeConfig", default)]
+    runtime_config: Option<RawRuntimeConfig>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct RawRuntimeConfig {
+    #[serde(default)]
+    mac: Option<String>,
+}
+
+/// A validated macvlan config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conf {
+    /// `master`; `None` takes the interface of the default route.
+    pub master: Option<String>,
+    /// `mode`, bridge unless said otherwise.
+    pub mode: MacvlanMode,
+    /// `mtu`; `None` (0) takes the master's.
+    pub mtu: Option<u32>,
+    /// `mac` < `CNI_ARGS` `MAC` < `runtimeConfig.mac`, as in the reference.
+    pub mac: Option<[u8; 6]>,
+    /// `linkInContainer`: the master is in the container's namespace.
+    pub link_in_container: bool,
+    /// `bcqueuelen`; `None` (0) keeps the kernel's default.
+    pub bc_queue_len: Option<u32>,
+    /// `ipam.type`; `None` for no IPAM (layer 2 only).
+    pub ipam: Option<String>,
+    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    pub dns: Option<Dns>,
+}
+
+impl Conf {
+    /// Parses and validates the config of `args` (ADD and CHECK).
+    pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
+        let raw: Raw = args.config()?;
+        args.args.check_known(&["MAC"])?;
+        let env_mac = args.args.get("MAC").filter(|m| !m.is_empty());
+        Conf::from_raw(raw, env_mac, ipam_type(args), args.conf.dns.clone())
+    }
+
+    fn from_raw(
+        raw: Raw,
+        env_mac: Option<&str>,
+        ipam: Option<String>,
+        dns: Option<Dns>,
+    ) -> Result<Conf, Error> {
+        let master = match raw.master.filter(|m| !m.is_empty()) {
+            Some(m) => {
+                validate_link_name("master", &m)?;
+                Some(m)
+            }
+            None => None,
+        };
+        let mode = match raw.mode.as_deref() {
+            None | Some("") => MacvlanMode::Bridge,
+            Some(m @ ("bridge" | "private" | "vepa" | "passthru")) => {
+                MacvlanMode::parse(m).unwrap_or(MacvlanMode::Bridge)
+            }
+            Some(m) => {
+                return Err(Error::config(
+                    "mode",
+                    format!("unknown macvlan mode {m:?} (want bridge, private, vepa or passthru)"),
+                ))
+            }
+        };
+        let mtu = match raw.mtu {
+            0 => None,
+            m @ 1..=0x7fff_ffff => Some(m as u32),
+            m => {
+                return Err(Error::config(
+                    "mtu",
+                    format!("invalid MTU {m}: must be 0 (the master's) or positive"),
+                ))
+            }
+        };
+        let bc_queue_len = match raw.bcqueuelen {
+            0 => None,
+            q @ 1..=0xffff_ffff => Some(q as u32),
+            q => {
+                return Err(Error::config(
+                    "bcqueuelen",
+                    format!("{q} is out of range (0-4294967295)"),
+                ))
+            }
+        };
+        let runtime_mac = raw.runtime_config.and_then(|r| r.mac);
+        let mac = if let Some(m) = runtime_mac.filter(|m| !m.is_empty()) {
+            Some(unicast_mac(&m).map_err(|why| Error::config("runtimeConfig.mac", why))?)
+        } else if let Some(m) = env_mac {
+            Some(unicast_mac(m).map_err(|why| Error::InvalidEnv(format!("CNI_ARGS MAC: {why}")))?)
+        } else if let Some(m) = raw.mac.filter(|m| !m.is_empty()) {
+            Some(unicast_mac(&m).map_err(|why| Error::config("mac", why))?)
+        } else {
+            None
+        };
+        Ok(Conf {
+            master,
+            mode,
+            mtu,
+            mac,
+            link_in_container: raw.link_in_container,
+            bc_queue_len,
+            ipam,
+            dns: dns.filter(|d| !d.is_empty()),
+        })
+    }
+}
+
+/// `ipam.type` of the config, if it names a plugin.
+pub fn ipam_type(args: &CmdArgs) -> Option<String> {
+    args.conf
+        .ipam
+        .as_ref()
+        .map(|i| i.plugin_type.clone())
+        .filter(|t| !t.is_empty())
+}
+
+/// A unicast, non-zero Ethernet address.
+fn unicast_mac(s: &str) -> Result<[u8; 6], String> {
+    let mac = parse_mac(s)
+        .ok_or_else(|| format!("{s:?} is not a MAC address (want aa:bb:cc:dd:ee:ff)"))?;
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s:?} is a multicast address, not a unicast one"));
+    }
+    if mac == [0; 6] {
+        return Err(format!("{s:?} is the zero address"));
+    }
+    Ok(mac)
+}
+
+/// A name a link can have: 1-15 bytes, not `.`/`..`, no `/`, `:` or
+/// whitespace.
+fn validate_link_name(key: &str, name: &str) -> Result<(), Error> {
+    let why = if name.len() > 15 {
+        "is longer than 15 bytes"
+    } else if name == "." || name == ".." {
+        "is not a valid interface name"
+    } else if name
+        .chars()
+        .any(|c| c == '/' || c == ':' || c.is_whitespace())
+    {
+        "contains '/', ':' or whitespace"
+    } else {
+        return Ok(());
+    };
+    Err(Error::config(key, format!("interface name {name:?} {why}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn conf_env(v: Value, env_mac: Option<&str>) -> Result<Conf, Error> {
+        let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes())?;
+        Conf::from_raw(raw, env_mac, Some("host-local".into()), None)
+    }
+
+    fn conf(v: Value) -> Result<Conf, Error> {
+        conf_env(v, None)
+    }
+
+    #[test]
+    fn defaults_are_bridge_mode_and_the_masters_mtu() {
+        let c = conf(json!({})).unwrap();
+        assert_eq!(
+            c,
+            Conf {
+                master: None,
+                mode: MacvlanMode::Bridge,
+                mtu: None,
+                mac: None,
+                link_in_container: false,
+                bc_queue_len: None,
+                ipam: Some("host-local".into()),
+                dns: None,
+            }
+        );
+        let c = conf(json!({"master": "", "mode": "", "mtu": 0, "bcqueuelen": 0})).unwrap();
+        assert_eq!((c.master, c.mode, c.mtu), (None, MacvlanMode::Bridge, None));
+    }
+
+    #[test]
+    fn every_mode_the_reference_knows() {
+        for (m, want) in [
+            ("bridge", MacvlanMode::Bridge),
+            ("private", MacvlanMode::Private),
+            ("vepa", MacvlanMode::Vepa),
+            ("passthru", MacvlanMode::Passthru),
+        ] {
+            assert_eq!(conf(json!({"mode": m})).unwrap().mode, want);
+        }
+    }
+
+    #[test]
+    fn invalid_keys_are_named() {
+        for (v, needle) in [
+            (
+                json!({"mode": "source"}),
+                "mode: unknown macvlan mode \"source\"",
+            ),
+            (
+                json!({"mode": "Bridge"}),
+                "mode: unknown macvlan mode \"Bridge\"",
+            ),
+            (json!({"mtu": -1}), "mtu: invalid MTU -1"),
+            (json!({"mtu": "1500"}), "mtu: invalid type"),
+            (
+                json!({"master": "a-very-long-master-name"}),
+                "master: interface name \"a-very-long-master-name\" is longer than 15 bytes",
+            ),
+            (
+                json!({"master": "../x"}),
+                "master: interface name \"../x\" contains",
+            ),
+            (json!({"master": 5}), "master: invalid type"),
+            (json!({"bcqueuelen": -3}), "bcqueuelen: -3 is out of range"),
+            (
+                json!({"mac": "01:00:5e:00:00:01"}),
+                "mac: \"01:00:5e:00:00:01\" is a multicast address",
+            ),
+            (
+                json!({"runtimeConfig": {"mac": "zz"}}),
+                "runtimeConfig.mac: \"zz\" is not a MAC address",
+            ),
+            (
+                json!({"linkInContainer": "yes"}),
+                "linkInContainer: invalid type",
+            ),
+        ] {
+            let e = conf(v).unwrap_err();
+            assert_eq!(e.code(), 7, "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid network config: {needle}")),
+                "{e}"
+            );
+        }
+        let e = conf_env(json!({}), Some("nope")).unwrap_err();
+        assert_eq!(e.code(), 4);
+        assert!(e.to_string().starts_with("CNI_ARGS MAC: \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn mac_precedence_is_the_references() {
+        let v = json!({"mac": "0a:00:00:00:00:01", "bcqueuelen": 100, "linkInContainer": true});
+        let c = conf(v.clone()).unwrap();
+        assert_eq!(c.mac, Some([0x0a, 0, 0, 0, 0, 1]));
+        assert_eq!((c.bc_queue_len, c.link_in_container), (Some(100), true));
+        let c = conf_env(v.clone(), Some("0a:00:00:00:00:02")).unwrap();
+        assert_eq!(c.mac, Some([0x0a, 0, 0, 0, 0, 2]));
+        let mut rc = v;
+        rc["runtimeConfig"] = json!({"mac": "0a-00-00-00-00-03"});
+        let c = conf_env(rc, Some("0a:00:00:00:00:02")).unwrap();
+        assert_eq!(c.mac, Some([0x0a, 0, 0, 0, 0, 3]));
+    }
+}
