@@ -1,14 +1,16 @@
-//! ADD: bridge, veth pair, IPAM, container addresses and routes, gateway.
-//! A failure after the veth exists removes it again, and a failure after
-//! IPAM allocated releases the address: a failed ADD leaves nothing behind
-//! but the bridge (and its gateway address and the forwarding sysctls),
-//! which are shared by every container on the node and never removed,
-//! as in the reference.
+//! ADD: bridge, veth pair, MAC spoof check, IPAM, container addresses and
+//! routes, gateway, masquerade (the reference's order). A failure after the
+//! veth exists removes it again, a failure after IPAM allocated releases
+//! the address, and the spoof check and masquerade rules go too: a failed
+//! ADD leaves nothing behind but the bridge (and its gateway address and
+//! the forwarding sysctls), which are shared by every container on the
+//! node and never removed, as in the reference.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use libcni::fault;
 use libcni::ipam::{self, IfaceOptions};
+use libcni::netfilter::{masq, spoofcheck, Backend};
 use libcni::netlink::link::{format_mac, Notifications, RTNLGRP_LINK};
 use libcni::netlink::{is_not_found, Netlink};
 use libcni::netns::NetNs;
@@ -18,6 +20,7 @@ use libcni::types::{CniResult, Interface, IpPrefix, Route};
 use libcni::Error;
 
 use crate::config::Conf;
+use crate::firewall;
 use crate::node::{self, Bridge};
 use crate::veth;
 
@@ -28,6 +31,10 @@ struct Created {
     veth: Option<u32>,
     /// `ipam.type`, once its ADD was called (the spec DELs a failed one too).
     ipam: Option<String>,
+    /// The spoof check, from before its setup (teardown of nothing is fine).
+    spoofchk: bool,
+    /// The masquerade's backend, from before its setup.
+    masq: Option<Backend>,
 }
 
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
@@ -56,8 +63,19 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     outcome
 }
 
-/// Undoes `created`, best effort: the veth pair, then the IPAM lease.
+/// Undoes `created`, best effort, in reverse: the masquerade, the spoof
+/// check, the veth pair, then the IPAM lease.
 fn rollback(args: &CmdArgs, host: &mut Netlink, created: &Created) {
+    if let Some(backend) = created.masq {
+        if let Err(e) = masq::teardown(backend, &firewall::owner(args)) {
+            eprintln!("bridge: rollback: removing the masquerade: {e}");
+        }
+    }
+    if created.spoofchk {
+        if let Err(e) = spoofcheck::teardown(&args.container_id, &args.ifname) {
+            eprintln!("bridge: rollback: removing the MAC spoof check: {e}");
+        }
+    }
     if let Some(index) = created.veth {
         if let Err(e) = host.delete_link(index) {
             if !is_not_found(&e) {
@@ -87,6 +105,18 @@ fn steps(
 
     veth::attach(host, pair.host.index, br, conf)?;
     fault::point("bridge/attach");
+
+    if conf.macspoofchk {
+        let mac = pair.container.mac.ok_or_else(|| {
+            Error::kernel(
+                format!("container veth {:?} has no Ethernet address", args.ifname),
+                std::io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
+            )
+        })?;
+        created.spoofchk = true;
+        spoofcheck::setup(&pair.host.name, mac, &args.container_id, &args.ifname)?;
+        fault::point("bridge/spoofchk");
+    }
 
     // Subscribed before the container end comes up, so the moment the port
     // is ready cannot be missed.
@@ -151,6 +181,14 @@ fn steps(
             )?;
         }
         fault::point("bridge/gateway");
+
+        if conf.ip_masq {
+            let backend = conf.masq_backend();
+            created.masq = Some(backend);
+            let addrs: Vec<IpPrefix> = result.ips.iter().map(|ip| ip.address).collect();
+            masq::setup(backend, &firewall::owner(args), &addrs)?;
+            fault::point("bridge/masq");
+        }
     } else if !conf.disable_container_interface {
         // Layer 2 only: the container end still comes up.
         container.set_link_up(pair.container.index)?;
@@ -259,6 +297,9 @@ mod tests {
             is_gateway: gw || default_gw,
             is_default_gateway: default_gw,
             force_address: false,
+            ip_masq: false,
+            ip_masq_backend: None,
+            macspoofchk: false,
             mtu: None,
             hairpin: false,
             promisc: false,

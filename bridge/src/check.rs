@@ -2,10 +2,11 @@
 //! `prevResult`: the bridge (a bridge, its MAC, promiscuous mode as
 //! configured), the container veth (its MAC), the host veth that is its
 //! peer and a port of the bridge (hairpin and isolation as configured),
-//! the container's addresses and routes. A difference is code 102 naming
-//! what differs.
+//! the container's addresses and routes, and with `ipMasq` the masquerade
+//! of those addresses. A difference is code 102 naming what differs.
 
 use libcni::ipam;
+use libcni::netfilter::masq;
 use libcni::netlink::link::format_mac;
 use libcni::netlink::{Link, Netlink};
 use libcni::skel::CmdArgs;
@@ -13,6 +14,7 @@ use libcni::types::{CniResult, Interface};
 use libcni::Error;
 
 use crate::config::Conf;
+use crate::firewall;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
@@ -44,7 +46,12 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
         })
         .collect();
     ipam::check_addresses(&mut container, &args.ifname, &ips)?;
-    ipam::check_routes(&mut container, &prev.routes)
+    ipam::check_routes(&mut container, &prev.routes)?;
+    if conf.ip_masq {
+        let addrs: Vec<_> = ips.iter().map(|ip| ip.address).collect();
+        masq::check(conf.masq_backend(), &firewall::owner(args), &addrs)?;
+    }
+    Ok(())
 }
 
 fn failed(msg: String) -> Error {

@@ -2,6 +2,7 @@
 //! anything on the node is touched. Every rejection is code 7 (or 4 for
 //! `CNI_ARGS`, 2 for what this build or kernel cannot do) naming the key.
 
+use libcni::netfilter::Backend;
 use libcni::skel::CmdArgs;
 use libcni::types::Dns;
 use libcni::Error;
@@ -71,6 +72,14 @@ pub struct Conf {
     pub is_gateway: bool,
     pub is_default_gateway: bool,
     pub force_address: bool,
+    /// `ipMasq`: masquerade the container's traffic leaving its subnet.
+    pub ip_masq: bool,
+    /// `ipMasqBackend`; `None` (absent) picks nftables where the kernel
+    /// has nf_tables, at the time of use ([`Conf::masq_backend`]).
+    pub ip_masq_backend: Option<Backend>,
+    /// `macspoofchk`: drop frames from the port whose source MAC is not
+    /// the container's.
+    pub macspoofchk: bool,
     /// `mtu`; `None` (0 in the config) keeps the kernel's default.
     pub mtu: Option<u32>,
     pub hairpin: bool,
@@ -121,26 +130,16 @@ impl Conf {
         let bridge = raw.bridge.unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
         validate_link_name("bridge", &bridge)?;
 
-        if raw.ip_masq {
+        let ip_masq_backend = raw
+            .ip_masq_backend
+            .as_deref()
+            .map(|b| Backend::parse("ipMasqBackend", b))
+            .transpose()?;
+        if raw.ip_masq && ipam.is_none() {
             return Err(Error::config(
-                "ipMasq",
-                "true is not supported yet (masquerading comes with the netfilter support); \
-                 remove it or set it to false",
-            ));
-        }
-        if let Some(b) = &raw.ip_masq_backend {
-            if b != "iptables" && b != "nftables" {
-                return Err(Error::config(
-                    "ipMasqBackend",
-                    format!("unknown ipmasq backend {b:?} (want \"iptables\" or \"nftables\")"),
-                ));
-            }
-        }
-        if raw.macspoofchk {
-            return Err(Error::config(
-                "macspoofchk",
-                "true is not supported yet (the MAC spoof check comes with the netfilter \
-                 support); remove it or set it to false",
+                "ipam, ipMasq",
+                "masquerading needs the container addresses an IPAM plugin gives; \
+                 set ipam.type or remove ipMasq",
             ));
         }
         if raw.hairpin_mode && raw.promisc_mode {
@@ -212,6 +211,9 @@ impl Conf {
             is_gateway,
             is_default_gateway: raw.is_default_gateway,
             force_address: raw.force_address,
+            ip_masq: raw.ip_masq,
+            ip_masq_backend,
+            macspoofchk: raw.macspoofchk,
             mtu,
             hairpin: raw.hairpin_mode,
             promisc: raw.promisc_mode,
@@ -225,6 +227,12 @@ impl Conf {
             ipam,
             dns: dns.filter(|d| !d.is_empty()),
         })
+    }
+
+    /// The backend of `ipMasq`: `ipMasqBackend`, or nftables where the
+    /// kernel of the plugin's namespace has nf_tables (iptables otherwise).
+    pub fn masq_backend(&self) -> Backend {
+        self.ip_masq_backend.unwrap_or_else(Backend::detect)
     }
 
     /// Whether the port gets VLANs (so the bridge needs VLAN filtering).
@@ -484,26 +492,47 @@ mod tests {
     }
 
     #[test]
-    fn not_yet_supported_keys_are_rejected_by_name() {
-        let (code, msg) = err(json!({"ipMasq": true}));
-        assert_eq!(code, 7);
-        assert!(
-            msg.starts_with("invalid network config: ipMasq: true is not supported yet"),
-            "{msg}"
+    fn netfilter_keys() {
+        let c = conf(json!({"ipam": {"type": "host-local"}})).unwrap();
+        assert_eq!(
+            (c.ip_masq, c.ip_masq_backend, c.macspoofchk),
+            (false, None, false)
         );
-        let (code, msg) = err(json!({"macspoofchk": true}));
+        let c = conf(json!({"ipam": {"type": "host-local"}, "ipMasq": true,
+                            "ipMasqBackend": "iptables", "macspoofchk": true}))
+        .unwrap();
+        assert_eq!(
+            (c.ip_masq, c.ip_masq_backend, c.macspoofchk),
+            (true, Some(Backend::Iptables), true)
+        );
+        assert_eq!(c.masq_backend(), Backend::Iptables);
+        let c = conf(json!({"ipam": {"type": "host-local"}, "ipMasqBackend": "nftables"})).unwrap();
+        assert_eq!(c.ip_masq_backend, Some(Backend::Nftables));
+        // Layer 2 only: a spoof check is fine, masquerade has no address.
+        assert!(
+            conf(json!({"ipam": {}, "macspoofchk": true}))
+                .unwrap()
+                .macspoofchk
+        );
+        let (code, msg) = err(json!({"ipam": {}, "ipMasq": true}));
         assert_eq!(code, 7);
         assert!(
-            msg.starts_with("invalid network config: macspoofchk: "),
+            msg.starts_with("invalid network config: ipam, ipMasq: masquerading needs"),
             "{msg}"
         );
         let (code, msg) = err(json!({"ipMasqBackend": "pf"}));
         assert_eq!(code, 7);
+        assert_eq!(
+            msg,
+            "invalid network config: ipMasqBackend: unknown backend \"pf\" \
+             (expected \"nftables\" or \"iptables\")"
+        );
+        let (code, msg) = err(json!({"ipMasq": "yes"}));
+        assert_eq!(code, 7);
         assert!(
-            msg.contains("ipMasqBackend: unknown ipmasq backend \"pf\""),
+            msg.starts_with("invalid network config: ipMasq: invalid type"),
             "{msg}"
         );
-        assert!(conf(json!({"ipMasq": false, "ipMasqBackend": "nftables"})).is_ok());
     }
 
     #[test]

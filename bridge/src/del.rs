@@ -1,13 +1,15 @@
 //! DEL, best effort: removes the container end of the veth pair (which
-//! takes the host end with it) and always calls IPAM DEL. What is already
-//! gone (the namespace, the interface, the lease) is success; a step that
-//! fails does not stop the next, and the failures are reported together.
-//! The bridge, its address and the forwarding sysctls stay, as in the
-//! reference.
+//! takes the host end with it), always calls IPAM DEL, then removes the
+//! spoof check and the masquerade (with `macspoofchk` / `ipMasq`) by
+//! container ID and network name alone, so they go even when the namespace
+//! or the interface is already gone. What is already gone (the namespace,
+//! the interface, the lease, the rules) is success; a step that fails does
+//! not stop the next, and the failures are reported together. The bridge,
+//! its address and the forwarding sysctls stay, as in the reference.
 //!
-//! DEL reads only `ipam.type` from the config: a config ADD rejected (for
-//! `ipMasq`, a contradiction, ...) must still be deletable, since runtimes
-//! DEL every ADD, a failed one too.
+//! DEL reads only `ipam.type` and, leniently, the firewall keys from the
+//! config: a config ADD rejected (a contradiction, a bad value) must still
+//! be deletable, since runtimes DEL every ADD, a failed one too.
 
 use std::path::Path;
 
@@ -16,6 +18,8 @@ use libcni::netlink::{is_not_found, Netlink};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::{Error, ErrorResult};
+
+use crate::firewall;
 
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = Vec::new();
@@ -33,6 +37,7 @@ pub fn del(args: &CmdArgs) -> Result<(), Error> {
             errors.push(e);
         }
     }
+    errors.extend(firewall::del(args, &firewall::Keys::lenient(&args.stdin)));
     combine(errors)
 }
 

@@ -1,5 +1,6 @@
 //! The `bridge` plugin: connects containers to a Linux bridge on the node
-//! through veth pairs, with IPAM, gateway, hairpin, isolation and VLANs.
+//! through veth pairs, with IPAM, gateway, hairpin, isolation, VLANs,
+//! masquerade (`ipMasq`) and the MAC spoof check (`macspoofchk`).
 //! Behaviour follows the Go reference (containernetworking/plugins
 //! `plugins/main/bridge`); the deliberate differences are in the README.
 
@@ -7,6 +8,7 @@ mod add;
 mod check;
 mod config;
 mod del;
+mod firewall;
 mod node;
 mod veth;
 
@@ -39,13 +41,18 @@ impl Plugin for BridgePlugin {
         check::check(args)
     }
 
-    /// The bridge itself keeps no state to collect: GC goes to IPAM, with
-    /// the same stdin (and so the same `cni.dev/valid-attachments`).
+    /// GC: the masquerade and spoof checks of attachments not in
+    /// `cni.dev/valid-attachments`, then IPAM's GC with the same stdin;
+    /// best effort, the errors reported together.
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        match ipam_type(args) {
-            Some(plugin) => ipam::exec_gc(plugin, &args.stdin),
-            None => Ok(()),
+        let keys = firewall::Keys::lenient(&args.stdin);
+        let mut errors = firewall::gc(args, &keys);
+        if let Some(plugin) = ipam_type(args) {
+            if let Err(e) = ipam::exec_gc(plugin, &args.stdin) {
+                errors.push(e);
+            }
         }
+        del::combine(errors)
     }
 
     /// The bridge can always serve ADD; STATUS is IPAM's answer.

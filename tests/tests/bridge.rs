@@ -965,19 +965,20 @@ fn invalid_configs_are_rejected_by_key_before_anything_is_touched() {
             "vlan, vlanTrunk: cannot set both",
         ),
         (
-            json!({"ipMasq": true}),
+            json!({"ipam": {}, "ipMasq": true}),
             7,
-            "ipMasq: true is not supported yet",
+            "ipam, ipMasq: masquerading needs the container addresses an IPAM plugin gives",
         ),
         (
             json!({"ipMasqBackend": "ipfw"}),
             7,
-            "ipMasqBackend: unknown ipmasq backend",
+            "ipMasqBackend: unknown backend \"ipfw\" (expected \"nftables\" or \"iptables\")",
         ),
+        (json!({"ipMasq": 1}), 7, "ipMasq: invalid type"),
         (
-            json!({"macspoofchk": true}),
+            json!({"macspoofchk": "true"}),
             7,
-            "macspoofchk: true is not supported yet",
+            "macspoofchk: invalid type",
         ),
         (json!({"mtu": 20}), 7, "mtu: 20 is out of range"),
         (json!({"mtu": "1400"}), 7, "mtu: invalid type"),
@@ -1049,7 +1050,10 @@ fn invalid_configs_are_rejected_by_key_before_anything_is_touched() {
     net.del(
         Some(&pod),
         "ctr-i",
-        &net.conf("invalid", json!({"ipMasq": true, "vlan": 9999})),
+        &net.conf(
+            "invalid",
+            json!({"ipMasq": true, "macspoofchk": true, "ipMasqBackend": "ipfw", "vlan": 9999}),
+        ),
     );
 }
 

@@ -1,0 +1,154 @@
+//! The bridge's firewall state, built by `libcni::netfilter` in the node
+//! namespace the plugin runs in: masquerade of the container's addresses
+//! (`ipMasq`, owned by network name + container ID) and the MAC spoof check
+//! of its port (`macspoofchk`, owned by container ID + interface name).
+//! ADD sets them up (see `add.rs`); this module holds what DEL and GC do,
+//! which needs neither the container's namespace nor its addresses.
+
+use std::collections::BTreeSet;
+
+use libcni::netfilter::{masq, spoofcheck, Backend, Owner};
+use libcni::netlink::Netlink;
+use libcni::skel::CmdArgs;
+use libcni::Error;
+use serde_json::Value;
+
+use crate::config::DEFAULT_BRIDGE;
+
+/// The keys DEL and GC act on, read leniently: DEL must work for a config
+/// ADD refused (runtimes DEL failed ADDs), so a key of the wrong type
+/// reads as absent instead of failing the DEL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    /// `bridge`.
+    pub bridge: String,
+    /// `ipMasq` is `true`.
+    pub ip_masq: bool,
+    /// `ipMasqBackend`, when it names a backend.
+    pub backend: Option<Backend>,
+    /// `macspoofchk` is `true`.
+    pub macspoofchk: bool,
+}
+
+impl Keys {
+    pub fn lenient(stdin: &[u8]) -> Keys {
+        let v: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
+        let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
+        Keys {
+            bridge: v
+                .get("bridge")
+                .and_then(Value::as_str)
+                .unwrap_or(DEFAULT_BRIDGE)
+                .to_string(),
+            ip_masq: flag("ipMasq"),
+            backend: v
+                .get("ipMasqBackend")
+                .and_then(Value::as_str)
+                .and_then(|b| Backend::parse("ipMasqBackend", b).ok()),
+            macspoofchk: flag("macspoofchk"),
+        }
+    }
+
+    /// `ipMasqBackend`, or what this kernel speaks.
+    pub fn masq_backend(&self) -> Backend {
+        self.backend.unwrap_or_else(Backend::detect)
+    }
+}
+
+/// The masquerade owner of this call's container.
+pub fn owner(args: &CmdArgs) -> Owner {
+    Owner::new(&args.conf.name, &args.container_id)
+}
+
+/// DEL's share: the spoof check, then the masquerade (the Go plugin's
+/// order), by name alone. Both run; the errors are returned.
+pub fn del(args: &CmdArgs, keys: &Keys) -> Vec<Error> {
+    let mut errors = Vec::new();
+    if keys.macspoofchk {
+        if let Err(e) = spoofcheck::teardown(&args.container_id, &args.ifname) {
+            errors.push(e);
+        }
+    }
+    if keys.ip_masq {
+        // Both backends: nftables by owner tag, iptables by the hashed chain
+        // name (which also finds the Go plugin's rules).
+        if let Err(e) = masq::teardown(keys.masq_backend(), &owner(args)) {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// GC's share: the masquerade of this network's containers that are not in
+/// `cni.dev/valid-attachments`, and the spoof checks of attachments not in
+/// it whose host veth is a port of this network's bridge or is gone (the
+/// spoof check's names carry no network, so the port says whose it is).
+pub fn gc(args: &CmdArgs, keys: &Keys) -> Vec<Error> {
+    let valid = args.conf.gc_valid_attachments();
+    let mut errors = Vec::new();
+    if keys.ip_masq {
+        if let Err(e) = masq::gc(keys.masq_backend(), &args.conf.name, &valid) {
+            errors.push(e);
+        }
+    }
+    if keys.macspoofchk {
+        let removed = ports_of(&keys.bridge).and_then(|(ports, all)| {
+            spoofcheck::gc(&valid, &|ifname| {
+                ports.contains(ifname) || !all.contains(ifname)
+            })
+        });
+        if let Err(e) = removed {
+            errors.push(e);
+        }
+    }
+    errors
+}
+
+/// The names of the ports of bridge `bridge` and of every link of the
+/// node, from one dump.
+fn ports_of(bridge: &str) -> Result<(BTreeSet<String>, BTreeSet<String>), Error> {
+    let links = Netlink::open()?.links()?;
+    let br = links
+        .iter()
+        .find(|l| l.name == bridge && l.kind.as_deref() == Some("bridge"))
+        .map(|l| l.index);
+    let ports = links
+        .iter()
+        .filter(|l| br.is_some() && l.master == br)
+        .map(|l| l.name.clone())
+        .collect();
+    let all = links.into_iter().map(|l| l.name).collect();
+    Ok((ports, all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn del_and_gc_read_their_keys_leniently() {
+        let k = Keys::lenient(
+            br#"{"ipMasq": true, "ipMasqBackend": "iptables", "macspoofchk": true, "bridge": "br9"}"#,
+        );
+        assert_eq!(
+            k,
+            Keys {
+                bridge: "br9".into(),
+                ip_masq: true,
+                backend: Some(Backend::Iptables),
+                macspoofchk: true
+            }
+        );
+        assert_eq!(k.masq_backend(), Backend::Iptables);
+        let k = Keys::lenient(br#"{"ipMasq": "yes", "ipMasqBackend": "pf", "bridge": 5}"#);
+        assert_eq!(
+            k,
+            Keys {
+                bridge: "cni0".into(),
+                ip_masq: false,
+                backend: None,
+                macspoofchk: false
+            }
+        );
+    }
+}

@@ -1,0 +1,954 @@
+//! The bridge plugin's firewall keys, `ipMasq` (both backends) and
+//! `macspoofchk`, with our host-local, in real namespaces: a node where the
+//! plugin runs, pods on its bridge, and an "upstream" namespace the test
+//! attaches to the node by a veth, which routes the pod subnets back to the
+//! node. So the upstream answers every connection and tells exactly which
+//! source address it saw: the node's when masqueraded, the pod's when not.
+//! The Go reference runs side by side on iptables.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tests::*;
+
+const NODE4: &str = "10.200.0.1";
+const NODE6: &str = "fd00:200::1";
+const UP4: &str = "10.200.0.2";
+const UP6: &str = "fd00:200::2";
+const PORT: u16 = 7000;
+
+/// A node with our bridge and host-local on a CNI_PATH, a host-local data
+/// dir, and the upstream namespace behind `up0`.
+struct Site {
+    node: Node,
+    path: TempDir,
+    data: TempDir,
+    up: Netns,
+}
+
+impl Site {
+    fn new(tag: &str) -> Site {
+        let path = TempDir::new(&format!("path-{tag}"));
+        for p in ["bridge", "host-local"] {
+            std::os::unix::fs::symlink(bin(p), path.path().join(p)).expect("symlink");
+        }
+        let node = Node::new(tag);
+        let up = Netns::new(&format!("up-{tag}"));
+        let n = &node.ns;
+        n.ip(&["link", "set", "lo", "up"]);
+        n.ip(&[
+            "link",
+            "add",
+            "up0",
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            up.name(),
+        ]);
+        n.ip(&["addr", "add", &format!("{NODE4}/24"), "dev", "up0"]);
+        n.ip(&["addr", "add", &format!("{NODE6}/64"), "dev", "up0", "nodad"]);
+        n.ip(&["link", "set", "up0", "up"]);
+        up.ip(&["link", "set", "lo", "up"]);
+        up.ip(&["addr", "add", &format!("{UP4}/24"), "dev", "eth0"]);
+        up.ip(&["addr", "add", &format!("{UP6}/64"), "dev", "eth0", "nodad"]);
+        up.ip(&["link", "set", "eth0", "up"]);
+        // The way back to the pods, so unmasqueraded traffic is answered too.
+        up.ip(&["route", "add", "10.88.0.0/16", "via", NODE4]);
+        up.ip(&["route", "add", "fd88::/16", "via", NODE6]);
+        Site {
+            node,
+            path,
+            data: TempDir::new(&format!("data-{tag}")),
+            up,
+        }
+    }
+
+    /// A dual-stack config of network `net` (10.88.0.0/24, fd88::/64, the
+    /// bridge as the pods' default gateway), with `extra` keys on top.
+    fn conf(&self, net: &str, extra: Value) -> Value {
+        let mut c = json!({
+            "cniVersion": "1.1.0",
+            "name": net,
+            "type": "bridge",
+            "isDefaultGateway": true,
+            "ipam": {
+                "type": "host-local",
+                "dataDir": self.data.path(),
+                "ranges": [[{"subnet": "10.88.0.0/24"}], [{"subnet": "fd88::/64"}]]
+            }
+        });
+        for (k, v) in extra.as_object().expect("object") {
+            c[k] = v.clone();
+        }
+        c
+    }
+
+    fn call(&self, cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value) -> PluginOutput {
+        self.call_env(cmd, pod, cid, conf, &[])
+    }
+
+    fn call_env(
+        &self,
+        cmd: &str,
+        pod: Option<&Netns>,
+        cid: &str,
+        conf: &Value,
+        extra: &[(&str, &str)],
+    ) -> PluginOutput {
+        call_in(
+            &self.node.ns,
+            &bin("bridge"),
+            &self.path.path().display().to_string(),
+            cmd,
+            pod.map(|p| p.path()),
+            cid,
+            conf,
+            extra,
+        )
+    }
+
+    fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
+        let out = self.call("ADD", Some(pod), cid, conf);
+        assert_eq!(out.exit_code, 0, "ADD {cid} failed: {out:?}");
+        out.json()
+    }
+
+    fn del(&self, pod: Option<&Netns>, cid: &str, conf: &Value) {
+        let out = self.call("DEL", pod, cid, conf);
+        assert_eq!(
+            (out.exit_code, out.stdout.as_str()),
+            (0, ""),
+            "DEL {cid} failed: {out:?}"
+        );
+    }
+
+    /// GC of `conf`'s network with these container IDs (on eth0) valid.
+    fn gc(&self, conf: &Value, valid: &[&str]) {
+        let mut c = conf.clone();
+        c["cni.dev/valid-attachments"] = valid
+            .iter()
+            .map(|cid| json!({"containerID": cid, "ifname": "eth0"}))
+            .collect();
+        let path = self.path.path().display().to_string();
+        let out = call_plugin(
+            Some(&self.node.ns),
+            &bin("bridge"),
+            &[("CNI_COMMAND", "GC"), ("CNI_PATH", path.as_str())],
+            &c.to_string(),
+        );
+        assert_eq!(
+            (out.exit_code, out.stdout.as_str()),
+            (0, ""),
+            "GC failed: {out:?}"
+        );
+    }
+
+    /// The addresses host-local holds for network `net`.
+    fn leases(&self, net: &str) -> Vec<String> {
+        leases_in(&self.data.path().join(net))
+    }
+
+    /// Writes an executable script plugin `name` into CNI_PATH.
+    fn script(&self, name: &str, body: &str) {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.path.write(name, &format!("#!/bin/sh\n{body}\n"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// One plugin call in `node` with exactly these `CNI_*` variables.
+#[allow(clippy::too_many_arguments)]
+fn call_in(
+    node: &Netns,
+    plugin: &std::path::Path,
+    cni_path: &str,
+    cmd: &str,
+    netns: Option<PathBuf>,
+    cid: &str,
+    conf: &Value,
+    extra: &[(&str, &str)],
+) -> PluginOutput {
+    let netns = netns.map(|p| p.display().to_string()).unwrap_or_default();
+    let mut env = vec![
+        ("CNI_COMMAND", cmd),
+        ("CNI_CONTAINERID", cid),
+        ("CNI_NETNS", netns.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", cni_path),
+    ];
+    env.extend_from_slice(extra);
+    call_plugin(Some(node), plugin, &env, &conf.to_string())
+}
+
+fn leases_in(dir: &std::path::Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The address (without prefix) of the result's IP number `i`.
+fn addr_of(result: &Value, i: usize) -> String {
+    let a = result["ips"][i]["address"].as_str().expect("address");
+    a.split('/').next().unwrap().to_string()
+}
+
+// ---- traffic --------------------------------------------------------------
+
+const SERVER: &str = r#"
+import socket, sys
+t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+t.bind(('::', int(sys.argv[1])))
+t.listen(16)
+print('ready', flush=True)
+while True:
+    c, a = t.accept()
+    p = a[0][7:] if a[0].startswith('::ffff:') else a[0]
+    c.sendall((p + '\n').encode())
+    c.close()
+"#;
+
+const CLIENT: &str = r#"
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+s.settimeout(3)
+s.connect((host, port))
+print(s.recv(100).decode().strip())
+"#;
+
+/// A TCP listener (IPv4 and IPv6) that answers each connection with the
+/// peer address it saw; killed on drop.
+struct Listener(Child);
+
+impl Listener {
+    fn start(ns: &Netns) -> Listener {
+        let mut child = ns
+            .command("python3")
+            .args(["-c", SERVER, &PORT.to_string()])
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+        let l = Listener(child);
+        assert_eq!(line.trim(), "ready", "listener in {}", ns.name());
+        l
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The source address the listener at `host` saw for a connection from
+/// `from`; panics when the connection fails (3 s bound).
+fn peer_seen(from: &Netns, host: &str) -> String {
+    let out = from
+        .command("python3")
+        .args(["-c", CLIENT, host, &PORT.to_string()])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "connect from {} to {host}: {}",
+        from.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn ping_ok(from: &Netns, ip: &str) -> bool {
+    from.command("ping")
+        .args(["-c1", "-W1", ip])
+        .output()
+        .expect("ping")
+        .status
+        .success()
+}
+
+/// Waits (bounded) until `cond` holds, for state the kernel changes
+/// asynchronously (links deleted with their namespace).
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---- firewall state ---------------------------------------------------------
+
+/// Feeds `input` to `tool` (`ip6tables-restore`) with `--noflush` in `ns`.
+fn restore_in(ns: &Netns, tool: &str, input: &str) {
+    use std::io::Write;
+    let mut child = ns
+        .command(tool)
+        .arg("--noflush")
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect(tool);
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    assert!(child.wait().expect("wait").success(), "{tool} < {input}");
+}
+
+fn nat_saves(ns: &Netns) -> String {
+    let mut s = String::new();
+    for tool in ["iptables-save", "ip6tables-save"] {
+        let out = run_ok(ns.command(tool).args(["-t", "nat"]));
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if !line.starts_with('#') {
+                s.push_str(line);
+                s.push('\n');
+            }
+        }
+    }
+    s
+}
+
+/// The masqueraded container addresses on `backend`, as `addr cid`,
+/// sorted: the nftables set elements with their owner tag, or the
+/// POSTROUTING jumps with the Go comment (each to a chain that holds the
+/// Go plugin's two rules, checked here).
+fn masqueraded(ns: &Netns, backend: &str) -> Vec<String> {
+    let mut v = Vec::new();
+    if backend == "nftables" {
+        let rules = nft_ruleset(ns);
+        let marker = " comment \"net=";
+        let mut rest = rules.as_str();
+        while let Some(i) = rest.find(marker) {
+            let addr = rest[..i]
+                .rsplit(|c: char| c.is_whitespace() || c == '{' || c == ',')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            let tail = &rest[i + marker.len()..];
+            let tag = tail.split('"').next().unwrap_or_default();
+            let cid = tag.split(" cid=").nth(1).unwrap_or_default();
+            v.push(format!("{addr} {cid}"));
+            rest = tail;
+        }
+    } else {
+        for tool in ["iptables-save", "ip6tables-save"] {
+            let out = run_ok(ns.command(tool).args(["-t", "nat"]));
+            let saved = String::from_utf8_lossy(&out.stdout);
+            for line in saved
+                .lines()
+                .filter(|l| l.starts_with("-A POSTROUTING -s "))
+            {
+                let tokens: Vec<&str> = line.split_whitespace().collect();
+                let src = tokens[3].split('/').next().unwrap();
+                let chain = *tokens.last().unwrap();
+                let cid = line
+                    .split("id: \\\"")
+                    .nth(1)
+                    .and_then(|t| t.split('\\').next())
+                    .unwrap_or_default();
+                let body: Vec<&str> = saved
+                    .lines()
+                    .filter(|l| l.starts_with(&format!("-A {chain} ")))
+                    .collect();
+                assert_eq!(body.len(), 2, "{chain}: {saved}");
+                assert!(body[0].ends_with("-j ACCEPT") && body[1].ends_with("-j MASQUERADE"));
+                v.push(format!("{src} {cid}"));
+            }
+        }
+    }
+    v.sort();
+    v
+}
+
+/// The attachments with a MAC spoof check in `ns`, as `cid-ifname`, sorted.
+fn spoofchecked(ns: &Netns) -> Vec<String> {
+    let rules = nft_ruleset(ns);
+    let mut v: Vec<String> = rules
+        .lines()
+        .filter(|l| l.contains(" jump cni-br-iface-") && l.starts_with("iifname"))
+        .filter_map(|l| l.split("comment \"macspoofchk-").nth(1))
+        .map(|c| c.trim_end_matches('"').to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Exactly what a spoof check of host veth `veth` for `cid`/eth0 with
+/// `mac` is in `nft list ruleset`.
+fn assert_spoofcheck_rules(ns: &Netns, veth: &str, cid: &str, mac: &str) {
+    let rules = nft_ruleset(ns);
+    let c = format!("comment \"macspoofchk-{cid}-eth0\"");
+    for want in [
+        "type filter hook prerouting priority dstnat; policy accept;".to_string(),
+        format!("iifname \"{veth}\" jump cni-br-iface-{cid}-eth0 {c}"),
+        format!("chain cni-br-iface-{cid}-eth0 {{"),
+        format!("jump cni-br-iface-{cid}-eth0-mac {c}"),
+        format!("chain cni-br-iface-{cid}-eth0-mac {{"),
+        format!("ether saddr {mac} return {c}"),
+        format!("drop {c}"),
+    ] {
+        assert!(rules.contains(&want), "{want:?} not in\n{rules}");
+    }
+}
+
+fn nothing_for(ns: &Netns, cids: &[&str]) {
+    let rules = nft_ruleset(ns);
+    let saved = nat_saves(ns);
+    for cid in cids {
+        assert!(!rules.contains(&format!("cid={cid}\"")), "{cid}:\n{rules}");
+        assert!(
+            !rules.contains(&format!("macspoofchk-{cid}-")),
+            "{cid}:\n{rules}"
+        );
+        assert!(
+            !saved.contains(&format!("id: \\\"{cid}\\\"")),
+            "{cid}:\n{saved}"
+        );
+    }
+}
+
+// ---- ipMasq -----------------------------------------------------------------
+
+fn masquerade_to_upstream(backend: &str) {
+    let site = Site::new(&format!("masq-{}", &backend[..3]));
+    let net = format!("masq{}", &backend[..3]);
+    let conf = site.conf(&net, json!({"ipMasq": true, "ipMasqBackend": backend}));
+    let (a, b) = (Netns::new("pod-masq-a"), Netns::new("pod-masq-b"));
+    let ra = site.add(&a, "ctr-a", &conf);
+    let rb = site.add(&b, "ctr-b", &conf);
+    assert_eq!(
+        (addr_of(&ra, 0), addr_of(&ra, 1)),
+        ("10.88.0.2".into(), "fd88::2".into())
+    );
+    assert_eq!(
+        (addr_of(&rb, 0), addr_of(&rb, 1)),
+        ("10.88.0.3".into(), "fd88::3".into())
+    );
+    assert_eq!(
+        masqueraded(&site.node.ns, backend),
+        [
+            "10.88.0.2 ctr-a",
+            "10.88.0.3 ctr-b",
+            "fd88::2 ctr-a",
+            "fd88::3 ctr-b"
+        ]
+    );
+
+    // Leaving the subnet: the upstream sees the node's address.
+    let _up = Listener::start(&site.up);
+    assert_eq!(peer_seen(&a, UP4), NODE4);
+    assert_eq!(peer_seen(&a, UP6), NODE6);
+    assert_eq!(peer_seen(&b, UP4), NODE4);
+    // Inside the subnet: the peer sees the pod's own address.
+    let _b = Listener::start(&b);
+    assert_eq!(peer_seen(&a, "10.88.0.3"), "10.88.0.2");
+    assert_eq!(peer_seen(&a, "fd88::3"), "fd88::2");
+
+    // CHECK passes, then names the masquerade someone removed.
+    let mut checked = conf.clone();
+    checked["prevResult"] = rb.clone();
+    let out = site.call("CHECK", Some(&b), "ctr-b", &checked);
+    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    if backend == "nftables" {
+        run_ok(site.node.ns.command("nft").args([
+            "delete",
+            "element",
+            "inet",
+            "cni_rs_masq",
+            "masq6",
+            "{",
+            "fd88::3",
+            "}",
+        ]));
+        site.call("CHECK", Some(&b), "ctr-b", &checked)
+            .assert_error(
+                102,
+                &format!("ipMasq: address fd88::3 of net={net} cid=ctr-b is not in set masq6"),
+            );
+    } else {
+        let saved = nat_saves(&site.node.ns);
+        let jump = saved
+            .lines()
+            .find(|l| l.starts_with("-A POSTROUTING -s fd88::3/128"))
+            .expect("the IPv6 jump");
+        restore_in(
+            &site.node.ns,
+            "ip6tables-restore",
+            &format!("*nat\n-D {}\nCOMMIT\n", &jump[3..]),
+        );
+        site.call("CHECK", Some(&b), "ctr-b", &checked)
+            .assert_error(
+                102,
+                "ipMasq: rule missing for fd88::3: -A POSTROUTING -s fd88::3/128",
+            );
+    }
+    assert_eq!(peer_seen(&b, UP6), "fd88::3", "no longer masqueraded");
+    assert_eq!(peer_seen(&b, UP4), NODE4, "the other family still is");
+
+    // DEL after the runtime removed the namespace: the owner is enough.
+    let a_path = a.path();
+    drop(a);
+    assert!(!a_path.exists());
+    let out = call_in(
+        &site.node.ns,
+        &bin("bridge"),
+        &site.path.path().display().to_string(),
+        "DEL",
+        Some(a_path.clone()),
+        "ctr-a",
+        &conf,
+        &[],
+    );
+    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    assert_eq!(masqueraded(&site.node.ns, backend), ["10.88.0.3 ctr-b"]);
+    nothing_for(&site.node.ns, &["ctr-a"]);
+    // DEL with an empty CNI_NETNS (the Go plugin leaks the rules there).
+    site.del(None, "ctr-b", &conf);
+    assert_eq!(masqueraded(&site.node.ns, backend), Vec::<String>::new());
+    nothing_for(&site.node.ns, &["ctr-a", "ctr-b"]);
+    assert_eq!(peer_seen(&b, UP4), "10.88.0.3");
+    // Repeated DELs succeed.
+    site.del(Some(&b), "ctr-b", &conf);
+    site.del(Some(&b), "ctr-b", &conf);
+    site.del(None, "ctr-a", &conf);
+    assert!(b.link("eth0").is_none());
+    assert_eq!(site.leases(&net), Vec::<String>::new());
+    if backend == "iptables" {
+        let saved = nat_saves(&site.node.ns);
+        assert!(!saved.contains("CNI-"), "{saved}");
+    }
+}
+
+#[test]
+fn ipmasq_nftables_masquerades_only_outside_the_subnet_until_del() {
+    if !require_root("ipmasq_nftables_masquerades_only_outside_the_subnet_until_del") {
+        return;
+    }
+    masquerade_to_upstream("nftables");
+}
+
+#[test]
+fn ipmasq_iptables_masquerades_only_outside_the_subnet_until_del() {
+    if !require_root("ipmasq_iptables_masquerades_only_outside_the_subnet_until_del") {
+        return;
+    }
+    masquerade_to_upstream("iptables");
+}
+
+#[test]
+fn ipmasq_gc_removes_containers_not_in_the_valid_set() {
+    if !require_root("ipmasq_gc_removes_containers_not_in_the_valid_set") {
+        return;
+    }
+    for backend in ["nftables", "iptables"] {
+        let site = Site::new(&format!("mgc-{}", &backend[..3]));
+        let _up = Listener::start(&site.up);
+        let conf = site.conf("mgc", json!({"ipMasq": true, "ipMasqBackend": backend}));
+        // Another network's container, on another bridge and subnet.
+        let mut other = site.conf(
+            "mgc-other",
+            json!({"ipMasq": true, "ipMasqBackend": backend,
+                                                       "bridge": "cni1"}),
+        );
+        other["ipam"]["ranges"] = json!([[{"subnet": "10.88.1.0/24"}]]);
+        let (a, b, o) = (
+            Netns::new("pod-mgc-a"),
+            Netns::new("pod-mgc-b"),
+            Netns::new("pod-mgc-o"),
+        );
+        site.add(&a, "ctr-a", &conf);
+        site.add(&b, "ctr-b", &conf);
+        site.add(&o, "ctr-o", &other);
+        assert_eq!(peer_seen(&b, UP4), NODE4, "{backend}");
+
+        site.gc(&conf, &["ctr-a"]);
+        assert_eq!(
+            masqueraded(&site.node.ns, backend),
+            ["10.88.0.2 ctr-a", "10.88.1.2 ctr-o", "fd88::2 ctr-a"],
+            "{backend}"
+        );
+        assert_eq!(peer_seen(&a, UP4), NODE4, "{backend}: valid, kept");
+        assert_eq!(peer_seen(&a, UP6), NODE6, "{backend}: valid, kept");
+        assert_eq!(peer_seen(&b, UP4), "10.88.0.3", "{backend}: collected");
+        assert_eq!(peer_seen(&b, UP6), "fd88::3", "{backend}: collected");
+        assert_eq!(peer_seen(&o, UP4), NODE4, "{backend}: other network kept");
+        // GC went on to IPAM with the same valid set.
+        assert_eq!(site.leases("mgc"), ["10.88.0.2", "fd88::2"], "{backend}");
+        assert_eq!(site.leases("mgc-other"), ["10.88.1.2"], "{backend}");
+
+        // An empty valid set collects the rest of the network.
+        site.gc(&conf, &[]);
+        assert_eq!(
+            masqueraded(&site.node.ns, backend),
+            ["10.88.1.2 ctr-o"],
+            "{backend}"
+        );
+        assert_eq!(peer_seen(&a, UP4), "10.88.0.2", "{backend}");
+    }
+}
+
+/// The `iptables-save -t nat` of both families and the `bridge nat` table,
+/// with the host veth name and the pod MAC (random) replaced.
+fn firewall_shape(node: &Netns, pod: &Netns) -> String {
+    let mut veths = links_of_kind(node, "veth");
+    veths.retain(|v| v != "up0");
+    assert_eq!(veths.len(), 1, "{veths:?}");
+    let mac = pod.link("eth0").unwrap()["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let table = run_ok(node.command("nft").args(["list", "table", "bridge", "nat"]));
+    format!(
+        "{}{}",
+        nat_saves(node),
+        String::from_utf8_lossy(&table.stdout)
+    )
+    .replace(&veths[0], "<veth>")
+    .replace(&mac, "<mac>")
+}
+
+#[test]
+fn same_rules_as_the_go_reference_and_each_deletes_the_others() {
+    if !require_root("same_rules_as_the_go_reference_and_each_deletes_the_others") {
+        return;
+    }
+    let (Some(go_bridge), Some(_)) = (go_plugin("bridge"), go_plugin("host-local")) else {
+        return;
+    };
+    let ours = Site::new("mgo-ours");
+    let go = Site::new("mgo-go");
+    let (pod_ours, pod_go) = (Netns::new("pod-mgo-ours"), Netns::new("pod-mgo-go"));
+    let conf_for = |site: &Site| {
+        let mut c = site.conf(
+            "cmp",
+            json!({"ipMasq": true, "ipMasqBackend": "iptables", "macspoofchk": true,
+                   "isGateway": true}),
+        );
+        // The Go 1.1.1 reference speaks up to 1.0.0.
+        c["cniVersion"] = json!("1.0.0");
+        c
+    };
+    let (conf_ours, conf_go) = (conf_for(&ours), conf_for(&go));
+    // The same container ID on both nodes, so the hashed names match.
+    let cid = "ctr-same";
+    let go_call = |cmd: &str, node: &Site, pod: &Netns, conf: &Value| {
+        call_in(
+            &node.node.ns,
+            &go_bridge,
+            GO_PLUGIN_DIR,
+            cmd,
+            Some(pod.path()),
+            cid,
+            conf,
+            &[],
+        )
+    };
+    let out = go_call("ADD", &go, &pod_go, &conf_go);
+    assert_eq!(out.exit_code, 0, "Go ADD: {out:?}");
+    ours.add(&pod_ours, cid, &conf_ours);
+
+    let shape = firewall_shape(&ours.node.ns, &pod_ours);
+    assert_eq!(shape, firewall_shape(&go.node.ns, &pod_go));
+    // And what the shape is, so the comparison cannot pass on two empty sides.
+    let chain = format!("CNI-{}", &sha512_hex(&format!("cmp{cid}"))[..24]);
+    let c = "\"name: \\\"cmp\\\" id: \\\"ctr-same\\\"\"";
+    for want in [
+        format!("-A POSTROUTING -s 10.88.0.2/32 -m comment --comment {c} -j {chain}"),
+        format!("-A {chain} -d 10.88.0.0/24 -m comment --comment {c} -j ACCEPT"),
+        format!("-A {chain} ! -d 224.0.0.0/4 -m comment --comment {c} -j MASQUERADE"),
+        format!("-A POSTROUTING -s fd88::2/128 -m comment --comment {c} -j {chain}"),
+        format!("-A {chain} -d fd88::/64 -m comment --comment {c} -j ACCEPT"),
+        format!("-A {chain} ! -d ff00::/8 -m comment --comment {c} -j MASQUERADE"),
+        "iifname \"<veth>\" jump cni-br-iface-ctr-same-eth0 comment \"macspoofchk-ctr-same-eth0\""
+            .to_string(),
+        "ether saddr <mac> return comment \"macspoofchk-ctr-same-eth0\"".to_string(),
+    ] {
+        assert!(shape.contains(&want), "{want}\nnot in\n{shape}");
+    }
+    let _up = Listener::start(&ours.up);
+    let _up_go = Listener::start(&go.up);
+    assert_eq!(peer_seen(&pod_ours, UP4), NODE4);
+    assert_eq!(peer_seen(&pod_go, UP4), NODE4);
+    assert_eq!(peer_seen(&pod_ours, UP6), NODE6);
+    assert_eq!(peer_seen(&pod_go, UP6), NODE6);
+
+    // Our DEL on the Go node, with the namespace gone first, removes the
+    // Go plugin's rules (the Go DEL itself would leak them here).
+    let go_pod_path = pod_go.path();
+    drop(pod_go);
+    let out = call_in(
+        &go.node.ns,
+        &bin("bridge"),
+        &go.path.path().display().to_string(),
+        "DEL",
+        Some(go_pod_path),
+        cid,
+        &conf_go,
+        &[],
+    );
+    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    // The Go DEL on our node removes ours.
+    let out = go_call("DEL", &ours, &pod_ours, &conf_ours);
+    assert_eq!(
+        (out.exit_code, out.stdout.as_str()),
+        (0, ""),
+        "Go DEL: {out:?}"
+    );
+    for site in [&ours, &go] {
+        let saved = nat_saves(&site.node.ns);
+        assert!(!saved.contains("CNI-") && !saved.contains("-A "), "{saved}");
+        assert_eq!(spoofchecked(&site.node.ns), Vec::<String>::new());
+        let table = nft_ruleset(&site.node.ns);
+        assert!(!table.contains("cni-br-iface"), "{table}");
+        assert_eq!(site.leases("cmp"), Vec::<String>::new());
+    }
+    assert!(pod_ours.link("eth0").is_none());
+}
+
+fn sha512_hex(s: &str) -> String {
+    let out = {
+        use std::io::Write;
+        let mut child = std::process::Command::new("sha512sum")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("sha512sum");
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+// ---- macspoofchk ----------------------------------------------------------
+
+fn set_mac(pod: &Netns, node: &Netns, mac: &str) {
+    pod.ip(&["link", "set", "eth0", "address", mac]);
+    // Forget the old neighbours both ways, so ARP runs with the new MAC.
+    pod.ip(&["neigh", "flush", "dev", "eth0"]);
+    node.ip(&["neigh", "flush", "dev", "cni0"]);
+}
+
+fn mac_of(pod: &Netns) -> String {
+    pod.link("eth0").unwrap()["address"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn macspoofchk_drops_spoofed_frames_and_del_and_gc_remove_it() {
+    if !require_root("macspoofchk_drops_spoofed_frames_and_del_and_gc_remove_it") {
+        return;
+    }
+    let site = Site::new("spoof");
+    let node = &site.node.ns;
+    let conf = site.conf("spoof", json!({"macspoofchk": true, "isGateway": true}));
+    let (a, b, c) = (
+        Netns::new("pod-spoof-a"),
+        Netns::new("pod-spoof-b"),
+        Netns::new("pod-spoof-c"),
+    );
+    let ra = site.add(&a, "ctr-s", &conf);
+    site.add(&b, "ctr-b", &conf);
+    site.add(&c, "ctr-c", &conf);
+    // Another network's container, a port of another bridge.
+    let mut other = site.conf(
+        "spoof-other",
+        json!({"macspoofchk": true, "bridge": "cni1"}),
+    );
+    other["ipam"]["ranges"] = json!([[{"subnet": "10.88.1.0/24"}]]);
+    let o = Netns::new("pod-spoof-o");
+    site.add(&o, "ctr-o", &other);
+
+    let mac_a = mac_of(&a);
+    assert_eq!(ra["interfaces"][2]["mac"], json!(mac_a));
+    let veth_a = ra["interfaces"][1]["name"].as_str().unwrap();
+    assert_spoofcheck_rules(node, veth_a, "ctr-s", &mac_a);
+    assert_eq!(
+        spoofchecked(node),
+        ["ctr-b-eth0", "ctr-c-eth0", "ctr-o-eth0", "ctr-s-eth0"]
+    );
+
+    // The container's own MAC passes; a spoofed one is dropped; back again.
+    assert!(ping_ok(&a, "10.88.0.1"));
+    set_mac(&a, node, "02:00:00:00:00:99");
+    assert!(
+        !ping_ok(&a, "10.88.0.1"),
+        "spoofed source MAC must be dropped"
+    );
+    set_mac(&a, node, &mac_a);
+    assert!(ping_ok(&a, "10.88.0.1"));
+    let mac_b = mac_of(&b);
+    set_mac(&b, node, "02:00:00:00:00:98");
+    assert!(!ping_ok(&b, "10.88.0.1"));
+
+    // Pod c's namespace goes without a DEL: its port is gone with it.
+    drop(c);
+    wait_for("pod c's host veth to go", || {
+        links_of_kind(node, "veth").len() == 4 // up0, a, b, o
+    });
+
+    // GC of network "spoof" with only ctr-s valid: b's (a port of cni0) and
+    // c's (port gone) checks go; ctr-s (valid) and ctr-o (another bridge's
+    // port) stay.
+    site.gc(&conf, &["ctr-s"]);
+    assert_eq!(spoofchecked(node), ["ctr-o-eth0", "ctr-s-eth0"]);
+    assert_spoofcheck_rules(node, veth_a, "ctr-s", &mac_a);
+    assert!(
+        ping_ok(&b, "10.88.0.1"),
+        "b's check is gone: spoofed MAC passes"
+    );
+    set_mac(&a, node, "02:00:00:00:00:97");
+    assert!(!ping_ok(&a, "10.88.0.1"), "a is still checked");
+    set_mac(&b, node, &mac_b);
+    assert_eq!(site.leases("spoof"), ["10.88.0.2", "fd88::2"]);
+    assert_eq!(site.leases("spoof-other"), ["10.88.1.2"]);
+
+    // DEL after the namespace is gone, and again.
+    let a_path = a.path();
+    drop(a);
+    for _ in 0..2 {
+        let out = call_in(
+            node,
+            &bin("bridge"),
+            &site.path.path().display().to_string(),
+            "DEL",
+            Some(a_path.clone()),
+            "ctr-s",
+            &conf,
+            &[],
+        );
+        assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    }
+    assert_eq!(spoofchecked(node), ["ctr-o-eth0"]);
+    assert!(!nft_ruleset(node).contains("cni-br-iface-ctr-s"));
+    // DEL with an empty CNI_NETNS removes it too.
+    site.del(None, "ctr-o", &other);
+    assert_eq!(spoofchecked(node), Vec::<String>::new());
+    assert!(!nft_ruleset(node).contains("cni-br-iface-"));
+}
+
+// ---- failures ---------------------------------------------------------------
+
+#[test]
+fn a_failure_after_the_masquerade_leaves_no_rules() {
+    if !require_root("a_failure_after_the_masquerade_leaves_no_rules") {
+        return;
+    }
+    for backend in ["nftables", "iptables"] {
+        let site = Site::new(&format!("mfail-{}", &backend[..3]));
+        // host-local behind a wrapper that, during ADD, takes the new port of
+        // cni0 down: the ADD then fails waiting for the port, after the
+        // spoof check and the masquerade were set up.
+        let hl = site.path.path().join("host-local");
+        site.script(
+            "downing-ipam",
+            &format!(
+                "out=$({hl}) || {{ printf '%s' \"$out\"; exit 1; }}\n\
+                 if [ \"$CNI_COMMAND\" = ADD ]; then\n\
+                 for v in $(ip -o link show master cni0 | sed -n 's/^[0-9]*: \\([^@:]*\\).*/\\1/p'); do\n\
+                 ip link set \"$v\" down\n\
+                 done\n\
+                 fi\n\
+                 printf '%s' \"$out\"",
+                hl = hl.display()
+            ),
+        );
+        let mut conf = site.conf(
+            "mfail",
+            json!({"ipMasq": true, "ipMasqBackend": backend, "macspoofchk": true}),
+        );
+        conf["ipam"]["type"] = json!("downing-ipam");
+        // A working container beside it, whose rules must stay.
+        let mut plain = conf.clone();
+        plain["ipam"]["type"] = json!("host-local");
+        let keep = Netns::new("pod-mfail-keep");
+        site.add(&keep, "ctr-keep", &plain);
+
+        let pod = Netns::new("pod-mfail");
+        let out = site.call("ADD", Some(&pod), "ctr-f", &conf);
+        out.assert_error(100, "in error state");
+        assert!(pod.link("eth0").is_none(), "{backend}");
+        assert_eq!(
+            links_of_kind(&site.node.ns, "veth").len(),
+            2,
+            "up0 and keep's"
+        );
+        assert_eq!(site.leases("mfail"), ["10.88.0.2", "fd88::2"], "{backend}");
+        nothing_for(&site.node.ns, &["ctr-f"]);
+        assert_eq!(
+            masqueraded(&site.node.ns, backend),
+            ["10.88.0.2 ctr-keep", "fd88::2 ctr-keep"],
+            "{backend}"
+        );
+        assert_eq!(spoofchecked(&site.node.ns), ["ctr-keep-eth0"], "{backend}");
+    }
+}
+
+#[test]
+fn a_crash_after_the_firewall_steps_is_cleaned_up_by_del() {
+    if !require_root("a_crash_after_the_firewall_steps_is_cleaned_up_by_del") {
+        return;
+    }
+    let site = Site::new("mcrash");
+    // No ipMasqBackend: this kernel has nf_tables, so nftables is chosen.
+    let conf = site.conf("mcrash", json!({"ipMasq": true, "macspoofchk": true}));
+    for (point, masq) in [("spoofchk", false), ("masq", true)] {
+        let pod = Netns::new(&format!("pod-mcrash-{point}"));
+        let fault = format!("bridge/{point}");
+        let out = site.call_env(
+            "ADD",
+            Some(&pod),
+            "ctr-c",
+            &conf,
+            &[("CNI_FAULT_POINT", &fault)],
+        );
+        assert_eq!(
+            (out.exit_code, out.stdout.as_str()),
+            (-1, ""),
+            "{fault}: {out:?}"
+        );
+        assert_eq!(spoofchecked(&site.node.ns), ["ctr-c-eth0"], "{fault}");
+        let want: &[&str] = if masq {
+            &["10.88.0.2 ctr-c", "fd88::2 ctr-c"]
+        } else {
+            &[]
+        };
+        assert_eq!(masqueraded(&site.node.ns, "nftables"), want, "{fault}");
+        site.del(Some(&pod), "ctr-c", &conf);
+        nothing_for(&site.node.ns, &["ctr-c"]);
+        assert_eq!(spoofchecked(&site.node.ns), Vec::<String>::new(), "{fault}");
+        assert_eq!(links_of_kind(&site.node.ns, "veth"), ["up0"], "{fault}");
+        assert_eq!(site.leases("mcrash"), Vec::<String>::new(), "{fault}");
+    }
+}
