@@ -17,6 +17,7 @@
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
 
 pub mod conntrack;
+pub mod firewall;
 pub mod iptables;
 pub mod masq;
 pub mod nfnetlink;

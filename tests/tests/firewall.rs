@@ -1,0 +1,1394 @@
+//! firewall: the rules on both backends, real traffic through a node whose
+//! FORWARD policy is DROP, same-bridge isolation, DEL/CHECK/GC by
+//! container ID, validation, crashes around the commits, and the Go
+//! reference plugin side by side (the same iptables rules; either side's
+//! DEL removes the other's).
+//!
+//! Topology of a traffic test: a node namespace with veth pairs to pods
+//! (10.<i>.0.2, fd00:<i>::2; the node ends `v<i>` are x.x.0.1 and forward)
+//! and an upstream namespace (index 9). Every namespace runs a Python
+//! listener answering each TCP connection with "<name> <peer address>".
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+use tests::*;
+
+const SERVER: &str = r#"
+import socket, sys
+name, port = sys.argv[1], int(sys.argv[2])
+t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+t.bind(('::', port))
+t.listen(64)
+print('ready', flush=True)
+while True:
+    c, a = t.accept()
+    p = a[0][7:] if a[0].startswith('::ffff:') else a[0]
+    c.sendall(('%s %s\n' % (name, p)).encode())
+    c.close()
+"#;
+
+/// Connects and prints the answer; exits non-zero after 2 s without one.
+const CLIENT: &str = r#"
+import socket, sys
+host, port = sys.argv[1], int(sys.argv[2])
+s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+s.settimeout(2)
+s.connect((host, port))
+print(s.recv(100).decode().strip())
+"#;
+
+const PORT: u16 = 7070;
+
+/// A listener process, killed on drop.
+struct Server(Child);
+
+impl Server {
+    fn start(ns: &Netns, name: &str) -> Server {
+        let mut child = ns
+            .command("python3")
+            .args(["-c", SERVER, name, &PORT.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start python3 listener");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
+        let server = Server(child);
+        assert_eq!(
+            line.trim(),
+            "ready",
+            "listener in {} did not start",
+            ns.name()
+        );
+        server
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The answer to one TCP connection from `ns`, or `None`.
+fn connect(ns: &Netns, host: &str) -> Option<String> {
+    let out = ns
+        .command("python3")
+        .args(["-c", CLIENT, host, &PORT.to_string()])
+        .stderr(Stdio::null())
+        .output()
+        .expect("run python3 client");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// A namespace joined to the node by `v<idx>` / `eth0`.
+struct Peer {
+    ns: Netns,
+    idx: u8,
+}
+
+impl Peer {
+    fn attach(node: &Netns, tag: &str, idx: u8) -> Peer {
+        let ns = Netns::new(tag);
+        let nif = format!("v{idx}");
+        node.ip(&[
+            "link",
+            "add",
+            &nif,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            ns.name(),
+        ]);
+        node.ip(&["addr", "add", &format!("10.{idx}.0.1/24"), "dev", &nif]);
+        node.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd00:{idx}::1/64"),
+            "dev",
+            &nif,
+            "nodad",
+        ]);
+        node.ip(&["link", "set", &nif, "up"]);
+        ns.ip(&["addr", "add", &format!("10.{idx}.0.2/24"), "dev", "eth0"]);
+        ns.ip(&[
+            "-6",
+            "addr",
+            "add",
+            &format!("fd00:{idx}::2/64"),
+            "dev",
+            "eth0",
+            "nodad",
+        ]);
+        ns.ip(&["link", "set", "eth0", "up"]);
+        ns.ip(&["link", "set", "lo", "up"]);
+        ns.ip(&["route", "add", "default", "via", &format!("10.{idx}.0.1")]);
+        ns.ip(&[
+            "-6",
+            "route",
+            "add",
+            "default",
+            "via",
+            &format!("fd00:{idx}::1"),
+        ]);
+        Peer { ns, idx }
+    }
+
+    fn v4(&self) -> String {
+        format!("10.{}.0.2", self.idx)
+    }
+
+    fn v6(&self) -> String {
+        format!("fd00:{}::2", self.idx)
+    }
+
+    /// The result of a bridge-like plugin for this pod: `v<idx>` plays the
+    /// bridge (listed first, as the bridge plugin does), then eth0.
+    fn prev_result(&self) -> Value {
+        json!({
+            "cniVersion": "1.0.0",
+            "interfaces": [
+                {"name": format!("v{}", self.idx)},
+                {"name": "eth0", "sandbox": self.ns.path()}
+            ],
+            "ips": [
+                {"address": format!("{}/24", self.v4()), "interface": 1},
+                {"address": format!("{}/64", self.v6()), "interface": 1}
+            ]
+        })
+    }
+
+    fn netns(&self) -> String {
+        self.ns.path().to_str().expect("utf8").to_string()
+    }
+}
+
+/// A node namespace that forwards, with loopback up.
+fn node(tag: &str) -> Netns {
+    let node = Netns::new(&format!("node-{tag}"));
+    node.ip(&["link", "set", "lo", "up"]);
+    run_ok(node.command("sh").args([
+        "-c",
+        "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
+    ]));
+    node
+}
+
+/// The FORWARD policy DROP of a podman/firewalld host, in `node`.
+fn forward_policy_drop(node: &Netns) {
+    run_ok(node.command("iptables").args(["-P", "FORWARD", "DROP"]));
+    run_ok(node.command("ip6tables").args(["-P", "FORWARD", "DROP"]));
+}
+
+/// A firewall config for network `net` with `extra` keys.
+fn conf(net: &str, extra: Value, prev: Option<&Value>) -> String {
+    let mut c = json!({"cniVersion": "1.0.0", "name": net, "type": "firewall"});
+    if let Some(p) = prev {
+        c["prevResult"] = p.clone();
+    }
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        c[k] = v.clone();
+    }
+    c.to_string()
+}
+
+fn ours() -> PathBuf {
+    bin("firewall")
+}
+
+/// Calls a firewall plugin (ours or Go's) in the node namespace.
+fn call(
+    plugin: &std::path::Path,
+    node: &Netns,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    stdin: &str,
+) -> PluginOutput {
+    call_plugin(
+        Some(node),
+        plugin,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        stdin,
+    )
+}
+
+fn ok(out: &PluginOutput) {
+    assert_eq!(out.exit_code, 0, "{out:?}");
+}
+
+fn gc(node: &Netns, net: &str, extra: Value, valid: &[&str]) -> PluginOutput {
+    let valid: Vec<Value> = valid
+        .iter()
+        .map(|c| json!({"containerID": c, "ifname": "eth0"}))
+        .collect();
+    let mut c = json!({"cniVersion": "1.1.0", "name": net, "type": "firewall",
+                       "cni.dev/valid-attachments": valid});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        c[k] = v.clone();
+    }
+    call_plugin(
+        Some(node),
+        &ours(),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+        &c.to_string(),
+    )
+}
+
+/// `iptables-save -t filter` (or ip6tables) without the `#` lines.
+fn filter_table(node: &Netns, v6: bool) -> String {
+    let cmd = if v6 {
+        "ip6tables-save"
+    } else {
+        "iptables-save"
+    };
+    let out = run_ok(node.command(cmd).args(["-t", "filter"]));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The rule lines (`-A ...`) of the filter table.
+fn rules(node: &Netns, v6: bool) -> Vec<String> {
+    filter_table(node, v6)
+        .lines()
+        .filter(|l| l.starts_with("-A "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `nft list table inet cni_rs_firewall` (empty when there is none).
+fn nft_table(node: &Netns) -> String {
+    let out = node
+        .command("nft")
+        .args(["list", "table", "inet", "cni_rs_firewall"])
+        .output()
+        .expect("nft");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The elements of set `allowed4`/`allowed6`, sorted, whitespace-normalised.
+fn elements(node: &Netns, set: &str) -> Vec<String> {
+    let out = node
+        .command("nft")
+        .args(["-j", "list", "set", "inet", "cni_rs_firewall", set])
+        .output()
+        .expect("nft");
+    if !out.status.success() {
+        return Vec::new();
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).expect("nft -j");
+    let mut items: Vec<String> = v["nftables"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["set"]["elem"].as_array().cloned())
+        .flatten()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["elem"]["val"].as_str().unwrap_or_default(),
+                e["elem"]["comment"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    items.sort();
+    items
+}
+
+/// The accept rules of the Go plugin for one address.
+fn accept_rules(addr: &str, v6: bool) -> [String; 2] {
+    let len = if v6 { 128 } else { 32 };
+    [
+        format!(
+            "-A CNI-FORWARD -d {addr}/{len} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+        ),
+        format!("-A CNI-FORWARD -s {addr}/{len} -j ACCEPT"),
+    ]
+}
+
+fn owner_rule(addr: &str, v6: bool, net: &str, cid: &str) -> String {
+    let len = if v6 { 128 } else { 32 };
+    format!(
+        "-A CNI-FORWARD-OWNERS -s {addr}/{len} -m comment --comment \"name: \\\"{net}\\\" id: \\\"{cid}\\\"\""
+    )
+}
+
+fn no_address_left(node: &Netns, a: &Peer) {
+    let v4 = filter_table(node, false);
+    assert!(!v4.contains(&a.v4()), "{v4}");
+    let v6 = filter_table(node, true);
+    assert!(!v6.contains(&a.v6()), "{v6}");
+    assert_eq!(elements(node, "allowed4"), Vec::<String>::new());
+    assert_eq!(elements(node, "allowed6"), Vec::<String>::new());
+}
+
+// ---- traffic ------------------------------------------------------------------
+
+#[test]
+fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
+    if !require_root("firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added") {
+        return;
+    }
+    let node = node("fwdrop");
+    let a = Peer::attach(&node, "fwd-a", 1);
+    let up = Peer::attach(&node, "fwd-up", 9);
+    let _sa = Server::start(&a.ns, "podA");
+    let _su = Server::start(&up.ns, "up");
+    forward_policy_drop(&node);
+    let prev = a.prev_result();
+    let from_a = format!("up {}", a.v4());
+    let from_a6 = format!("up {}", a.v6());
+    assert_eq!(connect(&a.ns, &up.v4()), None, "FORWARD drops");
+    assert_eq!(connect(&a.ns, &up.v6()), None, "FORWARD drops");
+
+    // The default backend ("" and absent alike) is iptables.
+    let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
+    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
+    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    // Only the pod's own connections and their replies: new connections
+    // into the pod still meet the node's policy.
+    assert_eq!(connect(&up.ns, &a.v4()), None);
+    assert_eq!(connect(&up.ns, &a.v6()), None);
+    ok(&call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
+
+    // DEL without the namespace and without prevResult.
+    let bare = conf("fwnet", json!({}), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_eq!(connect(&a.ns, &up.v4()), None);
+    assert_eq!(connect(&a.ns, &up.v6()), None);
+    no_address_left(&node, &a);
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+
+    // The nftables backend cannot open the iptables DROP policy: an accept
+    // ends only its own table's chain. This is why "" means iptables.
+    let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
+    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
+    assert_eq!(
+        elements(&node, "allowed4"),
+        vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
+    );
+    assert_eq!(connect(&a.ns, &up.v4()), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+}
+
+/// Two pods on two "bridges" (`v1`, `v2`, listed first in their results)
+/// and an upstream: with same-bridge, traffic from one isolated bridge to
+/// the other is dropped both ways, everything else passes.
+fn same_bridge_isolation(backend: &str) {
+    let node = node(&format!("fwiso-{backend}"));
+    let a = Peer::attach(&node, "fwi-a", 1);
+    let b = Peer::attach(&node, "fwi-b", 2);
+    let up = Peer::attach(&node, "fwi-up", 9);
+    let _sa = Server::start(&a.ns, "podA");
+    let _sb = Server::start(&b.ns, "podB");
+    let _su = Server::start(&up.ns, "up");
+    let ab = format!("podB {}", a.v4());
+    assert_eq!(connect(&a.ns, &b.v4()).as_deref(), Some(ab.as_str()));
+    let extra = json!({"backend": backend, "ingressPolicy": "same-bridge"});
+    for (p, cid) in [(&a, "ctr-a"), (&b, "ctr-b")] {
+        let c = conf("fwiso", extra.clone(), Some(&p.prev_result()));
+        ok(&call(&ours(), &node, "ADD", cid, &p.netns(), &c));
+        ok(&call(&ours(), &node, "CHECK", cid, &p.netns(), &c));
+    }
+    assert_eq!(connect(&a.ns, &b.v4()), None, "{backend}: a -> b");
+    assert_eq!(connect(&b.ns, &a.v4()), None, "{backend}: b -> a");
+    assert_eq!(connect(&a.ns, &b.v6()), None, "{backend}: a -> b v6");
+    let a_up = format!("up {}", a.v4());
+    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(a_up.as_str()));
+    let up_a = format!("podA {}", up.v4());
+    assert_eq!(connect(&up.ns, &a.v4()).as_deref(), Some(up_a.as_str()));
+    // Isolation is per bridge and stays after the containers' DEL, as in Go.
+    for cid in ["ctr-a", "ctr-b"] {
+        ok(&call(
+            &ours(),
+            &node,
+            "DEL",
+            cid,
+            "",
+            &conf("fwiso", json!({}), None),
+        ));
+    }
+    assert_eq!(connect(&a.ns, &b.v4()), None, "{backend}: still isolated");
+    no_address_left(&node, &a);
+    no_address_left(&node, &b);
+}
+
+#[test]
+fn firewall_iptables_same_bridge_drops_traffic_between_bridges() {
+    if !require_root("firewall_iptables_same_bridge_drops_traffic_between_bridges") {
+        return;
+    }
+    same_bridge_isolation("iptables");
+}
+
+#[test]
+fn firewall_nft_same_bridge_drops_traffic_between_bridges() {
+    if !require_root("firewall_nft_same_bridge_drops_traffic_between_bridges") {
+        return;
+    }
+    same_bridge_isolation("nftables");
+}
+
+// ---- rules, DEL, CHECK, GC --------------------------------------------------------
+
+#[test]
+fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
+    if !require_root("firewall_iptables_writes_exactly_the_go_plugins_rules") {
+        return;
+    }
+    let Some(go) = go_plugin("firewall") else {
+        return;
+    };
+    let go_node = node("fwgo-rules");
+    let our_node = node("fwrs-rules");
+    let pod = Netns::new("fwr-pod");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "cni-podman0"}, {"name": "veth0"},
+                       {"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.88.0.2/16", "interface": 2},
+                {"address": "fd00:88::2/64", "interface": 2}]
+    });
+    let c = conf(
+        "podman",
+        json!({"backend": "iptables", "ingressPolicy": "same-bridge",
+               "iptablesAdminChainName": "MY-ADMIN"}),
+        Some(&prev),
+    );
+    ok(&call(&go, &go_node, "ADD", "ctr1", &netns, &c));
+    ok(&call(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
+    for (v6, addr) in [(false, "10.88.0.2"), (true, "fd00:88::2")] {
+        let theirs = filter_table(&go_node, v6);
+        let mine: String = filter_table(&our_node, v6)
+            .lines()
+            .filter(|l| !l.contains("CNI-FORWARD-OWNERS"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            mine, theirs,
+            "v6={v6}: our table (owner records aside) vs Go's"
+        );
+        let [est, src] = accept_rules(addr, v6);
+        assert!(theirs.contains(&est) && theirs.contains(&src), "{theirs}");
+        assert!(
+            theirs.contains("-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j MY-ADMIN"),
+            "{theirs}"
+        );
+        // Our only addition: the owner record of the address.
+        assert!(
+            rules(&our_node, v6).contains(&owner_rule(addr, v6, "podman", "ctr1")),
+            "{:?}",
+            rules(&our_node, v6)
+        );
+    }
+    // A second ADD (ours) changes nothing: every rule once.
+    ok(&call(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
+    let again = rules(&our_node, false);
+    let mut dedup = again.clone();
+    dedup.sort();
+    dedup.dedup();
+    assert_eq!(again.len(), dedup.len(), "{again:?}");
+    // Each side's CHECK accepts the other's rules.
+    ok(&call(&go, &our_node, "CHECK", "ctr1", &netns, &c));
+    ok(&call(&ours(), &go_node, "CHECK", "ctr1", &netns, &c));
+}
+
+#[test]
+fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
+    if !require_root("firewall_iptables_del_removes_the_go_plugins_rules_and_back") {
+        return;
+    }
+    let Some(go) = go_plugin("firewall") else {
+        return;
+    };
+    let node = node("fwipt-interop");
+    let a = Peer::attach(&node, "fwii-a", 1);
+    let prev = a.prev_result();
+    let c = conf("fwnet", json!({"backend": "iptables"}), Some(&prev));
+    let all_accepts = |node: &Netns| -> Vec<String> {
+        [false, true]
+            .into_iter()
+            .flat_map(|v6| rules(node, v6))
+            .filter(|r| r.starts_with("-A CNI-FORWARD ") && r.ends_with("-j ACCEPT"))
+            .collect()
+    };
+    // Go ADD, our DEL with the runtime's prevResult (Go writes no owner
+    // record, so the addresses come from the result).
+    ok(&call(&go, &node, "ADD", "ctr-go", &a.netns(), &c));
+    assert_eq!(all_accepts(&node).len(), 4);
+    ok(&call(&ours(), &node, "DEL", "ctr-go", "", &c));
+    assert_eq!(all_accepts(&node), Vec::<String>::new());
+
+    // Our ADD, Go's DEL: the accept rules go; our owner records stay
+    // (matching nothing), and our GC or DEL removes them.
+    ok(&call(&ours(), &node, "ADD", "ctr-rs", &a.netns(), &c));
+    assert_eq!(all_accepts(&node).len(), 4);
+    ok(&call(&go, &node, "DEL", "ctr-rs", &a.netns(), &c));
+    assert_eq!(all_accepts(&node), Vec::<String>::new());
+    assert!(rules(&node, false).contains(&owner_rule(&a.v4(), false, "fwnet", "ctr-rs")));
+    ok(&gc(&node, "fwnet", json!({"backend": "iptables"}), &[]));
+    for v6 in [false, true] {
+        let r = rules(&node, v6);
+        assert!(!r.iter().any(|l| l.contains("CNI-FORWARD-OWNERS")), "{r:?}");
+    }
+
+    // Our ADD, our DEL (default backend) without prevResult and namespace:
+    // found by the owner records.
+    ok(&call(&ours(), &node, "ADD", "ctr-rs2", &a.netns(), &c));
+    ok(&call(
+        &ours(),
+        &node,
+        "DEL",
+        "ctr-rs2",
+        "",
+        &conf("fwnet", json!({}), None),
+    ));
+    assert_eq!(all_accepts(&node), Vec::<String>::new());
+    no_address_left(&node, &a);
+
+    // A DEL configured for nftables still removes iptables rules the ADD
+    // wrote (visible through nf_tables, so only then are processes run).
+    ok(&call(&ours(), &node, "ADD", "ctr-rs3", &a.netns(), &c));
+    let nft_bare = conf("fwnet", json!({"backend": "nftables"}), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-rs3", "", &nft_bare));
+    no_address_left(&node, &a);
+    // And the shared chains stay, as the Go plugin leaves them.
+    let table = filter_table(&node, false);
+    assert!(
+        table.contains(
+            "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD"
+        ),
+        "{table}"
+    );
+}
+
+#[test]
+fn firewall_nft_lists_its_table_and_del_finds_the_container_by_id() {
+    if !require_root("firewall_nft_lists_its_table_and_del_finds_the_container_by_id") {
+        return;
+    }
+    let node = node("fwnft");
+    let a = Peer::attach(&node, "fwn-a", 1);
+    let before = filter_table(&node, false);
+    let c = conf(
+        "fwnet",
+        json!({"backend": "nftables"}),
+        Some(&a.prev_result()),
+    );
+    let out = call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c);
+    ok(&out);
+    let table = nft_table(&node);
+    for want in [
+        "chain forward {",
+        "type filter hook forward priority filter; policy accept;",
+        "jump isolation1 comment \"cni-rs firewall skeleton v1\"",
+        "jump admin",
+        "ip daddr @allowed4 ct state established,related accept",
+        "ip saddr @allowed4 accept",
+        "ip6 daddr @allowed6 ct state established,related accept",
+        "ip6 saddr @allowed6 accept",
+        "chain admin {",
+    ] {
+        assert!(table.contains(want), "{want:?} not in\n{table}");
+    }
+    assert_eq!(
+        elements(&node, "allowed4"),
+        vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
+    );
+    assert_eq!(
+        elements(&node, "allowed6"),
+        vec![format!("{} net=fwnet cid=ctr-a", a.v6())]
+    );
+    assert_eq!(filter_table(&node, false), before, "iptables untouched");
+    // An admin rule survives the plugin's ADDs.
+    run_ok(node.command("nft").args([
+        "add",
+        "rule",
+        "inet",
+        "cni_rs_firewall",
+        "admin",
+        "ip",
+        "daddr",
+        "10.1.0.99",
+        "drop",
+    ]));
+    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    assert!(nft_table(&node).contains("ip daddr 10.1.0.99 drop"));
+    // DEL without namespace and prevResult, twice.
+    let bare = conf("fwnet", json!({"backend": "nftables"}), None);
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+    assert_eq!(filter_table(&node, false), before, "iptables untouched");
+    // DEL with prevResult only removes what this container owns.
+    ok(&call(&ours(), &node, "ADD", "ctr-new", &a.netns(), &c));
+    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &c));
+    assert_eq!(
+        elements(&node, "allowed4"),
+        vec![format!("{} net=fwnet cid=ctr-new", a.v4())]
+    );
+}
+
+#[test]
+fn firewall_check_names_what_was_removed_by_hand() {
+    if !require_root("firewall_check_names_what_was_removed_by_hand") {
+        return;
+    }
+    let node = node("fwcheck");
+    let a = Peer::attach(&node, "fwc-a", 1);
+    let prev = a.prev_result();
+    // iptables: delete the pod's source rule by hand.
+    let c = conf(
+        "fwnet",
+        json!({"ingressPolicy": "same-bridge"}),
+        Some(&prev),
+    );
+    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    ok(&call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
+    run_ok(node.command("iptables").args([
+        "-D",
+        "CNI-FORWARD",
+        "-s",
+        "10.1.0.2/32",
+        "-j",
+        "ACCEPT",
+    ]));
+    call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c).assert_error(
+        102,
+        "iptables rule missing: -A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT",
+    );
+    // ADD again repairs it.
+    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    ok(&call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
+    // An isolation rule removed by hand.
+    run_ok(node.command("ip6tables").args([
+        "-D",
+        "CNI-ISOLATION-STAGE-2",
+        "-o",
+        "v1",
+        "-m",
+        "comment",
+        "--comment",
+        "CNI firewall plugin rules (ingressPolicy: same-bridge)",
+        "-j",
+        "DROP",
+    ]));
+    call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c).assert_error(
+        102,
+        "ip6tables rule missing: -A CNI-ISOLATION-STAGE-2 -o v1",
+    );
+
+    // nftables: delete the pod's element by hand.
+    let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
+    ok(&call(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
+    ok(&call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
+    run_ok(node.command("nft").args([
+        "delete",
+        "element",
+        "inet",
+        "cni_rs_firewall",
+        "allowed6",
+        "{ fd00:1::2 }",
+    ]));
+    call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n).assert_error(
+        102,
+        "address fd00:1::2 of net=fwnet cid=ctr-n is not in set inet cni_rs_firewall allowed6",
+    );
+    // A rule of the skeleton removed by hand.
+    ok(&call(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
+    run_ok(
+        node.command("nft")
+            .args(["flush", "chain", "inet", "cni_rs_firewall", "forward"]),
+    );
+    call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n)
+        .assert_error(102, "chain inet cni_rs_firewall forward does not hold");
+    ok(&call(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
+    ok(&call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
+}
+
+fn gc_collects(backend: &str) {
+    let node = node(&format!("fwgc-{backend}"));
+    let a = Peer::attach(&node, "fwg-a", 1);
+    let b = Peer::attach(&node, "fwg-b", 2);
+    let o = Peer::attach(&node, "fwg-o", 3);
+    let extra = json!({"backend": backend});
+    for (p, net, cid) in [
+        (&a, "fwnet", "ctr-a"),
+        (&b, "fwnet", "ctr-b"),
+        (&o, "other", "ctr-o"),
+    ] {
+        let c = conf(net, extra.clone(), Some(&p.prev_result()));
+        ok(&call(&ours(), &node, "ADD", cid, &p.netns(), &c));
+    }
+    ok(&gc(&node, "fwnet", extra.clone(), &["ctr-a"]));
+    let c = |p: &Peer, net: &str| conf(net, extra.clone(), Some(&p.prev_result()));
+    ok(&call(
+        &ours(),
+        &node,
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &c(&a, "fwnet"),
+    ));
+    ok(&call(
+        &ours(),
+        &node,
+        "CHECK",
+        "ctr-o",
+        &o.netns(),
+        &c(&o, "other"),
+    ));
+    call(
+        &ours(),
+        &node,
+        "CHECK",
+        "ctr-b",
+        &b.netns(),
+        &c(&b, "fwnet"),
+    )
+    .assert_error(102, "10.2.0.2");
+    if backend == "nftables" {
+        assert_eq!(
+            elements(&node, "allowed4"),
+            vec![
+                format!("{} net=fwnet cid=ctr-a", a.v4()),
+                format!("{} net=other cid=ctr-o", o.v4())
+            ]
+        );
+    } else {
+        for v6 in [false, true] {
+            let r = rules(&node, v6);
+            assert!(
+                !r.iter()
+                    .any(|l| l.contains(if v6 { "fd00:2::2" } else { "10.2.0.2" })),
+                "{r:?}"
+            );
+        }
+        assert!(rules(&node, false).contains(&owner_rule(&a.v4(), false, "fwnet", "ctr-a")));
+    }
+    // A GC with every container valid removes nothing.
+    let before = (
+        nft_table(&node),
+        filter_table(&node, false),
+        filter_table(&node, true),
+    );
+    ok(&gc(&node, "fwnet", extra, &["ctr-a"]));
+    assert_eq!(
+        before,
+        (
+            nft_table(&node),
+            filter_table(&node, false),
+            filter_table(&node, true)
+        )
+    );
+}
+
+#[test]
+fn firewall_iptables_gc_removes_containers_that_are_not_valid() {
+    if !require_root("firewall_iptables_gc_removes_containers_that_are_not_valid") {
+        return;
+    }
+    gc_collects("iptables");
+}
+
+#[test]
+fn firewall_nft_gc_removes_containers_that_are_not_valid() {
+    if !require_root("firewall_nft_gc_removes_containers_that_are_not_valid") {
+        return;
+    }
+    gc_collects("nftables");
+}
+
+// ---- validation and pass-through ------------------------------------------------
+
+#[test]
+fn firewall_validation_rejects_bad_keys_before_touching_anything() {
+    if !require_root("firewall_validation_rejects_bad_keys_before_touching_anything") {
+        return;
+    }
+    let node = node("fwval");
+    let pod = Netns::new("fwv-pod");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}]
+    });
+    let before = (
+        filter_table(&node, false),
+        filter_table(&node, true),
+        nft_ruleset(&node),
+    );
+    let cases: Vec<(Value, Option<&Value>, u64, &str)> = vec![
+        (json!({"backend": "ebtables"}), Some(&prev), 7, "backend: unknown backend \"ebtables\""),
+        (json!({"backend": 4}), Some(&prev), 7, "backend"),
+        (
+            json!({"backend": "firewalld"}),
+            Some(&prev),
+            2,
+            "\"backend\": \"firewalld\": firewalld is not available on this node",
+        ),
+        (json!({"ingressPolicy": "closed"}), Some(&prev), 7, "ingressPolicy: unknown ingress policy \"closed\""),
+        (
+            json!({"iptablesAdminChainName": "MY ADMIN"}),
+            Some(&prev),
+            7,
+            "iptablesAdminChainName: \"MY ADMIN\" is not a usable iptables chain name",
+        ),
+        (
+            json!({"iptablesAdminChainName": "A23456789012345678901234567890"}),
+            Some(&prev),
+            7,
+            "is longer than 28 characters",
+        ),
+        (
+            json!({"iptablesAdminChainName": "FORWARD"}),
+            Some(&prev),
+            7,
+            "is a built-in chain or target",
+        ),
+        (
+            json!({"backend": "nftables", "iptablesAdminChainName": "MY-ADMIN"}),
+            Some(&prev),
+            7,
+            "iptablesAdminChainName: \"MY-ADMIN\" is an iptables option, but the backend is nftables",
+        ),
+        // same-bridge needs the bridge first in prevResult; here the first
+        // interface is the container's.
+        (
+            json!({"ingressPolicy": "same-bridge"}),
+            Some(&prev),
+            7,
+            "prevResult.interfaces[0]: ingressPolicy \"same-bridge\" isolates the bridge listed first, but \"eth0\" is inside the container",
+        ),
+        (json!({}), None, 7, "prevResult: missing"),
+    ];
+    for (extra, p, code, needle) in &cases {
+        let c = conf("fwnet", extra.clone(), *p);
+        for verb in ["ADD", "CHECK"] {
+            call(&ours(), &node, verb, "ctr-v", &netns, &c).assert_error(*code, needle);
+        }
+        // DEL never fails on a config value (a runtime's DEL after a
+        // failed ADD must get through to the plugins before this one).
+        ok(&call(&ours(), &node, "DEL", "ctr-v", &netns, &c));
+    }
+    let bad_bridge = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "br+"}],
+        "ips": [{"address": "10.1.0.2/24"}]
+    });
+    let c = conf(
+        "fwnet",
+        json!({"ingressPolicy": "same-bridge"}),
+        Some(&bad_bridge),
+    );
+    call(&ours(), &node, "ADD", "ctr-v", &netns, &c).assert_error(
+        7,
+        "prevResult.interfaces[0].name: \"br+\" is not a bridge name",
+    );
+    let none = json!({"cniVersion": "1.0.0", "ips": [{"address": "10.1.0.2/24"}]});
+    let c = conf(
+        "fwnet",
+        json!({"ingressPolicy": "same-bridge"}),
+        Some(&none),
+    );
+    call(&ours(), &node, "ADD", "ctr-v", &netns, &c).assert_error(
+        7,
+        "ingressPolicy: \"same-bridge\" needs the bridge as prevResult.interfaces[0]",
+    );
+    assert_eq!(
+        before,
+        (
+            filter_table(&node, false),
+            filter_table(&node, true),
+            nft_ruleset(&node)
+        ),
+        "a rejected config touches nothing"
+    );
+}
+
+#[test]
+fn firewall_add_passes_the_previous_result_through() {
+    if !require_root("firewall_add_passes_the_previous_result_through") {
+        return;
+    }
+    let node = node("fwpass");
+    let pod = Netns::new("fwp-pod");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let prev = json!({
+        "cniVersion": "0.4.0",
+        "interfaces": [{"name": "cni0", "mac": "0a:58:0a:01:00:01"},
+                       {"name": "eth0", "mac": "0a:58:0a:01:00:02", "sandbox": pod.path()}],
+        "ips": [{"version": "4", "address": "10.1.0.2/24", "gateway": "10.1.0.1", "interface": 1}],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dns": {"nameservers": ["10.1.0.1"]}
+    });
+    let mut c: Value = serde_json::from_str(&conf("fwnet", json!({}), Some(&prev))).unwrap();
+    c["cniVersion"] = json!("0.4.0");
+    let out = call(&ours(), &node, "ADD", "ctr-p", &netns, &c.to_string());
+    ok(&out);
+    assert_eq!(out.json(), prev, "0.4.0 in, the same 0.4.0 result out");
+    let rules_added = rules(&node, false);
+    assert!(
+        rules_added.contains(&accept_rules("10.1.0.2", false)[1]),
+        "{rules_added:?}"
+    );
+    // No addresses: nothing to do, the result passes through.
+    let before = (filter_table(&node, false), filter_table(&node, true));
+    let empty = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}], "dns": {}});
+    let out = call(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-e",
+        &netns,
+        &conf("fwnet", json!({}), Some(&empty)),
+    );
+    ok(&out);
+    assert_eq!(out.json(), empty);
+    assert_eq!(
+        before,
+        (filter_table(&node, false), filter_table(&node, true))
+    );
+}
+
+// ---- crashes ------------------------------------------------------------------
+
+fn crash_around_commits(backend: &str) {
+    let node = node(&format!("fwfault-{backend}"));
+    let a = Peer::attach(&node, "fwf-a", 1);
+    let c = conf("fwnet", json!({"backend": backend}), Some(&a.prev_result()));
+    let run = |verb: &str, netns: &str, stdin: &str, point: &str| {
+        call_plugin(
+            Some(&node),
+            &ours(),
+            &[
+                ("CNI_COMMAND", verb),
+                ("CNI_CONTAINERID", "ctr-f"),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/opt/cni/bin"),
+                ("CNI_FAULT_POINT", point),
+            ],
+            stdin,
+        )
+    };
+    let nft = backend == "nftables";
+    // Which of the pod's two addresses are allowed, as (v4, v6).
+    let allowed = |node: &Netns| -> (bool, bool) {
+        if nft {
+            (
+                !elements(node, "allowed4").is_empty(),
+                !elements(node, "allowed6").is_empty(),
+            )
+        } else {
+            (
+                rules(node, false).contains(&accept_rules(&a.v4(), false)[1]),
+                rules(node, true).contains(&accept_rules(&a.v6(), true)[1]),
+            )
+        }
+    };
+    let bare = conf("fwnet", json!({"backend": backend}), None);
+    let mut points = vec![
+        ("firewall/add-before-commit", (false, false)),
+        ("firewall/add-after-commit", (true, true)),
+    ];
+    if !nft {
+        points.insert(1, ("firewall/add-between-families", (true, false)));
+    }
+    for (point, want) in points {
+        let out = run("ADD", &a.netns(), &c, point);
+        assert_eq!(out.exit_code, -1, "{point}: killed: {out:?}");
+        assert_eq!(allowed(&node), want, "{point}: all or nothing per commit");
+        // The runtime's DEL after the failed ADD cleans up by container ID.
+        ok(&call(&ours(), &node, "DEL", "ctr-f", "", &bare));
+        assert_eq!(allowed(&node), (false, false), "{point}: DEL cleaned up");
+        no_address_left(&node, &a);
+    }
+    ok(&call(&ours(), &node, "ADD", "ctr-f", &a.netns(), &c));
+    let out = run("DEL", "", &bare, "firewall/del-before-commit");
+    assert_eq!(out.exit_code, -1, "{out:?}");
+    assert_eq!(allowed(&node), (true, true));
+    let out = run("DEL", "", &bare, "firewall/del-after-commit");
+    assert_eq!(out.exit_code, -1, "{out:?}");
+    assert_eq!(allowed(&node), (false, false));
+    ok(&call(&ours(), &node, "DEL", "ctr-f", "", &bare));
+    no_address_left(&node, &a);
+}
+
+#[test]
+fn firewall_iptables_crash_around_the_commits_leaves_all_or_nothing() {
+    if !require_root("firewall_iptables_crash_around_the_commits_leaves_all_or_nothing") {
+        return;
+    }
+    crash_around_commits("iptables");
+}
+
+#[test]
+fn firewall_nft_crash_around_the_commit_leaves_all_or_nothing() {
+    if !require_root("firewall_nft_crash_around_the_commit_leaves_all_or_nothing") {
+        return;
+    }
+    crash_around_commits("nftables");
+}
+
+// ---- processes and concurrency ----------------------------------------------------
+
+/// Calls our plugin in `node` with `PATH` set to `path`.
+fn call_with_path(
+    node: &Netns,
+    path: &str,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    stdin: &str,
+) -> PluginOutput {
+    use std::io::Write;
+    let mut c = node.command("/usr/bin/env");
+    c.arg(format!("PATH={path}"))
+        .arg(ours())
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", "eth0")
+        .env("CNI_PATH", "/opt/cni/bin")
+        .env_remove("CNI_ARGS")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn firewall");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes())
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("wait");
+    PluginOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn firewall_nft_runs_no_process_at_all() {
+    if !require_root("firewall_nft_runs_no_process_at_all") {
+        return;
+    }
+    let node = node("fwnoproc");
+    let a = Peer::attach(&node, "fwnp-a", 1);
+    let empty = TempDir::new("fw-empty-path");
+    let path = empty.path().to_str().unwrap().to_string();
+    let n = conf(
+        "fwnet",
+        json!({"backend": "nftables"}),
+        Some(&a.prev_result()),
+    );
+    let bare = conf("fwnet", json!({"backend": "nftables"}), None);
+    // No program is reachable: every verb still works on nftables.
+    ok(&call_with_path(
+        &node,
+        &path,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &n,
+    ));
+    ok(&call_with_path(
+        &node,
+        &path,
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &n,
+    ));
+    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &n));
+    ok(&call_with_path(
+        &node,
+        &path,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &n,
+    ));
+    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+    ok(&call_with_path(
+        &node,
+        &path,
+        "ADD",
+        "ctr-b",
+        &a.netns(),
+        &n,
+    ));
+    let gc_conf = json!({"cniVersion": "1.1.0", "name": "fwnet", "type": "firewall",
+                         "backend": "nftables", "cni.dev/valid-attachments": []});
+    ok(&call_with_path(
+        &node,
+        &path,
+        "GC",
+        "",
+        "",
+        &gc_conf.to_string(),
+    ));
+    no_address_left(&node, &a);
+    // The iptables backend does need its programs, and says which.
+    let i = conf(
+        "fwnet",
+        json!({"backend": "iptables"}),
+        Some(&a.prev_result()),
+    );
+    call_with_path(&node, &path, "ADD", "ctr-i", &a.netns(), &i)
+        .assert_error(100, "run iptables-save");
+}
+
+/// A directory of shims that log each run of the iptables programs to
+/// `log` before running the real one.
+fn counting_shims(dir: &TempDir) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let log = dir.path().join("runs.log");
+    for prog in [
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables-save",
+        "ip6tables-restore",
+    ] {
+        let real = ["/usr/sbin", "/sbin", "/usr/bin"]
+            .iter()
+            .map(|d| std::path::Path::new(d).join(prog))
+            .find(|p| p.exists())
+            .unwrap_or_else(|| panic!("{prog} is not installed"));
+        let p = dir.write(
+            prog,
+            &format!(
+                "#!/bin/sh\necho {prog} >> '{}'\nexec '{}' \"$@\"\n",
+                log.display(),
+                real.display()
+            ),
+        );
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    }
+    log
+}
+
+/// The programs run since the last call (sorted), emptying the log.
+fn runs(log: &std::path::Path) -> Vec<String> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(log);
+    let mut v: Vec<String> = text.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
+    if !require_root("firewall_iptables_runs_one_save_and_at_most_one_restore_per_family") {
+        return;
+    }
+    let node = node("fwprocs");
+    let a = Peer::attach(&node, "fwpr-a", 1);
+    let shims = TempDir::new("fw-shims");
+    let log = counting_shims(&shims);
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", shims.path().display());
+    let c = conf(
+        "fwnet",
+        json!({"ingressPolicy": "same-bridge"}),
+        Some(&a.prev_result()),
+    );
+    let bare = conf("fwnet", json!({}), None);
+    let both = |save: bool, restore: bool| -> Vec<String> {
+        let mut v = Vec::new();
+        for fam in ["iptables", "ip6tables"] {
+            if save {
+                v.push(format!("{fam}-save"));
+            }
+            if restore {
+                v.push(format!("{fam}-restore"));
+            }
+        }
+        v.sort();
+        v
+    };
+    ok(&call_with_path(
+        &node,
+        &path,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    assert_eq!(runs(&log), both(true, true), "ADD");
+    ok(&call_with_path(
+        &node,
+        &path,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    assert_eq!(
+        runs(&log),
+        both(true, false),
+        "ADD again: nothing to change"
+    );
+    ok(&call_with_path(
+        &node,
+        &path,
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    assert_eq!(runs(&log), both(true, false), "CHECK");
+    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+    assert_eq!(runs(&log), both(true, true), "DEL");
+    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+    assert_eq!(
+        runs(&log),
+        both(true, false),
+        "DEL again: nothing to remove"
+    );
+    no_address_left(&node, &a);
+    // An IPv4-only container: only the IPv4 programs run on ADD.
+    let v4only = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "v1"}, {"name": "eth0", "sandbox": a.ns.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 1}]
+    });
+    let c4 = conf("fwnet", json!({}), Some(&v4only));
+    ok(&call_with_path(
+        &node,
+        &path,
+        "ADD",
+        "ctr-4",
+        &a.netns(),
+        &c4,
+    ));
+    assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
+    // The nftables backend's DEL runs the iptables programs only for the
+    // family where nf_tables shows this container's iptables state.
+    let n = conf("fwnet", json!({"backend": "nftables"}), Some(&v4only));
+    ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
+    assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
+    ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
+    assert_eq!(runs(&log), Vec::<String>::new(), "nothing left to look at");
+}
+
+fn concurrent(backend: &str) {
+    let node = node(&format!("fwconc-{backend}"));
+    let n = 8u8;
+    let pods: Vec<Peer> = (1..=n)
+        .map(|i| Peer::attach(&node, &format!("fwcc-{i}"), i))
+        .collect();
+    let extra = json!({"backend": backend, "ingressPolicy": "same-bridge"});
+    std::thread::scope(|s| {
+        for (i, p) in pods.iter().enumerate() {
+            let node = &node;
+            let extra = extra.clone();
+            s.spawn(move || {
+                let c = conf("fwnet", extra, Some(&p.prev_result()));
+                ok(&call(
+                    &ours(),
+                    node,
+                    "ADD",
+                    &format!("ctr-{i}"),
+                    &p.netns(),
+                    &c,
+                ));
+            });
+        }
+    });
+    for (i, p) in pods.iter().enumerate() {
+        let c = conf("fwnet", extra.clone(), Some(&p.prev_result()));
+        ok(&call(
+            &ours(),
+            &node,
+            "CHECK",
+            &format!("ctr-{i}"),
+            &p.netns(),
+            &c,
+        ));
+    }
+    if backend == "iptables" {
+        for v6 in [false, true] {
+            let r = rules(&node, v6);
+            let count = |needle: &str| r.iter().filter(|l| l.contains(needle)).count();
+            assert_eq!(count("-j CNI-FORWARD"), 1, "{r:#?}");
+            assert_eq!(count("-j CNI-ADMIN"), 1, "{r:#?}");
+            assert_eq!(count("-j CNI-ISOLATION-STAGE-1"), 1, "{r:#?}");
+            assert_eq!(count("-A CNI-FORWARD-OWNERS"), n as usize, "{r:#?}");
+            assert_eq!(count("-A CNI-FORWARD -s "), n as usize, "{r:#?}");
+            assert_eq!(count("-A CNI-ISOLATION-STAGE-2 -o v"), n as usize, "{r:#?}");
+        }
+    } else {
+        assert_eq!(elements(&node, "allowed4").len(), n as usize);
+        assert_eq!(elements(&node, "allowed6").len(), n as usize);
+        let t = nft_table(&node);
+        assert_eq!(t.matches("jump admin").count(), 1, "{t}");
+        assert_eq!(
+            t.matches("drop comment \"same-bridge v").count(),
+            n as usize,
+            "{t}"
+        );
+    }
+    std::thread::scope(|s| {
+        for i in 0..pods.len() {
+            let node = &node;
+            let bare = conf("fwnet", json!({"backend": backend}), None);
+            s.spawn(move || {
+                ok(&call(&ours(), node, "DEL", &format!("ctr-{i}"), "", &bare));
+            });
+        }
+    });
+    for p in &pods {
+        no_address_left(&node, p);
+    }
+}
+
+#[test]
+fn firewall_iptables_concurrent_adds_and_dels_keep_every_rule_once() {
+    if !require_root("firewall_iptables_concurrent_adds_and_dels_keep_every_rule_once") {
+        return;
+    }
+    concurrent("iptables");
+}
+
+#[test]
+fn firewall_nft_concurrent_adds_and_dels_keep_every_rule_once() {
+    if !require_root("firewall_nft_concurrent_adds_and_dels_keep_every_rule_once") {
+        return;
+    }
+    concurrent("nftables");
+}
