@@ -14,13 +14,12 @@ mod config;
 mod shape;
 
 use config::Bandwidth;
-use libcni::netlink::link::format_mac;
 use libcni::netlink::tc::PschedClock;
 use libcni::netlink::Netlink;
 use libcni::netns::NetNs;
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
 use libcni::types::{CniResult, Interface};
-use libcni::{Error, Version};
+use libcni::{Error, ErrorList, Version};
 use std::collections::HashSet;
 use std::path::Path;
 
@@ -29,12 +28,9 @@ struct BandwidthPlugin;
 /// The prevResult, which a shaping ADD or CHECK needs: it names the host
 /// interface.
 fn chained_prev_result(args: &CmdArgs) -> Result<CniResult, Error> {
-    args.prev_result()?.ok_or_else(|| {
-        Error::config(
-            "prevResult",
-            "missing: bandwidth must be called as a chained plugin, after the plugin that made the veth",
-        )
-    })
+    args.required_prev_result(
+        "missing: bandwidth must be called as a chained plugin, after the plugin that made the veth",
+    )
 }
 
 /// The host veth must be one prevResult reports on the host.
@@ -80,7 +76,7 @@ impl Plugin for BandwidthPlugin {
                     .retain(|i| i.name != ifb.name || !i.sandbox.is_empty());
                 result.interfaces.push(Interface {
                     name: ifb.name.clone(),
-                    mac: ifb.mac.as_ref().map(format_mac).unwrap_or_default(),
+                    mac: ifb.mac_string(),
                     ..Interface::default()
                 });
                 Ok(result)
@@ -99,23 +95,16 @@ impl Plugin for BandwidthPlugin {
         // have made whatever the config says now.
         let owner = shape::Owner::new(&args.conf.name, &args.container_id, &args.ifname);
         let mut host = Netlink::open()?;
-        let mut errors = Vec::new();
-        let veth = match NetNs::open_if_present(Path::new(&args.netns)) {
-            Ok(Some(ns)) => match shape::host_veth_if_present(&ns, &mut host, &args.ifname) {
-                Ok(v) => v,
-                Err(e) => {
-                    errors.push(e);
-                    None
-                }
-            },
-            Ok(None) => None,
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        };
+        let mut errors = ErrorList::new();
+        let ns = errors
+            .record(NetNs::open_if_present(Path::new(&args.netns)))
+            .flatten();
+        let veth = ns.and_then(|ns| {
+            let veth = shape::host_veth_if_present(&ns, &mut host, &args.ifname);
+            errors.record(veth).flatten()
+        });
         errors.extend(shape::teardown(&mut host, veth.as_ref(), &owner));
-        shape::combine("bandwidth DEL", errors)
+        errors.finish_kernel("bandwidth DEL")
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
@@ -141,8 +130,7 @@ impl Plugin for BandwidthPlugin {
             .map(|a| (a.container_id, a.ifname))
             .collect();
         let mut host = Netlink::open()?;
-        let errors = shape::collect_garbage(&mut host, &args.conf.name, &valid)?;
-        shape::combine("bandwidth GC", errors)
+        shape::collect_garbage(&mut host, &args.conf.name, &valid)?.finish_kernel("bandwidth GC")
     }
 }
 

@@ -21,7 +21,7 @@ use libcni::netlink::tc::{
 };
 use libcni::netlink::{is_exists, is_not_found, Netlink};
 use libcni::netns::NetNs;
-use libcni::Error;
+use libcni::{Error, ErrorList};
 use sha2::{Digest, Sha512};
 use std::collections::HashSet;
 
@@ -274,8 +274,8 @@ fn ensure_redirect(host: &mut Netlink, veth: &Link, parent: u32, ifb: u32) -> Re
 
 /// Removes what [`apply`] made for `owner` (on `veth` when it is known),
 /// going on past failures; "already gone" is success. Returns the errors.
-pub fn teardown(host: &mut Netlink, veth: Option<&Link>, owner: &Owner) -> Vec<Error> {
-    let mut errors = Vec::new();
+pub fn teardown(host: &mut Netlink, veth: Option<&Link>, owner: &Owner) -> ErrorList {
+    let mut errors = ErrorList::new();
     let mut keep = |r: Result<(), Error>| {
         if let Err(e) = r {
             if !is_not_found(&e) {
@@ -450,9 +450,9 @@ pub fn collect_garbage(
     host: &mut Netlink,
     network: &str,
     valid: &HashSet<(String, String)>,
-) -> Result<Vec<Error>, Error> {
+) -> Result<ErrorList, Error> {
     let in_use: HashSet<&str> = valid.iter().map(|(cid, _)| cid.as_str()).collect();
-    let mut errors = Vec::new();
+    let mut errors = ErrorList::new();
     for link in host.links()? {
         if link.kind.as_deref() != Some("ifb") {
             continue;
@@ -469,19 +469,6 @@ pub fn collect_garbage(
         }
     }
     Ok(errors)
-}
-
-/// One error for a best-effort verb: none, the only one, or all of them
-/// in one message.
-pub fn combine(op: &str, mut errors: Vec<Error>) -> Result<(), Error> {
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        _ => {
-            let all: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            Err(Error::kernel(op, std::io::Error::other(all.join("; "))))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -521,21 +508,5 @@ mod tests {
         }
         let long = "c".repeat(300);
         assert_eq!(Owner::new("net", &long, "eth0").alias, "");
-    }
-
-    #[test]
-    fn combine_keeps_one_error_and_joins_several() {
-        assert!(combine("op", vec![]).is_ok());
-        let one = combine("op", vec![Error::CheckFailed("a".into())]).unwrap_err();
-        assert_eq!((one.code(), one.to_string()), (102, "a".to_string()));
-        let two = combine(
-            "op",
-            vec![
-                Error::CheckFailed("a".into()),
-                Error::CheckFailed("b".into()),
-            ],
-        )
-        .unwrap_err();
-        assert_eq!((two.code(), two.to_string()), (100, "op: a; b".to_string()));
     }
 }

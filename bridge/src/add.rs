@@ -11,7 +11,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use libcni::fault;
 use libcni::ipam::{self, IfaceOptions};
 use libcni::netfilter::{masq, spoofcheck, Backend};
-use libcni::netlink::link::{format_mac, Notifications, RTNLGRP_LINK};
+use libcni::netlink::link::{Notifications, RTNLGRP_LINK};
 use libcni::netlink::{is_not_found, Netlink};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
@@ -130,14 +130,7 @@ fn steps(
         created.ipam = Some(plugin.clone());
         let allocated = ipam::exec_add(plugin, &args.stdin, args.version)?;
         fault::point("bridge/ipam");
-        if allocated.ips.is_empty() {
-            return Err(Error::Plugin(libcni::ErrorResult {
-                cni_version: String::new(),
-                code: libcni::error::code::INTERNAL,
-                msg: format!("IPAM plugin {plugin:?} returned missing IP config"),
-                details: String::new(),
-            }));
-        }
+        ipam::require_ips(plugin, &allocated)?;
         result.ips = allocated.ips;
         result.routes = allocated.routes;
         result.dns = allocated.dns;
@@ -213,28 +206,18 @@ fn steps(
         .link_by_index(pair.host.index)?
         .ok_or_else(|| gone("the host veth"))?;
     let mut interfaces = vec![
-        interface(&br_link, ""),
-        interface(&host_link, ""),
-        interface(&pair.container, &args.netns),
+        ipam::interface_of(&br_link, ""),
+        ipam::interface_of(&host_link, ""),
+        ipam::interface_of(&pair.container, &args.netns),
     ];
     if let Some(l) = vlan_gateway {
-        interfaces.push(interface(&l, ""));
+        interfaces.push(ipam::interface_of(&l, ""));
     }
     result.interfaces = interfaces;
     if let Some(dns) = &conf.dns {
         result.dns = dns.clone();
     }
     Ok(result)
-}
-
-fn interface(l: &libcni::netlink::Link, sandbox: &str) -> Interface {
-    Interface {
-        name: l.name.clone(),
-        mac: l.mac.as_ref().map(format_mac).unwrap_or_default(),
-        mtu: Some(l.mtu),
-        sandbox: sandbox.to_string(),
-        ..Interface::default()
-    }
 }
 
 /// The reference's `calcGateways`: every address goes on interface 2 (the

@@ -7,7 +7,6 @@
 
 use libcni::ipam;
 use libcni::netfilter::masq;
-use libcni::netlink::link::format_mac;
 use libcni::netlink::{Link, Netlink};
 use libcni::skel::CmdArgs;
 use libcni::types::{CniResult, Interface};
@@ -22,9 +21,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     if let Some(plugin) = &conf.ipam {
         ipam::exec_check(plugin, &args.stdin)?;
     }
-    let prev = args
-        .prev_result()?
-        .ok_or_else(|| Error::config("prevResult", "CHECK needs the ADD result (prevResult)"))?;
+    let prev = args.required_prev_result("CHECK needs the ADD result (prevResult)")?;
     let mut host = Netlink::open()?;
     let mut container = Netlink::open_in(&ns)?;
 
@@ -34,17 +31,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
 
     // Addresses the result gives to the container interface (or to no
     // interface in particular), and every route.
-    let ips: Vec<_> = prev
-        .ips
-        .iter()
-        .filter(|ip| match ip.interface {
-            None => true,
-            Some(i) => prev
-                .interfaces
-                .get(i)
-                .is_some_and(|x| x.name == args.ifname && x.sandbox == args.netns),
-        })
-        .collect();
+    let ips = ipam::container_addresses(&prev, &args.ifname, &args.netns);
     ipam::check_addresses(&mut container, &args.ifname, &ips)?;
     ipam::check_routes(&mut container, &prev.routes)?;
     if conf.ip_masq {
@@ -56,10 +43,6 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
 
 fn failed(msg: String) -> Error {
     Error::CheckFailed(msg)
-}
-
-fn mac_of(l: &Link) -> String {
-    l.mac.as_ref().map(format_mac).unwrap_or_default()
 }
 
 fn check_bridge(host: &mut Netlink, prev: &CniResult, conf: &Conf) -> Result<Link, Error> {
@@ -84,13 +67,7 @@ fn check_bridge(host: &mut Netlink, prev: &CniResult, conf: &Conf) -> Result<Lin
             br.kind.as_deref().unwrap_or("none")
         )));
     }
-    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac_of(&br)) {
-        return Err(failed(format!(
-            "bridge {name:?} has MAC {}, prevResult says {}",
-            mac_of(&br),
-            want.mac
-        )));
-    }
+    ipam::check_mac(&format!("bridge {name:?}"), want, &br)?;
     if br.promisc != conf.promisc {
         return Err(failed(format!(
             "bridge {name:?} promiscuous mode is {}, promiscMode is {}",
@@ -102,16 +79,7 @@ fn check_bridge(host: &mut Netlink, prev: &CniResult, conf: &Conf) -> Result<Lin
 
 fn check_container(c: &mut Netlink, prev: &CniResult, args: &CmdArgs) -> Result<Link, Error> {
     let ifname = &args.ifname;
-    let want = prev
-        .interfaces
-        .iter()
-        .find(|i| &i.name == ifname && i.sandbox == args.netns)
-        .ok_or_else(|| {
-            failed(format!(
-                "prevResult has no interface {ifname:?} in sandbox {:?}",
-                args.netns
-            ))
-        })?;
+    let want = ipam::container_interface(prev, ifname, &args.netns)?;
     let link = c
         .link_by_name(ifname)?
         .ok_or_else(|| failed(format!("container interface {ifname:?} not found")))?;
@@ -121,13 +89,7 @@ fn check_container(c: &mut Netlink, prev: &CniResult, args: &CmdArgs) -> Result<
             link.kind.as_deref().unwrap_or("none")
         )));
     }
-    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac_of(&link)) {
-        return Err(failed(format!(
-            "container interface {ifname:?} has MAC {}, prevResult says {}",
-            mac_of(&link),
-            want.mac
-        )));
-    }
+    ipam::check_mac(&format!("container interface {ifname:?}"), want, &link)?;
     Ok(link)
 }
 
@@ -163,14 +125,7 @@ fn check_host_veth(
             conf.bridge
         ))
     })?;
-    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac_of(&l)) {
-        return Err(failed(format!(
-            "host veth {:?} has MAC {}, prevResult says {}",
-            l.name,
-            mac_of(&l),
-            want.mac
-        )));
-    }
+    ipam::check_mac(&format!("host veth {:?}", l.name), want, &l)?;
     let flags = l.bridge_port.unwrap_or_default();
     if flags.hairpin.unwrap_or(false) != conf.hairpin {
         return Err(failed(format!(

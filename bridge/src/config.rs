@@ -2,8 +2,10 @@
 //! anything on the node is touched. Every rejection is code 7 (or 4 for
 //! `CNI_ARGS`, 2 for what this build or kernel cannot do) naming the key.
 
+use libcni::mac::{self, MacSource};
 use libcni::netfilter::Backend;
 use libcni::skel::CmdArgs;
+use libcni::types::config::validate_link_name;
 use libcni::types::Dns;
 use libcni::Error;
 use serde::Deserialize;
@@ -111,12 +113,7 @@ impl Conf {
             .args_cni("mac")
             .map(|v| mac_string(v, "args.cni.mac"))
             .transpose()?;
-        let ipam = args
-            .conf
-            .ipam
-            .as_ref()
-            .map(|i| i.plugin_type.clone())
-            .filter(|t| !t.is_empty());
+        let ipam = args.conf.ipam_type().map(str::to_string);
         Conf::from_raw(raw, env_mac, args_mac, ipam, args.conf.dns.clone())
     }
 
@@ -190,21 +187,17 @@ impl Conf {
             validate_link_name("bridge, vlan", &format!("{bridge}.{vlan}"))?;
         }
 
-        // Lowest to highest precedence; only the one that wins is parsed.
         let runtime_mac = raw
             .runtime_config
             .get("mac")
             .map(|v| mac_string(v, "runtimeConfig.mac"))
             .transpose()?;
-        let mac = if let Some(m) = runtime_mac.filter(|m| !m.is_empty()) {
-            Some(parse_mac(&m).map_err(|why| Error::config("runtimeConfig.mac", why))?)
-        } else if let Some(m) = args_mac.filter(|m| !m.is_empty()) {
-            Some(parse_mac(&m).map_err(|why| Error::config("args.cni.mac", why))?)
-        } else if let Some(m) = env_mac {
-            Some(parse_mac(m).map_err(|why| Error::InvalidEnv(format!("CNI_ARGS MAC: {why}")))?)
-        } else {
-            None
-        };
+        // Lowest to highest precedence; only the one that wins is parsed.
+        let mac = mac::choose([
+            (MacSource::CniArgs, env_mac),
+            (MacSource::ArgsCni, args_mac.as_deref()),
+            (MacSource::RuntimeConfig, runtime_mac.as_deref()),
+        ])?;
 
         Ok(Conf {
             bridge,
@@ -267,26 +260,6 @@ fn mac_string(v: &Value, key: &str) -> Result<String, Error> {
         .ok_or_else(|| Error::config(key, format!("{v} is not a string")))
 }
 
-/// A link name the kernel accepts: 1-15 bytes, not `.`/`..`, no `/`, `:`
-/// or whitespace.
-fn validate_link_name(key: &str, name: &str) -> Result<(), Error> {
-    let why = if name.is_empty() {
-        "is empty"
-    } else if name.len() > 15 {
-        "is longer than 15 bytes"
-    } else if name == "." || name == ".." {
-        "is not a valid interface name"
-    } else if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        "contains '/', ':' or whitespace"
-    } else {
-        return Ok(());
-    };
-    Err(Error::config(key, format!("interface name {name:?} {why}")))
-}
-
 /// `vlanTrunk` as Go's `collectVlanTrunk` reads it (IDs 1-4094, `minID`
 /// and `maxID` together), merged into sorted, disjoint ranges.
 fn collect_trunk(items: &[RawTrunk]) -> Result<Vec<(u16, u16)>, Error> {
@@ -344,29 +317,6 @@ fn collect_trunk(items: &[RawTrunk]) -> Result<Vec<(u16, u16)>, Error> {
         }
     }
     Ok(ranges)
-}
-
-/// `aa:bb:cc:dd:ee:ff` (or with `-`), a unicast Ethernet address.
-pub fn parse_mac(s: &str) -> Result<[u8; 6], String> {
-    let parts: Vec<&str> = s.split([':', '-']).collect();
-    let bad = || format!("{s:?} is not a MAC address (want aa:bb:cc:dd:ee:ff)");
-    if parts.len() != 6 {
-        return Err(bad());
-    }
-    let mut mac = [0u8; 6];
-    for (b, p) in mac.iter_mut().zip(&parts) {
-        if p.len() != 2 {
-            return Err(bad());
-        }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
-    }
-    if mac[0] & 1 != 0 {
-        return Err(format!("{s:?} is a multicast address, not a unicast one"));
-    }
-    if mac == [0; 6] {
-        return Err(format!("{s:?} is the zero address"));
-    }
-    Ok(mac)
 }
 
 #[cfg(test)]
@@ -611,22 +561,5 @@ mod tests {
         let c = conf(json!({"dns": {"nameservers": ["10.0.0.53"]}})).unwrap();
         assert_eq!(c.dns.unwrap().nameservers, ["10.0.0.53"]);
         assert_eq!(conf(json!({"dns": {}})).unwrap().dns, None);
-    }
-
-    #[test]
-    fn parse_mac_formats() {
-        assert_eq!(
-            parse_mac("0a:58:0A:01:02:03").unwrap(),
-            [0x0a, 0x58, 0x0a, 1, 2, 3]
-        );
-        for bad in [
-            "",
-            "0a:58:0a:01:02",
-            "0a:58:0a:01:02:03:04",
-            "0a:58:0a:1:02:03",
-            "00:00:00:00:00:00",
-        ] {
-            assert!(parse_mac(bad).is_err(), "{bad}");
-        }
     }
 }

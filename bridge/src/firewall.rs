@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use libcni::netfilter::{masq, spoofcheck, Backend, Owner};
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
-use libcni::Error;
+use libcni::{Error, ErrorList};
 use serde_json::Value;
 
 use crate::config::DEFAULT_BRIDGE;
@@ -62,19 +62,15 @@ pub fn owner(args: &CmdArgs) -> Owner {
 
 /// DEL's share: the spoof check, then the masquerade (the Go plugin's
 /// order), by name alone. Both run; the errors are returned.
-pub fn del(args: &CmdArgs, keys: &Keys) -> Vec<Error> {
-    let mut errors = Vec::new();
+pub fn del(args: &CmdArgs, keys: &Keys) -> ErrorList {
+    let mut errors = ErrorList::new();
     if keys.macspoofchk {
-        if let Err(e) = spoofcheck::teardown(&args.container_id, &args.ifname) {
-            errors.push(e);
-        }
+        errors.record(spoofcheck::teardown(&args.container_id, &args.ifname));
     }
     if keys.ip_masq {
         // Both backends: nftables by owner tag, iptables by the hashed chain
         // name (which also finds the Go plugin's rules).
-        if let Err(e) = masq::teardown(keys.masq_backend(), &owner(args)) {
-            errors.push(e);
-        }
+        errors.record(masq::teardown(keys.masq_backend(), &owner(args)));
     }
     errors
 }
@@ -83,23 +79,18 @@ pub fn del(args: &CmdArgs, keys: &Keys) -> Vec<Error> {
 /// `cni.dev/valid-attachments`, and the spoof checks of attachments not in
 /// it whose host veth is a port of this network's bridge or is gone (the
 /// spoof check's names carry no network, so the port says whose it is).
-pub fn gc(args: &CmdArgs, keys: &Keys) -> Vec<Error> {
+pub fn gc(args: &CmdArgs, keys: &Keys) -> ErrorList {
     let valid = args.conf.gc_valid_attachments();
-    let mut errors = Vec::new();
+    let mut errors = ErrorList::new();
     if keys.ip_masq {
-        if let Err(e) = masq::gc(keys.masq_backend(), &args.conf.name, &valid) {
-            errors.push(e);
-        }
+        errors.record(masq::gc(keys.masq_backend(), &args.conf.name, &valid));
     }
     if keys.macspoofchk {
-        let removed = ports_of(&keys.bridge).and_then(|(ports, all)| {
+        errors.record(ports_of(&keys.bridge).and_then(|(ports, all)| {
             spoofcheck::gc(&valid, &|ifname| {
                 ports.contains(ifname) || !all.contains(ifname)
             })
-        });
-        if let Err(e) = removed {
-            errors.push(e);
-        }
+        }));
     }
     errors
 }

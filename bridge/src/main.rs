@@ -19,15 +19,6 @@ use libcni::Error;
 
 struct BridgePlugin;
 
-/// `ipam.type` of the config, if it names a plugin.
-fn ipam_type(args: &CmdArgs) -> Option<&str> {
-    args.conf
-        .ipam
-        .as_ref()
-        .map(|i| i.plugin_type.as_str())
-        .filter(|t| !t.is_empty())
-}
-
 impl Plugin for BridgePlugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
         add::add(args)
@@ -47,17 +38,15 @@ impl Plugin for BridgePlugin {
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let keys = firewall::Keys::lenient(&args.stdin);
         let mut errors = firewall::gc(args, &keys);
-        if let Some(plugin) = ipam_type(args) {
-            if let Err(e) = ipam::exec_gc(plugin, &args.stdin) {
-                errors.push(e);
-            }
+        if let Some(plugin) = args.conf.ipam_type() {
+            errors.record(ipam::exec_gc(plugin, &args.stdin));
         }
-        del::combine(errors)
+        errors.finish()
     }
 
     /// The bridge can always serve ADD; STATUS is IPAM's answer.
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        match ipam_type(args) {
+        match args.conf.ipam_type() {
             Some(plugin) => ipam::exec_status(plugin, &args.stdin),
             None => Ok(()),
         }

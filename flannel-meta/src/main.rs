@@ -28,7 +28,7 @@ use config::FlannelConf;
 use libcni::error::ErrorResult;
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
 use libcni::types::{Attachment, CniResult};
-use libcni::{fault, invoke, Error, Version};
+use libcni::{fault, invoke, Error, ErrorList, Version};
 use serde_json::{Map, Value};
 use store::{Entry, Lookup, Store};
 use subnet_env::SubnetEnv;
@@ -47,28 +47,6 @@ fn context(prefix: &str, err: Error) -> Error {
     let mut r: ErrorResult = err.to_result("");
     r.msg = format!("{prefix}: {}", r.msg);
     Error::Plugin(r)
-}
-
-/// Several errors of a best-effort verb as one, with the first one's code.
-fn combine(mut errors: Vec<Error>) -> Result<(), Error> {
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        _ => {
-            let code = errors[0].code();
-            let msg = errors
-                .iter()
-                .map(|e| e.to_string())
-                .collect::<Vec<_>>()
-                .join("; ");
-            Err(Error::Plugin(ErrorResult {
-                cni_version: String::new(),
-                code,
-                msg,
-                details: String::new(),
-            }))
-        }
-    }
 }
 
 /// A saved config made ready for the delegate: its type, and the bytes
@@ -204,7 +182,7 @@ impl Plugin for Flannel {
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let conf = FlannelConf::parse(&args.stdin)?;
         let store = Store::new(&conf.data_dir);
-        let mut errors = Vec::new();
+        let mut errors = ErrorList::new();
         // The saved configs of this network (a dataDir may be shared).
         let mut ours: Vec<(Entry, Map<String, Value>)> = Vec::new();
         let mut stale_temps = Vec::new();
@@ -276,17 +254,13 @@ impl Plugin for Flannel {
                 Entry::StaleTemp(_) => false,
             };
             if stale {
-                if let Err(e) = store.remove_entry(entry) {
-                    errors.push(e);
-                }
+                errors.record(store.remove_entry(entry));
             }
         }
         for entry in &stale_temps {
-            if let Err(e) = store.remove_entry(entry) {
-                errors.push(e);
-            }
+            errors.record(store.remove_entry(entry));
         }
-        combine(errors)
+        errors.finish_joined()
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
@@ -395,7 +369,7 @@ mod tests {
     }
 
     #[test]
-    fn errors_keep_their_code_under_context_and_combine() {
+    fn errors_keep_their_code_under_context() {
         let e = context(
             "delegate \"bridge\" ADD failed",
             Error::TryAgainLater("busy".into()),
@@ -404,11 +378,5 @@ mod tests {
             (e.code(), e.to_string()),
             (11, "delegate \"bridge\" ADD failed: busy".into())
         );
-        let e = combine(vec![Error::config("k", "v"), Error::Delegate("x".into())]).unwrap_err();
-        assert_eq!(
-            (e.code(), e.to_string()),
-            (7, "invalid network config: k: v; x".into())
-        );
-        assert!(combine(Vec::new()).is_ok());
     }
 }

@@ -25,19 +25,18 @@
 //! saved config should be is refused, never written through nor read.
 //! `dataDir` itself may be a symlink (as `/var/lib/cni` sometimes is).
 
+use libcni::files::{self, EntryKind, WriteStep};
 use libcni::types::config::is_valid_name;
 use libcni::types::Attachment;
 use libcni::Error;
-use nix::dir::{Dir, Type};
+use nix::dir::Dir;
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
-use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{fstatat, Mode};
 use nix::unistd::{fsync, unlinkat, UnlinkatFlags};
-use std::fs::File;
-use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime};
 
 /// Separates container ID and interface in our file names.
@@ -111,8 +110,6 @@ pub struct Store {
     dir: PathBuf,
 }
 
-static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
-
 enum FileRead {
     Content(Vec<u8>),
     Missing,
@@ -132,18 +129,14 @@ impl Store {
     /// (0700) when missing. Refuses, before writing anything, when either
     /// name is taken by something that is not a regular file.
     pub fn save(&self, who: &Attachment, bytes: &[u8]) -> Result<(), Error> {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
+        files::create_dir_all(&self.dir, 0o700)
             .map_err(|e| Error::io(format!("creating dataDir {}", self.dir.display()), e))?;
         let dir = self
             .open_dir()?
             .ok_or_else(|| self.io_error("opening", Errno::ENOENT))?;
         let names = [attachment_name(who), who.container_id.clone()];
         for name in &names {
-            if matches!(self.file_type(&dir, name)?, Some(t) if t != Type::File) {
+            if self.entry_kind(&dir, name)? == EntryKind::NotRegular {
                 return Err(self.refused(name));
             }
         }
@@ -251,7 +244,7 @@ impl Store {
                 None if is_valid_name(&name) => Entry::Legacy(name.clone()),
                 _ => continue,
             };
-            if self.file_type(&dir, &name)? == Some(Type::File) {
+            if self.entry_kind(&dir, &name)? == EntryKind::Regular {
                 out.push(entry);
             }
         }
@@ -284,52 +277,29 @@ impl Store {
     /// The directory, `None` when it does not exist. `dataDir` itself may
     /// be a symlink; the entries in it are never followed.
     fn open_dir(&self) -> Result<Option<OwnedFd>, Error> {
-        let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-        match nix::fcntl::open(&self.dir, flags, Mode::empty()) {
-            Ok(fd) => Ok(Some(fd)),
-            Err(Errno::ENOENT) => Ok(None),
-            Err(e) => Err(self.io_error("opening", e)),
-        }
+        files::open_dir(&self.dir).map_err(|e| self.io_error("opening", e))
     }
 
     /// Writes `bytes` to a new temp file (0600, fsynced) and renames it
     /// over `name`.
     fn replace(&self, dir: &OwnedFd, name: &str, bytes: &[u8]) -> Result<(), Error> {
-        let temp = format!(
-            "{TEMP_PREFIX}{}-{}",
-            std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let fd = openat(dir, temp.as_str(), flags, Mode::from_bits_truncate(0o600))
-            .map_err(|e| self.io_error(&format!("creating {temp}"), e))?;
-        let mut file = File::from(fd);
-        let written = file
-            .write_all(bytes)
-            .and_then(|()| file.sync_all())
-            .map_err(|e| Error::io(format!("writing {}", self.dir.join(&temp).display()), e));
-        drop(file);
-        let renamed = written.and_then(|()| {
-            renameat(dir, temp.as_str(), dir, name)
-                .map_err(|e| self.io_error(&format!("renaming {temp} to {name}"), e))
-        });
-        if renamed.is_err() {
-            let _ = unlinkat(dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
-        }
-        renamed
+        files::replace_at(dir.as_fd(), TEMP_PREFIX, name, bytes).map_err(|e| match e.step {
+            WriteStep::CreateTemp => self.io_error(&format!("creating {}", e.temp), e.source),
+            WriteStep::Rename => self.io_error(&format!("renaming {} to {name}", e.temp), e.source),
+            _ => Error::io(
+                format!("writing {}", self.dir.join(&e.temp).display()),
+                e.source,
+            ),
+        })
     }
 
     fn read(&self, dir: &OwnedFd, name: &str) -> Result<FileRead, Error> {
-        // O_NONBLOCK: a FIFO planted under this name must not hang us.
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let fd = match openat(dir, name, flags, Mode::empty()) {
-            Ok(fd) => fd,
+        let file = match files::open_nofollow_at(dir.as_fd(), name) {
+            Ok(f) => f,
             Err(Errno::ENOENT) => return Ok(FileRead::Missing),
             Err(Errno::ELOOP) => return Ok(FileRead::NotRegular),
             Err(e) => return Err(self.io_error(&format!("opening {name}"), e)),
         };
-        let file = File::from(fd);
         let meta = file
             .metadata()
             .map_err(|e| Error::io(format!("inspecting {}", self.dir.join(name).display()), e))?;
@@ -343,21 +313,9 @@ impl Store {
         Ok(FileRead::Content(bytes))
     }
 
-    fn file_type(&self, dir: &OwnedFd, name: &str) -> Result<Option<Type>, Error> {
-        match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => {
-                let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-                Ok(Some(if fmt == SFlag::S_IFREG {
-                    Type::File
-                } else if fmt == SFlag::S_IFLNK {
-                    Type::Symlink
-                } else {
-                    Type::Fifo // anything else: refused all the same
-                }))
-            }
-            Err(Errno::ENOENT) => Ok(None),
-            Err(e) => Err(self.io_error(&format!("inspecting {name}"), e)),
-        }
+    fn entry_kind(&self, dir: &OwnedFd, name: &str) -> Result<EntryKind, Error> {
+        files::entry_kind_at(dir.as_fd(), name)
+            .map_err(|e| self.io_error(&format!("inspecting {name}"), e))
     }
 
     fn is_stale_temp(&self, dir: &OwnedFd, name: &str) -> Result<bool, Error> {
@@ -411,10 +369,10 @@ impl Store {
         }
     }
 
-    fn io_error(&self, what: &str, e: Errno) -> Error {
+    fn io_error(&self, what: &str, e: impl Into<std::io::Error>) -> Error {
         Error::io(
             format!("{what} in flannel dataDir {}", self.dir.display()),
-            std::io::Error::from(e),
+            e.into(),
         )
     }
 
@@ -433,6 +391,7 @@ impl Store {
 mod tests {
     use super::*;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::sync::atomic::{AtomicU32, Ordering};
 
     struct Tmp(PathBuf);
     impl Drop for Tmp {
@@ -442,10 +401,11 @@ mod tests {
     }
 
     fn tmp(tag: &str) -> Tmp {
+        static DIRS: AtomicU32 = AtomicU32::new(0);
         let p = std::env::temp_dir().join(format!(
             "flannel-store-{tag}-{}-{}",
             std::process::id(),
-            TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+            DIRS.fetch_add(1, Ordering::Relaxed)
         ));
         let _ = std::fs::remove_dir_all(&p);
         Tmp(p)

@@ -15,26 +15,27 @@
 //!
 //! A lease is never visible half-written: its content goes into a temp file
 //! (`.tmp-host-local-*`, a name that is no address, so the Go plugin never
-//! takes it for a lease), which is fsynced and then `link()`ed to the
-//! address name; the link fails atomically if the address is taken. A temp
+//! takes it for a lease; written by [`libcni::files::write_temp_at`]),
+//! which is fsynced and then `link()`ed to the address name; the link
+//! fails atomically if the address is taken. A temp
 //! file left by a crash is removed by the next scan under the lock.
 //! `last_reserved_ip.*` is replaced the same way, by `rename()`.
 
 use crate::config::Location;
 use libcni::fault;
+use libcni::files::{self, EntryKind, WriteError, WriteStep};
 use libcni::types::Attachment;
 use libcni::Error;
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
-use nix::fcntl::{openat, renameat, AtFlags, OFlag};
-use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::fcntl::{openat, AtFlags, OFlag};
+use nix::sys::stat::Mode;
 use nix::unistd::{fsync, linkat, unlinkat, UnlinkatFlags};
 use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::IpAddr;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The lock file, shared with the Go plugin.
 pub const LOCK_FILE: &str = "lock";
@@ -130,8 +131,6 @@ pub struct Store {
     /// The flocked lock file; `None` for read-only verbs (CHECK, STATUS).
     lock: Option<File>,
 }
-
-static TEMP_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 impl Store {
     /// ADD: creates the directory (mode 0755, as the reference) when
@@ -246,13 +245,14 @@ impl Store {
                 continue;
             };
             let kind = match entry.file_type() {
-                Some(t) => Some(t),
-                None => self.file_type(name)?,
+                Some(Type::File) => EntryKind::Regular,
+                Some(_) => EntryKind::NotRegular,
+                None => self.entry_kind(name)?,
             };
             match kind {
-                None => continue, // gone since readdir
-                Some(Type::File) => {}
-                Some(_) => {
+                EntryKind::Missing => continue, // gone since readdir
+                EntryKind::Regular => {}
+                EntryKind::NotRegular => {
                     scan.refused.push(name.to_string());
                     continue;
                 }
@@ -278,22 +278,10 @@ impl Store {
         Ok(scan)
     }
 
-    /// The entry's type without following it; `None` if it is gone.
-    fn file_type(&self, name: &str) -> Result<Option<Type>, Error> {
-        match fstatat(&self.dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => {
-                let fmt = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
-                Ok(Some(if fmt == SFlag::S_IFREG {
-                    Type::File
-                } else if fmt == SFlag::S_IFLNK {
-                    Type::Symlink
-                } else {
-                    Type::Fifo // anything else: refused all the same
-                }))
-            }
-            Err(Errno::ENOENT) => Ok(None),
-            Err(e) => Err(self.io_error(&format!("inspecting {name}"), e)),
-        }
+    /// What the entry is, without following it.
+    fn entry_kind(&self, name: &str) -> Result<EntryKind, Error> {
+        files::entry_kind_at(self.dir.as_fd(), name)
+            .map_err(|e| self.io_error(&format!("inspecting {name}"), e))
     }
 
     fn remove_stale_temp(&self, name: &str) {
@@ -307,17 +295,14 @@ impl Store {
     }
 
     fn read_lease_file(&self, name: &str) -> Result<LeaseRead, Error> {
-        // O_NONBLOCK: a FIFO planted under this name must not hang us.
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let fd = match openat(&self.dir, name, flags, Mode::empty()) {
-            Ok(fd) => fd,
+        let file = match files::open_nofollow_at(self.dir.as_fd(), name) {
+            Ok(f) => f,
             Err(Errno::ENOENT) => return Ok(LeaseRead::Missing),
             Err(Errno::ELOOP) => return Ok(LeaseRead::NotRegular),
             Err(e) => return Err(self.io_error(&format!("opening {name}"), e)),
         };
         let mut bytes = Vec::with_capacity(80);
-        File::from(fd)
-            .take(MAX_LEASE_LEN + 1)
+        file.take(MAX_LEASE_LEN + 1)
             .read_to_end(&mut bytes)
             .map_err(|e| Error::io(format!("reading {}", self.path.join(name).display()), e))?;
         Ok(LeaseRead::Content(Holder::parse(&bytes)))
@@ -327,13 +312,11 @@ impl Store {
     /// that is not a regular file is refused.
     pub fn read_lease(&self, addr: IpAddr) -> Result<Option<Holder>, Error> {
         let name = addr.to_string();
-        if let Some(t) = self.file_type(&name)? {
-            if t != Type::File {
-                return Err(refused(
-                    &self.path.join(&name),
-                    "a lease that is not a regular file",
-                ));
-            }
+        if self.entry_kind(&name)? == EntryKind::NotRegular {
+            return Err(refused(
+                &self.path.join(&name),
+                "a lease that is not a regular file",
+            ));
         }
         match self.read_lease_file(&name)? {
             LeaseRead::Content(h) => Ok(Some(h)),
@@ -348,7 +331,12 @@ impl Store {
     /// appears whole or not at all.
     pub fn reserve(&self, addr: IpAddr, who: &Attachment) -> Result<bool, Error> {
         let name = addr.to_string();
-        let temp = self.write_temp(Holder::content_for(who).as_bytes())?;
+        let temp = files::write_temp_at(
+            self.dir.as_fd(),
+            TEMP_PREFIX,
+            Holder::content_for(who).as_bytes(),
+        )
+        .map_err(|e| self.write_error(e))?;
         fault::point("host-local/temp-written");
         let linked = match linkat(
             &self.dir,
@@ -382,16 +370,14 @@ impl Store {
     /// such file or it holds no address (the walk then starts over).
     pub fn last_reserved(&self, set: usize) -> Result<Option<IpAddr>, Error> {
         let name = format!("{LAST_RESERVED_PREFIX}{set}");
-        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let fd = match openat(&self.dir, name.as_str(), flags, Mode::empty()) {
-            Ok(fd) => fd,
+        let file = match files::open_nofollow_at(self.dir.as_fd(), &name) {
+            Ok(f) => f,
             Err(Errno::ENOENT) => return Ok(None),
             Err(Errno::ELOOP) => return Err(refused(&self.path.join(&name), "it is a symlink")),
             Err(e) => return Err(self.io_error(&format!("opening {name}"), e)),
         };
         let mut bytes = Vec::new();
-        File::from(fd)
-            .take(MAX_LEASE_LEN)
+        file.take(MAX_LEASE_LEN)
             .read_to_end(&mut bytes)
             .map_err(|e| Error::io(format!("reading {}", self.path.join(&name).display()), e))?;
         Ok(std::str::from_utf8(&bytes)
@@ -402,11 +388,13 @@ impl Store {
     /// Replaces `last_reserved_ip.<set>` with `addr`, atomically.
     pub fn set_last_reserved(&self, set: usize, addr: IpAddr) -> Result<(), Error> {
         let name = format!("{LAST_RESERVED_PREFIX}{set}");
-        let temp = self.write_temp(addr.to_string().as_bytes())?;
-        if let Err(e) = renameat(&self.dir, temp.as_str(), &self.dir, name.as_str()) {
-            self.remove_stale_temp(&temp);
-            return Err(self.io_error(&format!("replacing {name}"), e));
-        }
+        let content = addr.to_string();
+        files::replace_at(self.dir.as_fd(), TEMP_PREFIX, &name, content.as_bytes()).map_err(
+            |e| match e.step {
+                WriteStep::Rename => self.io_error(&format!("replacing {name}"), e.source),
+                _ => self.write_error(e),
+            },
+        )?;
         fault::point("host-local/last-reserved");
         Ok(())
     }
@@ -416,33 +404,18 @@ impl Store {
         fsync(&self.dir).map_err(|e| self.io_error("syncing", e))
     }
 
-    /// Writes `content` into a new temp file (0600, fsynced); returns its name.
-    fn write_temp(&self, content: &[u8]) -> Result<String, Error> {
-        let flags =
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        let mode = Mode::from_bits_truncate(0o600);
-        let (name, fd) = loop {
-            let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-            let name = format!("{TEMP_PREFIX}{}-{n}", std::process::id());
-            match openat(&self.dir, name.as_str(), flags, mode) {
-                Ok(fd) => break (name, fd),
-                // Left by an earlier process with our pid: try the next name.
-                Err(Errno::EEXIST) if n < 1000 => continue,
-                Err(e) => return Err(self.io_error("creating a temp file", e)),
-            }
-        };
-        let mut file = File::from(fd);
-        if let Err(e) = file.write_all(content).and_then(|()| file.sync_data()) {
-            self.remove_stale_temp(&name);
-            return Err(Error::io(
-                format!("writing {}", self.path.join(&name).display()),
-                e,
-            ));
+    /// The error of a temp file that could not be created or written.
+    fn write_error(&self, e: WriteError) -> Error {
+        match e.step {
+            WriteStep::CreateTemp => self.io_error("creating a temp file", e.source),
+            _ => Error::io(
+                format!("writing {}", self.path.join(&e.temp).display()),
+                e.source,
+            ),
         }
-        Ok(name)
     }
 
-    fn io_error(&self, what: &str, e: Errno) -> Error {
+    fn io_error(&self, what: &str, e: impl Into<std::io::Error>) -> Error {
         Error::io(format!("{what} in {}", self.path.display()), e.into())
     }
 }

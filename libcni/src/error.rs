@@ -1,6 +1,8 @@
 //! The one error type of the suite. Every variant knows its CNI error code
 //! (spec §"Error"), and every rejection names the key, value or variable
 //! that caused it, so a runtime's log is enough to find the fault.
+//! [`ErrorList`] collects the errors of a best-effort teardown (DEL, GC)
+//! and reports them together.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -161,6 +163,115 @@ impl Error {
     }
 }
 
+/// The errors of a best-effort teardown (DEL, GC), as netavark's teardown
+/// collects them: every step runs, a failed one's error is pushed here, and
+/// a `finish*` method reports them together at the end. "Already gone" is
+/// success, for the caller to recognise before pushing.
+///
+/// Each `finish*` method gives `Ok` for no error and the error itself, as
+/// it is, for exactly one; they differ in how several are reported.
+#[derive(Debug, Default)]
+pub struct ErrorList(Vec<Error>);
+
+impl ErrorList {
+    pub fn new() -> ErrorList {
+        ErrorList::default()
+    }
+
+    pub fn push(&mut self, e: Error) {
+        self.0.push(e);
+    }
+
+    /// Keeps the error of `r`, if any; gives its value otherwise.
+    pub fn record<T>(&mut self, r: Result<T>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.0.push(e);
+                None
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Several errors: one with the first one's code and the message
+    /// `<n> errors: <msg>; <msg>...`.
+    pub fn finish(self) -> Result<()> {
+        let n = self.0.len();
+        self.combine(|code, msgs| {
+            Error::Plugin(ErrorResult {
+                cni_version: String::new(),
+                code,
+                msg: format!("{n} errors: {msgs}"),
+                details: String::new(),
+            })
+        })
+    }
+
+    /// Several errors: one with the first one's code and the messages
+    /// joined, `<msg>; <msg>...`.
+    pub fn finish_joined(self) -> Result<()> {
+        self.combine(|code, msg| {
+            Error::Plugin(ErrorResult {
+                cni_version: String::new(),
+                code,
+                msg,
+                details: String::new(),
+            })
+        })
+    }
+
+    /// Several errors: one kernel error (code 100) of `op`, whose cause is
+    /// the messages joined: `<op>: <msg>; <msg>...`.
+    pub fn finish_kernel(self, op: &str) -> Result<()> {
+        self.combine(|_, msgs| Error::kernel(op, std::io::Error::other(msgs)))
+    }
+
+    /// Several errors: the first one alone (the others were only worth
+    /// going on for).
+    pub fn finish_first(self) -> Result<()> {
+        match self.0.into_iter().next() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// `Ok` for none, the error for one, `several(first code, "<msg>; <msg>...")`.
+    fn combine(mut self, several: impl FnOnce(u32, String) -> Error) -> Result<()> {
+        match self.0.len() {
+            0 => Ok(()),
+            1 => Err(self.0.remove(0)),
+            _ => {
+                let code = self.0[0].code();
+                let msgs: Vec<String> = self.0.iter().map(Error::to_string).collect();
+                Err(several(code, msgs.join("; ")))
+            }
+        }
+    }
+}
+
+impl Extend<Error> for ErrorList {
+    fn extend<I: IntoIterator<Item = Error>>(&mut self, errors: I) {
+        self.0.extend(errors);
+    }
+}
+
+impl IntoIterator for ErrorList {
+    type Item = Error;
+    type IntoIter = std::vec::IntoIter<Error>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter()
+    }
+}
+
 /// The error result of the spec: `{"cniVersion","code","msg","details"}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorResult {
@@ -239,6 +350,61 @@ mod tests {
             "invalid network config: ipam.subnet: \"10.0.0.1/24\" has host bits set"
         );
         assert!(j.get("details").is_none());
+    }
+
+    fn list(errors: Vec<Error>) -> ErrorList {
+        let mut l = ErrorList::new();
+        l.extend(errors);
+        l
+    }
+
+    #[test]
+    fn error_list_reports_none_one_or_all() {
+        let two = || {
+            vec![
+                Error::InvalidEnv("CNI_NETNS \"/x\" is a directory".into()),
+                Error::Delegate("no host-local".into()),
+            ]
+        };
+        for finish in [
+            ErrorList::finish,
+            ErrorList::finish_joined,
+            ErrorList::finish_first,
+            |l: ErrorList| l.finish_kernel("op"),
+        ] {
+            assert!(finish(ErrorList::new()).is_ok());
+            let one = finish(list(vec![Error::Delegate("no host-local".into())])).unwrap_err();
+            assert_eq!((one.code(), one.to_string()), (101, "no host-local".into()));
+            assert!(matches!(one, Error::Delegate(_)), "kept as it is: {one:?}");
+            assert!(finish(list(two())).is_err());
+        }
+        let e = list(two()).finish().unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (
+                4,
+                "2 errors: CNI_NETNS \"/x\" is a directory; no host-local".into()
+            )
+        );
+        let e = list(two()).finish_joined().unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (4, "CNI_NETNS \"/x\" is a directory; no host-local".into())
+        );
+        let e = list(two()).finish_kernel("bandwidth DEL").unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (
+                100,
+                "bandwidth DEL: CNI_NETNS \"/x\" is a directory; no host-local".into()
+            )
+        );
+        let e = list(two()).finish_first().unwrap_err();
+        assert_eq!(e.code(), 4);
+        let mut l = ErrorList::new();
+        assert_eq!(l.record(Ok::<_, Error>(5)), Some(5));
+        assert_eq!(l.record(Err::<u8, _>(Error::Internal("x".into()))), None);
+        assert_eq!((l.len(), l.is_empty()), (1, false));
     }
 
     #[test]

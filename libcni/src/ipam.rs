@@ -1,6 +1,8 @@
 //! IPAM for main plugins (what Go's `pkg/ipam` does): running the IPAM
 //! delegate named by `ipam.type`, applying its result to the container
-//! interface, and the CHECK helpers that compare a result with the kernel.
+//! interface, the result's record of an interface, and the CHECK helpers
+//! that compare a result (the container interface's record, MAC, addresses
+//! and routes) with the kernel.
 //!
 //! [`configure_interface`] does, inside the container namespace, what the
 //! Go reference does around `ipam.ConfigureIface`: the DAD and ARP sysctls,
@@ -16,12 +18,12 @@ use std::time::{Duration, Instant};
 
 use crate::invoke;
 use crate::netlink::link::{Notifications, RTNLGRP_IPV6_IFADDR};
-use crate::netlink::{self, Family, Netlink};
+use crate::netlink::{self, Family, Link, Netlink};
 use crate::netns::NetNs;
 use crate::sysctl::{self, Key};
-use crate::types::{CniResult, IpConfig, IpPrefix, Route};
+use crate::types::{CniResult, Interface, IpConfig, IpPrefix, Route};
 use crate::version::Version;
-use crate::{Error, Result};
+use crate::{Error, ErrorResult, Result};
 
 /// How long IPv6 duplicate address detection may take before ADD fails.
 /// The kernel's default is a random delay of up to `rtr_solicit_delay`
@@ -33,6 +35,20 @@ pub const DAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// `cniVersion` is read as `version`. Errors keep the IPAM plugin's code.
 pub fn exec_add(plugin: &str, stdin: &[u8], version: Version) -> Result<CniResult> {
     invoke::delegate_add(plugin, stdin, version)
+}
+
+/// An IPAM result for a main plugin must give addresses: without any it is
+/// the reference's code-999 error naming the plugin.
+pub fn require_ips(plugin: &str, result: &CniResult) -> Result<()> {
+    if !result.ips.is_empty() {
+        return Ok(());
+    }
+    Err(Error::Plugin(ErrorResult {
+        cni_version: String::new(),
+        code: crate::error::code::INTERNAL,
+        msg: format!("IPAM plugin {plugin:?} returned missing IP config"),
+        details: String::new(),
+    }))
 }
 
 /// IPAM DEL: releases what ADD allocated for this container.
@@ -93,6 +109,18 @@ pub fn addresses_for<'a>(result: &'a CniResult, ifname: &str) -> Result<Vec<&'a 
         }
     }
     Ok(out)
+}
+
+/// The result's record of `link`: its name, MAC and MTU, in `sandbox`
+/// (the container's `CNI_NETNS`, or empty for a link of the node).
+pub fn interface_of(link: &Link, sandbox: &str) -> Interface {
+    Interface {
+        name: link.name.clone(),
+        mac: link.mac_string(),
+        mtu: Some(link.mtu),
+        sandbox: sandbox.to_string(),
+        ..Interface::default()
+    }
 }
 
 /// Applies `result` to the interface `ifname` of the container namespace
@@ -248,6 +276,56 @@ pub fn wait_dad(
     }
 }
 
+/// CHECK: the record of the container interface `ifname` in sandbox
+/// `netns` in `prev`; its absence is [`Error::CheckFailed`].
+pub fn container_interface<'a>(
+    prev: &'a CniResult,
+    ifname: &str,
+    netns: &str,
+) -> Result<&'a Interface> {
+    prev.interfaces
+        .iter()
+        .find(|i| i.name == ifname && i.sandbox == netns)
+        .ok_or_else(|| {
+            Error::CheckFailed(format!(
+                "prevResult has no interface {ifname:?} in sandbox {netns:?}"
+            ))
+        })
+}
+
+/// The addresses of `prev` for the container interface `ifname` in sandbox
+/// `netns`: those whose `interface` index names it, and those without an
+/// index (an index out of range names no interface, so not this one).
+pub fn container_addresses<'a>(
+    prev: &'a CniResult,
+    ifname: &str,
+    netns: &str,
+) -> Vec<&'a IpConfig> {
+    prev.ips
+        .iter()
+        .filter(|ip| match ip.interface {
+            None => true,
+            Some(i) => prev
+                .interfaces
+                .get(i)
+                .is_some_and(|x| x.name == ifname && x.sandbox == netns),
+        })
+        .collect()
+}
+
+/// CHECK: `link` has the MAC its record `want` gives (when it gives one,
+/// in either case); `what` names the link in the [`Error::CheckFailed`].
+pub fn check_mac(what: &str, want: &Interface, link: &Link) -> Result<()> {
+    let now = link.mac_string();
+    if want.mac.is_empty() || want.mac.eq_ignore_ascii_case(&now) {
+        return Ok(());
+    }
+    Err(Error::CheckFailed(format!(
+        "{what} has MAC {now}, prevResult says {}",
+        want.mac
+    )))
+}
+
 /// CHECK: every address of `ips` is on link `ifname` with its prefix length,
 /// and (below /32 and /128) its prefix route is in the main table, as Go's
 /// `ValidateExpectedInterfaceIPs`. Differences are [`Error::CheckFailed`].
@@ -334,7 +412,6 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::netns::testing::{new_netns, privileged};
-    use crate::types::Interface;
 
     fn result(sandbox: &str) -> CniResult {
         CniResult {
@@ -388,6 +465,81 @@ mod tests {
         assert!(e.to_string().contains("interface index 1"), "{e}");
         r.ips[1].interface = Some(9);
         assert!(addresses_for(&r, "eth0").is_err());
+    }
+
+    #[test]
+    fn ipam_container_records_are_found_by_name_and_sandbox() {
+        let mut r = result("/pod");
+        assert_eq!(
+            container_interface(&r, "eth0", "/pod").unwrap().name,
+            "eth0"
+        );
+        let e = container_interface(&r, "eth0", "/other").unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (
+                102,
+                "prevResult has no interface \"eth0\" in sandbox \"/other\"".into()
+            )
+        );
+        r.ips[0].interface = None;
+        r.ips[1].interface = Some(1);
+        r.ips.push(IpConfig {
+            address: "10.9.0.5/24".parse().unwrap(),
+            gateway: None,
+            interface: Some(9),
+        });
+        let got: Vec<String> = container_addresses(&r, "eth0", "/pod")
+            .iter()
+            .map(|ip| ip.address.to_string())
+            .collect();
+        assert_eq!(got, ["10.77.0.5/24"]);
+        assert_eq!(container_addresses(&r, "eth0", "/other").len(), 1);
+
+        let link = Link {
+            index: 2,
+            name: "eth0".into(),
+            kind: None,
+            mtu: 1500,
+            mac: Some([0x0a, 0, 0, 0, 0, 0xab]),
+            up: true,
+            promisc: false,
+            master: None,
+            peer_index: None,
+            link_netnsid: None,
+            alias: None,
+            bridge_port: None,
+        };
+        let record = interface_of(&link, "/pod");
+        assert_eq!(
+            (record.mac.as_str(), record.mtu, record.sandbox.as_str()),
+            ("0a:00:00:00:00:ab", Some(1500), "/pod")
+        );
+        let mut want = r.interfaces[2].clone();
+        check_mac("container interface \"eth0\"", &want, &link).unwrap();
+        want.mac = "0A:00:00:00:00:AB".into();
+        check_mac("container interface \"eth0\"", &want, &link).unwrap();
+        want.mac = "0a:00:00:00:00:01".into();
+        let e = check_mac("container interface \"eth0\"", &want, &link).unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (
+                102,
+                "container interface \"eth0\" has MAC 0a:00:00:00:00:ab, \
+                 prevResult says 0a:00:00:00:00:01"
+                    .into()
+            )
+        );
+        assert!(require_ips("host-local", &r).is_ok());
+        r.ips.clear();
+        let e = require_ips("host-local", &r).unwrap_err();
+        assert_eq!(
+            (e.code(), e.to_string()),
+            (
+                999,
+                "IPAM plugin \"host-local\" returned missing IP config".into()
+            )
+        );
     }
 
     #[test]

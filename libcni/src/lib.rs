@@ -1,15 +1,18 @@
 //! libcni: the shared skeleton of the CNI suite.
 //!
 //! Plugin side: spec [`types`], the plugin entry point [`skel`], delegation
-//! ([`invoke`]), network namespaces ([`netns`]) and a synchronous netlink
-//! client ([`netlink`]). Runtime side: [`runtime`] (conflist loading, chain
+//! ([`invoke`]), network namespaces ([`netns`]), a synchronous netlink
+//! client ([`netlink`]), MAC addresses ([`mac`]) and the files kept on disk
+//! ([`files`]). Runtime side: [`runtime`] (conflist loading, chain
 //! execution, result cache) behind the `cnitool` binary.
 
 pub mod args;
 pub mod error;
 pub mod fault;
+pub mod files;
 pub mod invoke;
 pub mod ipam;
+pub mod mac;
 pub mod netfilter;
 pub mod netlink;
 pub mod netns;
@@ -19,5 +22,5 @@ pub mod sysctl;
 pub mod types;
 pub mod version;
 
-pub use error::{Error, ErrorResult, Result};
+pub use error::{Error, ErrorList, ErrorResult, Result};
 pub use version::Version;

@@ -35,6 +35,15 @@ pub struct NetNs {
     path: PathBuf,
 }
 
+/// `CNI_NETNS_OVERRIDE` is `1` or `true`: a "container" namespace may be
+/// the plugin's own (as the Go skeleton allows).
+fn own_allowed() -> bool {
+    matches!(
+        std::env::var("CNI_NETNS_OVERRIDE").as_deref(),
+        Ok("1") | Ok("true")
+    )
+}
+
 impl NetNs {
     /// Opens the network namespace at `path` (normally the value of
     /// `CNI_NETNS`: a bind mount such as `/var/run/netns/x` or a
@@ -98,22 +107,33 @@ impl NetNs {
     /// rewire the host. Setting `CNI_NETNS_OVERRIDE` to `1` or `true` allows
     /// it (as the Go skeleton does).
     pub fn open_container(path: &Path) -> Result<NetNs> {
-        let allow_own = matches!(
-            std::env::var("CNI_NETNS_OVERRIDE").as_deref(),
-            Ok("1") | Ok("true")
-        );
-        Self::open_container_checked(path, allow_own)
+        Self::open_container_checked(path, own_allowed())
+    }
+
+    /// For DEL: [`NetNs::open_container`], or `None` when the container's
+    /// namespace is already gone (as [`NetNs::open_if_present`] sees it).
+    pub fn open_container_if_present(path: &Path) -> Result<Option<NetNs>> {
+        match Self::open_if_present(path)? {
+            Some(ns) => ns.refusing_own(own_allowed()).map(Some),
+            None => Ok(None),
+        }
     }
 
     fn open_container_checked(path: &Path, allow_own: bool) -> Result<NetNs> {
-        let ns = Self::open(path)?;
-        if !allow_own && ns.is_same_as_current()? {
+        Self::open(path)?.refusing_own(allow_own)
+    }
+
+    /// `self`, unless it is the plugin's own namespace and that is not
+    /// allowed.
+    fn refusing_own(self, allow_own: bool) -> Result<NetNs> {
+        if !allow_own && self.is_same_as_current()? {
             return Err(Error::InvalidEnv(format!(
-                "CNI_NETNS {path:?} is the plugin's own network namespace, not a container's \
-                 (set CNI_NETNS_OVERRIDE=1 to allow this)"
+                "CNI_NETNS {:?} is the plugin's own network namespace, not a container's \
+                 (set CNI_NETNS_OVERRIDE=1 to allow this)",
+                self.path
             )));
         }
-        Ok(ns)
+        Ok(self)
     }
 
     /// Whether this is the network namespace of the calling thread (compares

@@ -110,6 +110,13 @@ impl CmdArgs {
         }
     }
 
+    /// The `prevResult` of a verb that cannot do without it; its absence is
+    /// code 7 naming `prevResult`, `why` saying why it is needed.
+    pub fn required_prev_result(&self, why: &str) -> Result<CniResult, Error> {
+        self.prev_result()?
+            .ok_or_else(|| Error::config("prevResult", why))
+    }
+
     /// The container's namespace, checked to be a network namespace that
     /// is not our own.
     pub fn open_netns(&self) -> Result<NetNs, Error> {

@@ -18,7 +18,7 @@ use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
 use libcni::netlink::{Family, Netlink};
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
 use libcni::types::{CniResult, IpPrefix};
-use libcni::{sysctl, Error, Result};
+use libcni::{sysctl, ErrorList, Result};
 
 use config::PortMapConf;
 
@@ -27,12 +27,9 @@ struct PortMap;
 impl Plugin for PortMap {
     fn add(&self, args: &CmdArgs) -> Result<CniResult> {
         let conf = PortMapConf::parse(args)?;
-        let prev = args.prev_result()?.ok_or_else(|| {
-            Error::config(
-                "prevResult",
-                "missing: portmap must run as a chained plugin after one that sets addresses",
-            )
-        })?;
+        let prev = args.required_prev_result(
+            "missing: portmap must run as a chained plugin after one that sets addresses",
+        )?;
         if conf.mappings.is_empty() {
             return Ok(prev);
         }
@@ -73,7 +70,7 @@ impl Plugin for PortMap {
     fn del(&self, args: &CmdArgs) -> Result<()> {
         let conf = PortMapConf::parse(args)?;
         let owner = Owner::new(&args.conf.name, &args.container_id);
-        let mut errors = Vec::new();
+        let mut errors = ErrorList::new();
         let mut udp_ports: Vec<(bool, u16)> = Vec::new();
         // Both backends: the nftables side is a few netlink reads, and the
         // iptables side runs processes only when its chain is there.
@@ -92,22 +89,19 @@ impl Plugin for PortMap {
                     Some(spec) => pm::nft_del_known(&mut nft, spec),
                     None => pm::nft_del(&mut nft, &owner),
                 };
-                match removed {
-                    Ok(removed) => udp_ports.extend(
+                if let Some(removed) = errors.record(removed) {
+                    udp_ports.extend(
                         removed
                             .into_iter()
                             .filter(|(_, proto, _)| *proto == conntrack::IPPROTO_UDP)
                             .map(|(v6, _, port)| (v6, port)),
-                    ),
-                    Err(e) => errors.push(e),
+                    );
                 }
                 for v6 in [false, true] {
                     let want =
                         conf.backend_is_iptables() || iptables_has_container(&mut nft, &owner, v6);
                     if want {
-                        if let Err(e) = pm::ipt_del(&owner, v6) {
-                            errors.push(e);
-                        }
+                        errors.record(pm::ipt_del(&owner, v6));
                     }
                 }
             }
@@ -116,9 +110,7 @@ impl Plugin for PortMap {
                     errors.push(e);
                 }
                 for v6 in [false, true] {
-                    if let Err(e) = pm::ipt_del(&owner, v6) {
-                        errors.push(e);
-                    }
+                    errors.record(pm::ipt_del(&owner, v6));
                 }
             }
         }
@@ -136,14 +128,12 @@ impl Plugin for PortMap {
         if let Err(e) = flush_ports(&udp_ports) {
             eprintln!("portmap: removing stale UDP conntrack entries: {e}");
         }
-        combine("portmap DEL", errors)
+        errors.finish_kernel("portmap DEL")
     }
 
     fn check(&self, args: &CmdArgs) -> Result<()> {
         let conf = PortMapConf::parse(args)?;
-        let prev = args.prev_result()?.ok_or_else(|| {
-            Error::config("prevResult", "missing: CHECK needs the result of the ADD")
-        })?;
+        let prev = args.required_prev_result("missing: CHECK needs the result of the ADD")?;
         if conf.mappings.is_empty() {
             return Ok(());
         }
@@ -164,23 +154,19 @@ impl Plugin for PortMap {
         let conf = PortMapConf::parse(args)?;
         let valid = args.conf.gc_valid_attachments();
         let network = &args.conf.name;
-        let mut errors = Vec::new();
+        let mut errors = ErrorList::new();
         let mut nft = Nft::open();
         if let Ok(nft) = nft.as_mut() {
-            if let Err(e) = pm::nft_gc(nft, network, &valid) {
-                errors.push(e);
-            }
+            errors.record(pm::nft_gc(nft, network, &valid));
         }
         for v6 in [false, true] {
             let want = conf.backend_is_iptables()
                 || nft.as_mut().map_or(true, |n| iptables_has_hostports(n, v6));
             if want {
-                if let Err(e) = pm::ipt_gc(network, &valid, v6) {
-                    errors.push(e);
-                }
+                errors.record(pm::ipt_gc(network, &valid, v6));
             }
         }
-        combine("portmap GC", errors)
+        errors.finish_kernel("portmap GC")
     }
 }
 
@@ -274,22 +260,6 @@ fn iptables_has_hostports(nft: &mut Nft, v6: bool) -> bool {
     let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
     nft.has_chain(family, "nat", pm::IPT_DNAT_CHAIN)
         .unwrap_or(true)
-}
-
-/// One error from a best-effort teardown's errors, keeping the first one's
-/// code and every message.
-fn combine(what: &str, mut errors: Vec<Error>) -> Result<()> {
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        _ => {
-            let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            Err(Error::kernel(
-                what.to_string(),
-                std::io::Error::other(msgs.join("; ")),
-            ))
-        }
-    }
 }
 
 fn main() {

@@ -60,17 +60,15 @@
 //! why the plugin's default backend is iptables.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::net::IpAddr;
-use std::process::{Command, Stdio};
 
-use super::iptables::{self, IptFamily, SavedTable};
-use super::nft::expr::{self, CmpOp, Expr, PayloadBase, Verdict, REG_1};
+use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{addr_field, types, BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, SetSpec};
-use super::{parse_go_comment, Backend, Owner};
+use super::{open_nft_for_teardown, parse_go_comment, Backend, Owner};
 use crate::fault;
 use crate::types::Attachment;
-use crate::{Error, Result};
+use crate::{Error, ErrorList, Result};
 
 /// The nf_tables table of the firewall.
 pub const TABLE: &str = "cni_rs_firewall";
@@ -249,70 +247,44 @@ pub fn check(backend: Backend, spec: &FirewallSpec) -> Result<()> {
 /// is iptables or nf_tables shows iptables state this DEL may concern.
 /// Best effort: every step runs, the errors are reported together.
 pub fn del(backend: Backend, owner: &Owner, known: &[IpAddr]) -> Result<()> {
-    let mut errors = Vec::new();
+    let mut errors = ErrorList::new();
     fault::point("firewall/del-before-commit");
-    let mut nft = Nft::open();
-    match nft.as_mut() {
-        Ok(n) => errors.extend(nft_del(n, owner, known).err()),
-        Err(_) if backend == Backend::Iptables => {}
-        Err(e) => errors.push(Error::kernel(
-            "open nf_tables",
-            std::io::Error::other(e.to_string()),
-        )),
+    let mut nft = open_nft_for_teardown(backend, &mut errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(nft_del(n, owner, known));
     }
     for v6 in [false, true] {
         let addrs = of_family(known, v6);
         let wanted = backend == Backend::Iptables
             || nft
                 .as_mut()
-                .map_or(true, |n| ipt_state_visible(n, v6, &addrs, known.is_empty()));
+                .is_none_or(|n| ipt_state_visible(n, v6, &addrs, known.is_empty()));
         if wanted {
-            errors.extend(ipt_del(owner, &addrs, v6).err());
+            errors.record(ipt_del(owner, &addrs, v6));
         }
     }
     fault::point("firewall/del-after-commit");
-    combine("firewall DEL", errors)
+    errors.finish_kernel("firewall DEL")
 }
 
 /// Removes the rules of containers of `network` that are not in `valid`
 /// (GC), on both backends as [`del`] does.
 pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
-    let mut errors = Vec::new();
-    let mut nft = Nft::open();
-    match nft.as_mut() {
-        Ok(n) => errors.extend(nft_gc(n, network, valid).err()),
-        Err(_) if backend == Backend::Iptables => {}
-        Err(e) => errors.push(Error::kernel(
-            "open nf_tables",
-            std::io::Error::other(e.to_string()),
-        )),
+    let mut errors = ErrorList::new();
+    let mut nft = open_nft_for_teardown(backend, &mut errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(nft_gc(n, network, valid));
     }
     for v6 in [false, true] {
         let wanted = backend == Backend::Iptables
             || nft
                 .as_mut()
-                .map_or(true, |n| ipt_state_visible(n, v6, &[], true));
+                .is_none_or(|n| ipt_state_visible(n, v6, &[], true));
         if wanted {
-            errors.extend(ipt_gc(network, valid, v6).err());
+            errors.record(ipt_gc(network, valid, v6));
         }
     }
-    combine("firewall GC", errors)
-}
-
-/// One error from a best-effort operation's errors: the first one's code,
-/// every message.
-fn combine(what: &str, mut errors: Vec<Error>) -> Result<()> {
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        _ => {
-            let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            Err(Error::kernel(
-                what.to_string(),
-                std::io::Error::other(msgs.join("; ")),
-            ))
-        }
-    }
+    errors.finish_kernel("firewall GC")
 }
 
 // ---- nftables -----------------------------------------------------------------
@@ -322,10 +294,6 @@ fn combine(what: &str, mut errors: Vec<Error>) -> Result<()> {
 const SKELETON_MARK: &str = "cni-rs firewall skeleton v1";
 /// The rules of chain `forward` in a complete skeleton.
 const FORWARD_RULES: usize = 6;
-/// `NFT_CT_STATE`.
-const CT_STATE: u32 = 0;
-/// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
-const CT_STATE_ESTABLISHED_RELATED: u32 = 0x2 | 0x4;
 
 /// The set of allowed addresses of one family.
 pub fn nft_set_name(v6: bool) -> &'static str {
@@ -347,44 +315,10 @@ fn set_specs() -> [SetSpec; 2] {
     })
 }
 
-/// `ct state established,related`.
-fn match_ct_established() -> Vec<Expr> {
-    vec![
-        Expr::Ct {
-            key: CT_STATE,
-            dreg: REG_1,
-        },
-        Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: CT_STATE_ESTABLISHED_RELATED.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-        },
-        Expr::Cmp {
-            sreg: REG_1,
-            op: CmpOp::Neq,
-            data: vec![0; 4],
-        },
-    ]
-}
-
 /// `meta nfproto ipvX ip saddr|daddr @set`.
 fn match_in_set(v6: bool, source: bool, set: &SetSpec) -> Vec<Expr> {
     let mut r = expr::match_nfproto(v6);
-    let (offset, len) = expr::ip_addr_offset(v6, source);
-    r.push(Expr::Payload {
-        base: PayloadBase::Network,
-        offset,
-        len,
-        dreg: REG_1,
-    });
-    r.push(Expr::Lookup {
-        set: set.name.clone(),
-        set_id: Some(set.id),
-        sreg: REG_1,
-        dreg: None,
-        invert: false,
-    });
+    r.extend(expr::match_ip_in_set(v6, source, &set.name, set.id));
     r
 }
 
@@ -428,7 +362,7 @@ fn skeleton(b: &mut Batch) {
     for v6 in [false, true] {
         let set = &sets[usize::from(v6)];
         let mut replies = match_in_set(v6, false, set);
-        replies.extend(match_ct_established());
+        replies.extend(expr::match_ct_state_established());
         replies.push(Expr::Immediate(Verdict::Accept));
         b.add_rule(F, TABLE, "forward", &replies, None);
         let mut from = match_in_set(v6, true, set);
@@ -638,70 +572,6 @@ fn ipt_state_visible(nft: &mut Nft, v6: bool, addrs: &[IpAddr], unknown: bool) -
 
 // ---- iptables -----------------------------------------------------------------
 
-fn tool(fam: IptFamily, save: bool) -> &'static str {
-    match (fam, save) {
-        (IptFamily::V4, true) => "iptables-save",
-        (IptFamily::V4, false) => "iptables-restore",
-        (IptFamily::V6, true) => "ip6tables-save",
-        (IptFamily::V6, false) => "ip6tables-restore",
-    }
-}
-
-/// Reads the filter table (`iptables-save -t filter`).
-fn save_filter(fam: IptFamily) -> Result<SavedTable> {
-    let cmd = tool(fam, true);
-    let out = Command::new(cmd)
-        .args(["-t", "filter"])
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| Error::kernel(format!("run {cmd}"), e))?;
-    if !out.status.success() {
-        return Err(Error::kernel(
-            format!("{cmd} -t filter"),
-            std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
-        ));
-    }
-    Ok(SavedTable::parse(&String::from_utf8_lossy(&out.stdout)))
-}
-
-/// Applies `lines` to the filter table with one `iptables-restore
-/// --noflush` (atomic: a failing line applies none).
-fn restore_filter(fam: IptFamily, lines: &[String]) -> Result<()> {
-    let cmd = tool(fam, false);
-    let mut input = String::from("*filter\n");
-    for l in lines {
-        input.push_str(l);
-        input.push('\n');
-    }
-    input.push_str("COMMIT\n");
-    let mut child = Command::new(cmd)
-        .args(["--noflush", "--wait", "5"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| Error::kernel(format!("run {cmd}"), e))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.as_bytes())
-            .map_err(|e| Error::kernel(format!("write to {cmd}"), e))?;
-    }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| Error::kernel(format!("wait for {cmd}"), e))?;
-    if !out.status.success() {
-        return Err(Error::kernel(
-            format!("{cmd} --noflush"),
-            std::io::Error::other(format!(
-                "{} (input: {})",
-                String::from_utf8_lossy(&out.stderr).trim(),
-                input.replace('\n', "; ")
-            )),
-        ));
-    }
-    Ok(())
-}
-
 /// Whether a restore failed because the table changed after our save (a
 /// chain created or a rule deleted by another process meanwhile).
 fn is_conflict(e: &Error) -> bool {
@@ -709,18 +579,16 @@ fn is_conflict(e: &Error) -> bool {
     s.contains("already exists") || s.contains("does a matching rule exist")
 }
 
-/// One save, the lines `build` derives from it, one restore (none when
-/// there is nothing to change); retried on a fresh save when another
-/// process changed the chains in between.
-fn ipt_apply(fam: IptFamily, build: &dyn Fn(&SavedTable) -> Vec<String>) -> Result<()> {
+/// One save of the filter table, the changes `build` derives from it, one
+/// restore (none when there is nothing to change); retried on a fresh save
+/// when another process changed the chains in between.
+fn ipt_apply(fam: IptFamily, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
     let mut attempt = 1;
     loop {
-        let saved = save_filter(fam)?;
-        let lines = build(&saved);
-        if lines.is_empty() {
-            return Ok(());
-        }
-        match restore_filter(fam, &lines) {
+        let saved = iptables::save(fam, IptTable::Filter)?;
+        let mut r = Restore::new(IptTable::Filter);
+        build(&saved, &mut r);
+        match iptables::restore(fam, &r) {
             Ok(()) => return Ok(()),
             Err(e) if is_conflict(&e) && attempt < IPT_ATTEMPTS => attempt += 1,
             Err(e) => return Err(e),
@@ -840,18 +708,6 @@ pub fn ipt_isolation_rules(bridge: &str) -> [String; 5] {
     ]
 }
 
-/// `-I CHAIN 1 ...` for a saved-form line `-A CHAIN ...`.
-fn insert_first(line: &str) -> String {
-    let rest = line.strip_prefix("-A ").unwrap_or(line);
-    let (chain, args) = rest.split_once(' ').unwrap_or((rest, ""));
-    format!("-I {chain} 1 {args}")
-}
-
-/// `-D CHAIN ...` for a saved-form line `-A CHAIN ...`.
-fn delete(line: &str) -> String {
-    format!("-D {}", line.strip_prefix("-A ").unwrap_or(line))
-}
-
 /// An owner record read back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct OwnerRecord {
@@ -880,8 +736,7 @@ fn owner_records(saved: &SavedTable) -> Vec<OwnerRecord> {
 /// iptables ADD for the addresses of one family.
 pub fn ipt_add(spec: &FirewallSpec, addrs: &[IpAddr], v6: bool) -> Result<()> {
     let mine = ipt_comment(&spec.owner);
-    ipt_apply(IptFamily::of_v6(v6), &|saved| {
-        let mut l = Vec::new();
+    ipt_apply(IptFamily::of_v6(v6), &|saved, r| {
         let mut chains = vec![
             IPT_FORWARD_CHAIN,
             spec.admin_chain.as_str(),
@@ -892,31 +747,31 @@ pub fn ipt_add(spec: &FirewallSpec, addrs: &[IpAddr], v6: bool) -> Result<()> {
         }
         for c in chains {
             if !saved.has_chain(c) {
-                l.push(format!("-N {c}"));
+                r.create_chain(c);
             }
         }
         for first in [ipt_forward_jump(), ipt_admin_jump(&spec.admin_chain)] {
             if !saved.has_rule(&first) {
-                l.push(insert_first(&first));
+                r.insert_first(&first);
             }
         }
         for a in addrs {
-            for r in ipt_accept_rules(*a) {
-                if !saved.has_rule(&r) {
-                    l.push(r);
+            for rule in ipt_accept_rules(*a) {
+                if !saved.has_rule(&rule) {
+                    r.append(rule);
                 }
             }
         }
         // An address belongs to its latest owner.
         for rec in owner_records(saved) {
             if addrs.contains(&rec.addr) && rec.comment != mine {
-                l.push(delete(&rec.line));
+                r.delete(&rec.line);
             }
         }
         for a in addrs {
             let rec = ipt_owner_rule(&spec.owner, *a);
             if !saved.has_rule(&rec) {
-                l.push(rec);
+                r.append(rec);
             }
         }
         if let Some(bridge) = &spec.isolate {
@@ -930,23 +785,28 @@ pub fn ipt_add(spec: &FirewallSpec, addrs: &[IpAddr], v6: bool) -> Result<()> {
                 (stage2, true),
                 (return2, false),
             ] {
-                if !saved.has_rule(&rule) {
-                    l.push(if first { insert_first(&rule) } else { rule });
+                if saved.has_rule(&rule) {
+                    continue;
+                }
+                if first {
+                    r.insert_first(&rule);
+                } else {
+                    r.append(rule);
                 }
             }
         }
-        l
     })
 }
 
-/// The lines removing the owner records `doomed` accepts and the accept
-/// rules of their addresses and of `extra`, except addresses another
-/// record still holds.
+/// Removes the owner records `doomed` accepts and the accept rules of
+/// their addresses and of `extra`, except addresses another record still
+/// holds.
 fn ipt_removal(
     saved: &SavedTable,
+    r: &mut Restore,
     doomed: &dyn Fn(&OwnerRecord) -> bool,
     extra: &[IpAddr],
-) -> Vec<String> {
+) {
     let (gone, kept): (Vec<OwnerRecord>, Vec<OwnerRecord>) =
         owner_records(saved).into_iter().partition(|r| doomed(r));
     let held: BTreeSet<IpAddr> = kept.iter().map(|r| r.addr).collect();
@@ -956,35 +816,34 @@ fn ipt_removal(
         .chain(extra.iter().copied())
         .filter(|a| !held.contains(a))
         .collect();
-    let mut l = Vec::new();
     for a in addrs {
         let accept = ipt_accept_rules(a);
         for line in saved.rules.iter().filter(|r| accept.contains(r)) {
-            l.push(delete(line));
+            r.delete(line);
         }
     }
-    for r in gone {
-        l.push(delete(&r.line));
+    for rec in gone {
+        r.delete(&rec.line);
     }
-    l
 }
 
 /// iptables DEL for one family: `owner`'s records and the accept rules of
 /// their addresses and of `known`.
 pub fn ipt_del(owner: &Owner, known: &[IpAddr], v6: bool) -> Result<()> {
     let mine = ipt_comment(owner);
-    ipt_apply(IptFamily::of_v6(v6), &|saved| {
-        ipt_removal(saved, &|r| r.comment == mine, known)
+    ipt_apply(IptFamily::of_v6(v6), &|saved, r| {
+        ipt_removal(saved, r, &|rec| rec.comment == mine, known)
     })
 }
 
 /// iptables GC for one family: records naming a container of `network`
 /// that is not in `valid`, and their addresses' accept rules.
 pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
-    ipt_apply(IptFamily::of_v6(v6), &|saved| {
+    ipt_apply(IptFamily::of_v6(v6), &|saved, r| {
         ipt_removal(
             saved,
-            &|r| match parse_go_comment(&r.comment) {
+            r,
+            &|rec| match parse_go_comment(&rec.comment) {
                 Some((net, cid)) => net == network && !valid.iter().any(|a| a.container_id == cid),
                 None => false,
             },
@@ -997,7 +856,7 @@ pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
 /// not required: a container the Go plugin added has none).
 pub fn ipt_check(spec: &FirewallSpec, addrs: &[IpAddr], v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = save_filter(fam)?;
+    let saved = iptables::save(fam, IptTable::Filter)?;
     let tool = if v6 { "ip6tables" } else { "iptables" };
     let failed = |what: String| Error::CheckFailed(format!("firewall: {what}"));
     for c in [IPT_FORWARD_CHAIN, spec.admin_chain.as_str()] {
@@ -1056,10 +915,6 @@ mod tests {
         assert_eq!(
             ipt_owner_rule(&Owner::new("n", "c"), "fd00::2".parse().unwrap()),
             "-A CNI-FORWARD-OWNERS -s fd00::2/128 -m comment --comment \"name: \\\"n\\\" id: \\\"c\\\"\""
-        );
-        assert_eq!(
-            insert_first("-A FORWARD -j X"),
-            "-I FORWARD 1 -j X".to_string()
         );
         let saved = SavedTable::parse(&format!(
             "*filter\n:CNI-FORWARD-OWNERS - [0:0]\n{}\n{}\n",

@@ -1,7 +1,8 @@
-//! The iptables backend: reads the nat table once with `iptables-save -t
-//! nat` when an operation needs to know what is there, and applies all of
-//! an operation's changes with one `iptables-restore --noflush --wait`
-//! (`ip6tables-*` for IPv6). Never one process per rule.
+//! The iptables backend: reads a table (nat for ipMasq and portmap, filter
+//! for the firewall) once with `iptables-save -t <table>` when an operation
+//! needs to know what is there, and applies all of an operation's changes
+//! with one `iptables-restore --noflush --wait` (`ip6tables-*` for IPv6).
+//! Never one process per rule.
 //!
 //! Rules are written in the canonical form `iptables-save` prints (option
 //! order, quoting), so a rule we would add can be compared with the saved
@@ -57,7 +58,23 @@ impl IptFamily {
     }
 }
 
-/// The nat table as `iptables-save -t nat` printed it.
+/// An iptables table the suite writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IptTable {
+    Nat,
+    Filter,
+}
+
+impl IptTable {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IptTable::Nat => "nat",
+            IptTable::Filter => "filter",
+        }
+    }
+}
+
+/// One table as `iptables-save -t <table>` printed it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SavedTable {
     /// Every chain, built-in and user-defined.
@@ -67,7 +84,7 @@ pub struct SavedTable {
 }
 
 impl SavedTable {
-    /// Parses `iptables-save` output (only its `*nat` table is expected).
+    /// Parses `iptables-save` output (of one table).
     pub fn parse(text: &str) -> SavedTable {
         let mut t = SavedTable::default();
         for line in text.lines() {
@@ -211,16 +228,21 @@ pub fn rule_line(chain: &str, args: &[&str]) -> String {
     s
 }
 
-/// The changes of one operation on the nat table of one family.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The changes of one operation on one table of one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Restore {
+    table: IptTable,
     declared: BTreeSet<String>,
     lines: Vec<String>,
 }
 
 impl Restore {
-    pub fn new() -> Restore {
-        Restore::default()
+    pub fn new(table: IptTable) -> Restore {
+        Restore {
+            table,
+            declared: BTreeSet::new(),
+            lines: Vec::new(),
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -230,6 +252,12 @@ impl Restore {
     /// Declares a chain: creates it, or flushes it if it exists.
     pub fn declare(&mut self, chain: &str) {
         self.declared.insert(chain.to_string());
+    }
+
+    /// Creates a chain with `-N`: unlike [`Restore::declare`] it never
+    /// flushes, and the restore fails if the chain exists meanwhile.
+    pub fn create_chain(&mut self, chain: &str) {
+        self.lines.push(format!("-N {chain}"));
     }
 
     /// Appends a rule line (`-A ...`).
@@ -260,7 +288,7 @@ impl Restore {
 
     /// The input of `iptables-restore`.
     pub fn render(&self) -> String {
-        let mut s = String::from("*nat\n");
+        let mut s = format!("*{}\n", self.table.as_str());
         for c in &self.declared {
             s.push_str(&format!(":{c} - [0:0]\n"));
         }
@@ -273,17 +301,18 @@ impl Restore {
     }
 }
 
-/// Reads the nat table (`iptables-save -t nat`).
-pub fn save_nat(family: IptFamily) -> Result<SavedTable> {
+/// Reads `table` (`iptables-save -t <table>`).
+pub fn save(family: IptFamily, table: IptTable) -> Result<SavedTable> {
     let cmd = family.save();
+    let table = table.as_str();
     let out = Command::new(cmd)
-        .args(["-t", "nat"])
+        .args(["-t", table])
         .stdin(Stdio::null())
         .output()
         .map_err(|e| Error::kernel(format!("run {cmd}"), e))?;
     if !out.status.success() {
         return Err(Error::kernel(
-            format!("{cmd} -t nat"),
+            format!("{cmd} -t {table}"),
             std::io::Error::other(String::from_utf8_lossy(&out.stderr).trim().to_string()),
         ));
     }
@@ -373,7 +402,7 @@ mod tests {
         assert!(t.has_chain("CNI-X") && t.has_chain("PREROUTING"));
         assert_eq!(t.jumps_to("PREROUTING", "CNI-X").len(), 1);
         assert_eq!(t.rules_of("CNI-X").count(), 1);
-        let mut r = Restore::new();
+        let mut r = Restore::new(IptTable::Nat);
         r.declare("CNI-Y");
         r.delete(&t.rules[0]);
         r.insert_first("-A POSTROUTING -j CNI-Y");
@@ -382,6 +411,13 @@ mod tests {
             r.render(),
             "*nat\n:CNI-Y - [0:0]\n-D PREROUTING -m addrtype --dst-type LOCAL -j CNI-X\n\
              -I POSTROUTING 1 -j CNI-Y\n-F CNI-X\n-X CNI-X\nCOMMIT\n"
+        );
+        let mut r = Restore::new(IptTable::Filter);
+        r.create_chain("CNI-FORWARD");
+        r.insert_first("-A FORWARD -j CNI-FORWARD");
+        assert_eq!(
+            r.render(),
+            "*filter\n-N CNI-FORWARD\n-I FORWARD 1 -j CNI-FORWARD\nCOMMIT\n"
         );
     }
 }

@@ -33,14 +33,14 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::iptables::{self, IptFamily, Restore, SavedTable};
-use super::nft::expr::{self, CmpOp, Expr, PayloadBase, Verdict, REG_1};
+use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{
     addr_field, types, BaseChain, Batch, Elem, Family, Hook, Nft, SetSpec, PRIORITY_SRCNAT,
 };
-use super::{go_chain_name, parse_go_comment, Backend, Owner};
+use super::{go_chain_name, open_nft_for_teardown, parse_go_comment, Backend, Owner};
 use crate::types::{Attachment, IpPrefix};
-use crate::{Error, Result};
+use crate::{Error, ErrorList, Result};
 
 /// The nf_tables table of ipMasq.
 pub const TABLE: &str = "cni_rs_masq";
@@ -60,20 +60,24 @@ fn set_name(v6: bool) -> &'static str {
 pub fn setup(backend: Backend, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
         Backend::Nftables => nft_setup(&mut Nft::open()?, owner, addrs),
-        Backend::Iptables => {
-            for v6 in [false, true] {
-                let fam: Vec<IpPrefix> = addrs
-                    .iter()
-                    .filter(|a| a.is_ipv4() != v6)
-                    .copied()
-                    .collect();
-                if !fam.is_empty() {
-                    ipt_setup(owner, &fam, v6)?;
-                }
-            }
-            Ok(())
+        Backend::Iptables => per_family(addrs, |fam, v6| ipt_setup(owner, fam, v6)),
+    }
+}
+
+/// Calls `f` with the addresses of each family that has any (IPv4 first),
+/// stopping at the first error.
+fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], bool) -> Result<()>) -> Result<()> {
+    for v6 in [false, true] {
+        let fam: Vec<IpPrefix> = addrs
+            .iter()
+            .filter(|a| a.is_ipv4() != v6)
+            .copied()
+            .collect();
+        if !fam.is_empty() {
+            f(&fam, v6)?;
         }
     }
+    Ok(())
 }
 
 /// Removes `owner`'s masquerade on both backends (the iptables side only
@@ -81,38 +85,22 @@ pub fn setup(backend: Backend, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> 
 /// `backend` is iptables). Needs no address: DEL works after the namespace
 /// is gone. Best effort: every step runs, the first error is returned.
 pub fn teardown(backend: Backend, owner: &Owner) -> Result<()> {
-    let mut first: Option<Error> = None;
-    let mut keep = |r: Result<()>| {
-        if let Err(e) = r {
-            first.get_or_insert(e);
-        }
-    };
-    let mut nft = Nft::open();
-    match nft.as_mut() {
-        Ok(n) => keep(nft_teardown(n, owner)),
-        Err(_) if backend == Backend::Iptables => {}
-        Err(e) => keep(Err(Error::kernel(
-            "open nf_tables",
-            std::io::Error::other(e.to_string()),
-        ))),
+    let mut errors = ErrorList::new();
+    let mut nft = open_nft_for_teardown(backend, &mut errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(nft_teardown(n, owner));
     }
     let chain = ipt_chain(owner);
     for v6 in [false, true] {
-        let visible = match nft.as_mut() {
-            Ok(n) => {
-                let family = if v6 { Family::Ip6 } else { Family::Ip };
-                n.has_chain(family, "nat", &chain).unwrap_or(true)
-            }
-            Err(_) => true,
-        };
+        let visible = nft.as_mut().is_none_or(|n| {
+            let family = if v6 { Family::Ip6 } else { Family::Ip };
+            n.has_chain(family, "nat", &chain).unwrap_or(true)
+        });
         if backend == Backend::Iptables || visible {
-            keep(ipt_teardown(owner, v6));
+            errors.record(ipt_teardown(owner, v6));
         }
     }
-    match first {
-        None => Ok(()),
-        Some(e) => Err(e),
-    }
+    errors.finish_first()
 }
 
 /// Removes the masquerade of containers of `network` that are not in
@@ -133,19 +121,7 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
 pub fn check(backend: Backend, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
         Backend::Nftables => nft_check(&mut Nft::open()?, owner, addrs),
-        Backend::Iptables => {
-            for v6 in [false, true] {
-                let fam: Vec<IpPrefix> = addrs
-                    .iter()
-                    .filter(|a| a.is_ipv4() != v6)
-                    .copied()
-                    .collect();
-                if !fam.is_empty() {
-                    ipt_check(owner, &fam, v6)?;
-                }
-            }
-            Ok(())
-        }
+        Backend::Iptables => per_family(addrs, |fam, v6| ipt_check(owner, fam, v6)),
     }
 }
 
@@ -214,20 +190,7 @@ fn subnet_rule(subnet: &IpPrefix, set: &SetSpec) -> Vec<Expr> {
         subnet.network(),
         subnet.prefix_len(),
     ));
-    let (offset, len) = expr::ip_addr_offset(v6, true);
-    r.push(Expr::Payload {
-        base: PayloadBase::Network,
-        offset,
-        len,
-        dreg: REG_1,
-    });
-    r.push(Expr::Lookup {
-        set: set.name.clone(),
-        set_id: Some(set.id),
-        sreg: REG_1,
-        dreg: None,
-        invert: false,
-    });
+    r.extend(expr::match_ip_in_set(v6, true, &set.name, set.id));
     r.extend(expr::match_ip(
         false,
         CmpOp::Neq,
@@ -391,9 +354,9 @@ fn ipt_rules(owner: &Owner, a: &IpPrefix, fam: IptFamily) -> (String, String, St
 /// iptables setup for the addresses of one family: one save, one restore.
 pub fn ipt_setup(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
+    let saved = iptables::save(fam, IptTable::Nat)?;
     let chain = ipt_chain(owner);
-    let mut r = Restore::new();
+    let mut r = Restore::new(IptTable::Nat);
     if !saved.has_chain(&chain) {
         r.declare(&chain);
     }
@@ -425,8 +388,8 @@ fn ipt_remove(saved: &SavedTable, r: &mut Restore, chain: &str) {
 /// iptables teardown for one family, by the hashed chain name.
 pub fn ipt_teardown(owner: &Owner, v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
-    let mut r = Restore::new();
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
     ipt_remove(&saved, &mut r, &ipt_chain(owner));
     iptables::restore(fam, &r)
 }
@@ -435,8 +398,8 @@ pub fn ipt_teardown(owner: &Owner, v6: bool) -> Result<()> {
 /// container of `network` not in `valid` lose their chain.
 pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
-    let mut r = Restore::new();
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
     let mut done = BTreeSet::new();
     for line in saved.rules_of("POSTROUTING") {
         let (Some(comment), Some(target)) =
@@ -464,7 +427,7 @@ pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
 /// iptables CHECK for the addresses of one family.
 pub fn ipt_check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
+    let saved = iptables::save(fam, IptTable::Nat)?;
     for a in addrs {
         let (accept, masq, entry) = ipt_rules(owner, a, fam);
         for line in [accept, masq, entry] {

@@ -1,5 +1,6 @@
-//! Netfilter: host ports (portmap), masquerade (bridge `ipMasq`) and the MAC
-//! spoof check (bridge `macspoofchk`), on two backends.
+//! Netfilter: host ports (portmap), masquerade (bridge `ipMasq`), the MAC
+//! spoof check (bridge `macspoofchk`) and the firewall plugin's forwarding
+//! rules, on two backends.
 //!
 //! - [`nft`]: nf_tables spoken over netlink by this crate ([`nfnetlink`]),
 //!   no `nft` process. Every ADD, DEL or GC is one atomic batch. A
@@ -11,8 +12,9 @@
 //!   comments of the Go plugins, so either side's DEL removes the other's
 //!   rules.
 //!
-//! [`portmap`], [`masq`] and [`spoofcheck`] build the rules of each feature
-//! for both backends; [`conntrack`] removes stale UDP conntrack entries.
+//! [`portmap`], [`masq`] and [`firewall`] build the rules of each feature
+//! for both backends, [`spoofcheck`] on nf_tables (as the Go plugin does);
+//! [`conntrack`] removes stale UDP conntrack entries.
 //! Everything acts on the network namespace of the calling thread (the
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
 
@@ -30,7 +32,7 @@ pub(crate) mod testing;
 use sha2::{Digest, Sha512};
 
 use crate::types::Attachment;
-use crate::{Error, Result};
+use crate::{Error, ErrorList, Result};
 
 /// Which firewall backend an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,6 +77,24 @@ impl Backend {
         match self {
             Backend::Nftables => "nftables",
             Backend::Iptables => "iptables",
+        }
+    }
+}
+
+/// For a teardown that covers both backends: nf_tables, or `None` when it
+/// cannot be opened. That is an error, kept in `errors`, unless `backend`
+/// is iptables: then nf_tables is only looked at to spare iptables
+/// processes, and `None` means running them.
+fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
+    match nft::Nft::open() {
+        Ok(n) => Some(n),
+        Err(_) if backend == Backend::Iptables => None,
+        Err(e) => {
+            errors.push(Error::kernel(
+                "open nf_tables",
+                std::io::Error::other(e.to_string()),
+            ));
+            None
         }
     }
 }

@@ -43,7 +43,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
-use super::iptables::{self, IptFamily, Restore, SavedTable};
+use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
 use super::nft::expr::{self, CmpOp, Expr, MetaKey, NatType, PayloadBase, Verdict, REG_1};
 use super::nft::{
     addr_field, port_field, proto_field, types, BaseChain, Batch, Elem, ElemData, Family, Hook,
@@ -140,6 +140,17 @@ impl fmt::Display for PortMapping {
 pub struct Conditions {
     pub v4: Vec<String>,
     pub v6: Vec<String>,
+}
+
+impl Conditions {
+    /// The conditions of one family.
+    pub fn of(&self, v6: bool) -> &[String] {
+        if v6 {
+            &self.v6
+        } else {
+            &self.v4
+        }
+    }
 }
 
 /// Which syntax a condition list is written in: the Go plugin's rule (a
@@ -439,20 +450,7 @@ fn skeleton(b: &mut Batch) {
         let id = sets.iter().find(|s| s.name == set).map_or(0, |s| s.id);
         let mut r = expr::match_nfproto(v6);
         r.extend(expr::match_ct_status_dnat());
-        let (offset, len) = expr::ip_addr_offset(v6, false);
-        r.push(Expr::Payload {
-            base: PayloadBase::Network,
-            offset,
-            len,
-            dreg: REG_1,
-        });
-        r.push(Expr::Lookup {
-            set: set.into(),
-            set_id: Some(id),
-            sreg: REG_1,
-            dreg: None,
-            invert: false,
-        });
+        r.extend(expr::match_ip_in_set(v6, false, set, id));
         r.push(Expr::Masq);
         b.add_rule(F, TABLE, "postrouting", &r, None);
     }
@@ -682,13 +680,8 @@ pub fn nft_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let Some(container) = spec.container(v6) else {
             continue;
         };
-        let conds_raw = if v6 {
-            &spec.conditions.v6
-        } else {
-            &spec.conditions.v4
-        };
         let key = if v6 { "conditionsV6" } else { "conditionsV4" };
-        let conds = parse_nft_conditions(key, conds_raw, v6)?;
+        let conds = parse_nft_conditions(key, spec.conditions.of(v6), v6)?;
         let mappings = spec.family_mappings(v6);
         if mappings.is_empty() {
             continue;
@@ -872,11 +865,7 @@ pub fn nft_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let Some(container) = spec.container(v6) else {
             continue;
         };
-        let conds = if v6 {
-            &spec.conditions.v6
-        } else {
-            &spec.conditions.v4
-        };
+        let conds = spec.conditions.of(v6);
         for m in spec.family_mappings(v6) {
             if !conds.is_empty() {
                 let n = match conditioned {
@@ -972,8 +961,8 @@ pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
         return Ok(());
     }
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
-    let mut r = Restore::new();
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
     let setmark = match &spec.external_set_mark_chain {
         Some(c) => c.clone(),
         None => IPT_SETMARK_CHAIN.to_string(),
@@ -1051,11 +1040,7 @@ pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
         r.delete(old);
     }
     let comment = ipt_dnat_comment(&spec.owner);
-    let conds = if v6 {
-        &spec.conditions.v6
-    } else {
-        &spec.conditions.v4
-    };
+    let conds = spec.conditions.of(v6);
     let cond_args: Vec<String> = conds
         .iter()
         .flat_map(|c| c.split_whitespace())
@@ -1098,22 +1083,9 @@ pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
     } else {
         format!("{}/{}", container.network(), container.prefix_len())
     };
-    let to = if v6 {
-        format!("[{}]", container.addr())
-    } else {
-        container.addr().to_string()
-    };
     for m in spec.family_mappings(v6) {
-        let port = m.host_port.to_string();
-        let dst = m
-            .dst()
-            .map(|ip| format!("{ip}/{}", if v6 { 128 } else { 32 }));
-        let proto = m.protocol.as_str();
-        let mut base: Vec<&str> = Vec::new();
-        if let Some(d) = &dst {
-            base.extend(["-d", d.as_str()]);
-        }
-        base.extend(["-p", proto, "-m", proto, "--dport", port.as_str()]);
+        let matched = ipt_mapping_match(&m, v6);
+        let base: Vec<&str> = matched.iter().map(String::as_str).collect();
         if spec.snat {
             let mut hp: Vec<&str> = vec!["-s", masq_src.as_str()];
             hp.extend(base.iter().copied());
@@ -1126,12 +1098,40 @@ pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
                 r.append(iptables::rule_line(&chain, &lo));
             }
         }
-        let dest = format!("{to}:{}", m.container_port);
-        let mut dn = base.clone();
-        dn.extend(["-j", "DNAT", "--to-destination", dest.as_str()]);
-        r.append(iptables::rule_line(&chain, &dn));
+        r.append(ipt_dnat_rule(&chain, &m, container, v6));
     }
     iptables::restore(fam, &r)
+}
+
+/// What selects mapping `m`'s traffic in the container's chain:
+/// `[-d <hostIP>/32|128] -p <proto> -m <proto> --dport <hostPort>`.
+fn ipt_mapping_match(m: &PortMapping, v6: bool) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(ip) = m.dst() {
+        args.extend([
+            "-d".to_string(),
+            format!("{ip}/{}", if v6 { 128 } else { 32 }),
+        ]);
+    }
+    let proto = m.protocol.as_str();
+    args.extend(["-p", proto, "-m", proto, "--dport"].map(str::to_string));
+    args.push(m.host_port.to_string());
+    args
+}
+
+/// The DNAT rule of mapping `m` in the container's chain `chain`, to the
+/// container address `container`.
+fn ipt_dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, v6: bool) -> String {
+    let to = if v6 {
+        format!("[{}]:{}", container.addr(), m.container_port)
+    } else {
+        format!("{}:{}", container.addr(), m.container_port)
+    };
+    let mut args = ipt_mapping_match(m, v6);
+    args.extend(["-j", "DNAT", "--to-destination"].map(str::to_string));
+    args.push(to);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    iptables::rule_line(chain, &args)
 }
 
 /// iptables DEL for one family: entry rules jumping to `CNI-DN-<hash>` (and
@@ -1140,8 +1140,8 @@ pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
 /// when nothing is there.
 pub fn ipt_del(owner: &Owner, v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
-    let mut r = Restore::new();
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
     ipt_remove_container(&saved, &mut r, owner);
     iptables::restore(fam, &r)
 }
@@ -1170,8 +1170,8 @@ fn ipt_remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
 /// comment names a container not in `valid` lose their chain.
 pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
-    let mut r = Restore::new();
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
     let mut done = BTreeSet::new();
     for line in saved.rules_of(IPT_DNAT_CHAIN) {
         let Some(comment) = iptables::rule_comment(line) else {
@@ -1201,7 +1201,7 @@ pub fn ipt_check(spec: &PortMapSpec, v6: bool) -> Result<()> {
         return Ok(());
     };
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save_nat(fam)?;
+    let saved = iptables::save(fam, IptTable::Nat)?;
     let chain = ipt_dnat_chain(&spec.owner);
     if !saved.has_chain(&chain) {
         return Err(Error::CheckFailed(format!(
@@ -1214,26 +1214,8 @@ pub fn ipt_check(spec: &PortMapSpec, v6: bool) -> Result<()> {
             "portmap: {IPT_DNAT_CHAIN} has no rule jumping to {chain}"
         )));
     }
-    let to = if v6 {
-        format!("[{}]", container.addr())
-    } else {
-        container.addr().to_string()
-    };
     for m in spec.family_mappings(v6) {
-        let port = m.host_port.to_string();
-        let proto = m.protocol.as_str();
-        let dst = m
-            .dst()
-            .map(|ip| format!("{ip}/{}", if v6 { 128 } else { 32 }));
-        let dest = format!("{to}:{}", m.container_port);
-        let mut args: Vec<&str> = Vec::new();
-        if let Some(d) = &dst {
-            args.extend(["-d", d.as_str()]);
-        }
-        args.extend(["-p", proto, "-m", proto, "--dport", port.as_str()]);
-        args.extend(["-j", "DNAT", "--to-destination", dest.as_str()]);
-        let line = iptables::rule_line(&chain, &args);
-        if !saved.has_rule(&line) {
+        if !saved.has_rule(&ipt_dnat_rule(&chain, &m, container, v6)) {
             return Err(Error::CheckFailed(format!(
                 "portmap: mapping {m} has no DNAT rule in {chain}"
             )));

@@ -13,7 +13,7 @@
 use super::nft::expr::{self, CmpOp, Expr, PayloadBase, Verdict, REG_1};
 use super::nft::{BaseChain, Batch, Family, Hook, Nft};
 use crate::types::Attachment;
-use crate::{Error, Result};
+use crate::{ErrorList, Result};
 
 /// The table and base chain the Go plugin uses.
 pub const TABLE: &str = "nat";
@@ -139,7 +139,7 @@ pub fn gc(valid: &[Attachment], is_ours: &dyn Fn(&str) -> bool) -> Result<Vec<St
         .map(|a| ref_id(&a.container_id, &a.ifname))
         .collect();
     let mut removed = Vec::new();
-    let mut first: Option<Error> = None;
+    let mut errors = ErrorList::new();
     for rule in nft.rules(F, TABLE, BASE_CHAIN)? {
         let Some(r) = rule
             .comment
@@ -163,17 +163,11 @@ pub fn gc(valid: &[Attachment], is_ours: &dyn Fn(&str) -> bool) -> Result<Vec<St
         if !is_ours(&host) {
             continue;
         }
-        match teardown_ref(&mut nft, r) {
-            Ok(()) => removed.push(r.to_string()),
-            Err(e) => {
-                first.get_or_insert(e);
-            }
+        if errors.record(teardown_ref(&mut nft, r)).is_some() {
+            removed.push(r.to_string());
         }
     }
-    match first {
-        None => Ok(removed),
-        Some(e) => Err(e),
-    }
+    errors.finish_first().map(|()| removed)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use std::os::fd::AsRawFd;
 
 use super::{errno, Netlink};
+use crate::mac::format_mac;
 use crate::netns::NetNs;
 use crate::Result;
 
@@ -122,6 +123,12 @@ impl std::fmt::Display for BridgePortFlags {
 }
 
 impl Link {
+    /// The MAC as a result records it (`aa:bb:cc:dd:ee:ff`), empty when
+    /// the link has none.
+    pub fn mac_string(&self) -> String {
+        self.mac.as_ref().map(format_mac).unwrap_or_default()
+    }
+
     fn from_message(msg: LinkMessage) -> Link {
         let mut link = Link {
             index: msg.header.index,
@@ -307,6 +314,18 @@ impl Netlink {
         Ok(())
     }
 
+    /// Deletes the link named `name`, for a best-effort teardown: a link
+    /// that is not there, or goes meanwhile, is success.
+    pub fn delete_link_if_present(&mut self, name: &str) -> Result<()> {
+        let Some(link) = self.link_by_name(name)? else {
+            return Ok(());
+        };
+        match self.delete_link(link.index) {
+            Err(e) if !super::is_not_found(&e) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Creates a bridge named `name`, with `mtu` if given. If a link of that
     /// name exists the error has errno `EEXIST` ([`super::is_exists`]).
     pub fn add_bridge(&mut self, name: &str, mtu: Option<u32>) -> Result<()> {
@@ -397,27 +416,11 @@ fn no_flags() -> (LinkFlags, LinkFlags) {
     (LinkFlags::empty(), LinkFlags::empty())
 }
 
-/// `aa:bb:cc:dd:ee:ff`.
-pub fn format_mac(mac: &[u8; 6]) -> String {
-    mac.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::{is_exists, is_not_found};
     use super::*;
     use crate::netns::testing::{new_netns, privileged};
-
-    #[test]
-    fn netlink_link_format_mac() {
-        assert_eq!(
-            format_mac(&[0x0a, 0, 0xff, 1, 2, 0x3c]),
-            "0a:00:ff:01:02:3c"
-        );
-    }
 
     #[test]
     fn netlink_link_bridge_port_flags_display_the_set_flags() {
@@ -1231,65 +1234,11 @@ impl Netlink {
     }
 }
 
-/// Parses a 6-byte MAC address as Go's `net.ParseMAC` writes it:
-/// `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` or `aabb.ccdd.eeff` (hex digits
-/// in either case). Unicast or not is for the caller to decide.
-pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let hex = |p: &str| -> Option<Vec<u8>> {
-        if p.is_empty() || !p.len().is_multiple_of(2) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        (0..p.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&p[i..i + 2], 16).ok())
-            .collect()
-    };
-    let (sep, groups, width) = if s.contains(':') {
-        (':', 6, 2)
-    } else if s.contains('-') {
-        ('-', 6, 2)
-    } else {
-        ('.', 3, 4)
-    };
-    let parts: Vec<&str> = s.split(sep).collect();
-    if parts.len() != groups || parts.iter().any(|p| p.len() != width) {
-        return None;
-    }
-    let bytes = parts
-        .iter()
-        .map(|p| hex(p))
-        .collect::<Option<Vec<_>>>()?
-        .concat();
-    <[u8; 6]>::try_from(bytes.as_slice()).ok()
-}
-
 #[cfg(test)]
 mod macvlan_tests {
     use super::super::{is_exists, is_not_found};
     use super::*;
     use crate::netns::testing::{new_netns, privileged};
-
-    #[test]
-    fn netlink_link_parse_mac_accepts_go_forms() {
-        let want = [0x0a, 0x58, 0xff, 0x01, 0x02, 0xab];
-        assert_eq!(parse_mac("0a:58:ff:01:02:ab"), Some(want));
-        assert_eq!(parse_mac("0A-58-FF-01-02-AB"), Some(want));
-        assert_eq!(parse_mac("0a58.ff01.02ab"), Some(want));
-        for bad in [
-            "",
-            "0a:58:ff:01:02",
-            "0a:58:ff:01:02:ab:cd",
-            "0a:58:ff:01:02:g1",
-            "0a:58:ff:01:2:ab",
-            "0a:58-ff:01:02:ab",
-            "0a58ff0102ab",
-            "0a58.ff01.02a",
-            "+a:58:ff:01:02:ab",
-        ] {
-            assert_eq!(parse_mac(bad), None, "{bad:?}");
-        }
-        assert_eq!(format_mac(&want), "0a:58:ff:01:02:ab");
-    }
 
     #[test]
     fn netlink_link_macvlan_modes_round_trip() {

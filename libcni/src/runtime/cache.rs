@@ -11,15 +11,12 @@
 //! a later DEL fail.
 
 use crate::error::{Error, Result};
+use crate::files::{self, Contents, WriteStep};
 use crate::types::config::validate_ifname;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The `kind` of a Go libcni cache file.
 pub const CACHE_KIND_V1: &str = "cniCacheV1";
@@ -161,32 +158,32 @@ impl ResultCache {
         self.results_dir().join(key.file_name())
     }
 
-    /// Writes `entry` atomically under the key its own fields give: a temp
-    /// file in the same directory (O_EXCL, O_NOFOLLOW, 0600), fsync, rename
-    /// over the old file (a symlink there is replaced, not followed), fsync
-    /// of the directory. The directory is created 0700 if missing.
+    /// Writes `entry` atomically under the key its own fields give
+    /// ([`files::write_atomic`]: a temp file in the same directory,
+    /// O_EXCL, O_NOFOLLOW, 0600, fsync, rename over the old file (a symlink
+    /// there is replaced, not followed), fsync of the directory). The
+    /// directory is created 0700 if missing.
     pub fn write(&self, entry: &CacheEntry) -> Result<()> {
         let key = CacheKey::new(&entry.network_name, &entry.container_id, &entry.ifname)?;
         let bytes = encode(entry)?;
         let dir = self.results_dir();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&dir)
+        files::create_dir_all(&dir, 0o700)
             .map_err(|e| Error::io(format!("creating cache directory {}", dir.display()), e))?;
-        let path = self.path(&key);
-        let (tmp_path, mut tmp) = create_temp(&dir, &key.file_name())?;
-        let written = (|| {
-            tmp.set_permissions(std::fs::Permissions::from_mode(0o600))?;
-            tmp.write_all(&bytes)?;
-            tmp.sync_all()?;
-            drop(tmp);
-            std::fs::rename(&tmp_path, &path)?;
-            File::open(&dir)?.sync_all()
-        })();
-        written.map_err(|e| {
-            let _ = std::fs::remove_file(&tmp_path);
-            Error::io(format!("writing cache file {}", path.display()), e)
+        let name = key.file_name();
+        // The leading dot keeps the temp file out of every `<network>-*`
+        // listing.
+        files::write_atomic(&dir, &format!(".{name}.tmp-"), &name, &bytes).map_err(|e| {
+            if e.step == WriteStep::CreateTemp {
+                Error::io(
+                    format!("creating cache temp file {}", dir.join(&e.temp).display()),
+                    e.source,
+                )
+            } else {
+                Error::io(
+                    format!("writing cache file {}", dir.join(&name).display()),
+                    e.source,
+                )
+            }
         })
     }
 
@@ -199,14 +196,8 @@ impl ResultCache {
     /// Removes the cache file of `key`; a missing one is success.
     pub fn remove(&self, key: &CacheKey) -> Result<()> {
         let path = self.path(key);
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(
-                format!("removing cache file {}", path.display()),
-                e,
-            )),
-        }
+        files::remove_if_present(&path)
+            .map_err(|e| Error::io(format!("removing cache file {}", path.display()), e))
     }
 
     /// The cached attachments of `network`, sorted by file name: every
@@ -330,59 +321,14 @@ fn decode(bytes: &[u8]) -> Cached {
     }))
 }
 
-/// Opens without following a symlink or blocking on a FIFO, and reads only
-/// a regular file of sane size.
+/// Reads a cache file without following a symlink or blocking on a FIFO,
+/// and only a regular file of sane size.
 fn read_path(path: &Path) -> Cached {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path);
-    let file = match file {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Cached::Absent,
-        Err(e) => return Cached::Corrupt(format!("opening {}: {e}", path.display())),
-    };
-    match file.metadata() {
-        Ok(m) if m.is_file() && m.len() <= MAX_CACHE_FILE => {}
-        Ok(_) => return Cached::Corrupt(format!("{} is not a cache file", path.display())),
-        Err(e) => return Cached::Corrupt(format!("reading {}: {e}", path.display())),
+    match files::read_regular(path, MAX_CACHE_FILE, "cache file") {
+        Contents::Absent => Cached::Absent,
+        Contents::Unreadable(why) => Cached::Corrupt(why),
+        Contents::Bytes(bytes) => decode(&bytes),
     }
-    let mut bytes = Vec::new();
-    if let Err(e) = file.take(MAX_CACHE_FILE).read_to_end(&mut bytes) {
-        return Cached::Corrupt(format!("reading {}: {e}", path.display()));
-    }
-    decode(&bytes)
-}
-
-/// Creates `.<name>.tmp-<pid>-<n>` exclusively in `dir`. The leading dot
-/// keeps it out of every `<network>-*` listing.
-fn create_temp(dir: &Path, name: &str) -> Result<(PathBuf, File)> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut last = None;
-    for _ in 0..16 {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{name}.tmp-{}-{n}", std::process::id()));
-        let opened = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&tmp);
-        match opened {
-            Ok(f) => return Ok((tmp, f)),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
-            Err(e) => {
-                return Err(Error::io(
-                    format!("creating cache temp file {}", tmp.display()),
-                    e,
-                ))
-            }
-        }
-    }
-    Err(Error::io(
-        format!("creating cache temp file in {}", dir.display()),
-        last.unwrap_or_else(|| std::io::Error::other("no free temp name")),
-    ))
 }
 
 #[cfg(test)]

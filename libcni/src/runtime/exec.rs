@@ -11,7 +11,7 @@
 
 use super::cache::{CacheEntry, CacheKey, Cached, ResultCache};
 use super::conf::NetworkConfigList;
-use crate::error::{Error, ErrorResult, Result};
+use crate::error::{Error, ErrorList, ErrorResult, Result};
 use crate::invoke::{exec_plugin, find_in_path};
 use crate::types::{Attachment, CniResult};
 use crate::version::Version;
@@ -211,7 +211,7 @@ impl CniConfig {
             return Ok(());
         }
         ensure_plugins(list)?;
-        let mut errors = Vec::new();
+        let mut errors = ErrorList::new();
         match self.cache().attachments(&list.name) {
             Ok(cached) => {
                 for entry in cached {
@@ -266,7 +266,7 @@ impl CniConfig {
                 }
             }
         }
-        join_errors(errors)
+        errors.finish_joined()
     }
 
     /// STATUS: below 1.1.0 succeeds without running anything (as Go does);
@@ -468,24 +468,6 @@ fn with_context(e: Error, context: &str) -> Error {
         msg: format!("{context}: {msg}"),
         details,
     })
-}
-
-/// All errors of a best-effort pass as one, with the first one's code.
-fn join_errors(mut errors: Vec<Error>) -> Result<()> {
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        _ => Err(Error::Plugin(ErrorResult {
-            cni_version: String::new(),
-            code: errors[0].code(),
-            msg: errors
-                .iter()
-                .map(ToString::to_string)
-                .collect::<Vec<_>>()
-                .join("; "),
-            details: String::new(),
-        })),
-    }
 }
 
 #[cfg(test)]

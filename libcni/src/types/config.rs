@@ -79,6 +79,14 @@ impl NetConf {
             .unwrap_or_default()
     }
 
+    /// `ipam.type`, when it names a plugin (`"ipam": {}` names none).
+    pub fn ipam_type(&self) -> Option<&str> {
+        self.ipam
+            .as_ref()
+            .map(|i| i.plugin_type.as_str())
+            .filter(|t| !t.is_empty())
+    }
+
     /// The `args.cni.<key>` value, if any (CONVENTIONS.md `args`).
     pub fn args_cni(&self, key: &str) -> Option<&Value> {
         self.args.as_ref()?.get("cni")?.get(key)
@@ -125,12 +133,30 @@ pub fn validate_container_id(id: &str) -> Result<(), Error> {
 /// Validates `CNI_IFNAME` as the spec and Go's `ValidateInterfaceName` do
 /// (code 4): 1 to 15 bytes, not `.` or `..`, no `/`, `:` or whitespace.
 pub fn validate_ifname(name: &str) -> Result<(), Error> {
-    let why = if name.is_empty() {
+    match link_name_fault(name, "is not a valid name") {
+        Some(why) => Err(Error::InvalidEnv(format!("CNI_IFNAME {name:?} {why}"))),
+        None => Ok(()),
+    }
+}
+
+/// Validates the value of config key `key` as an interface name the kernel
+/// accepts (code 7 naming the key), with the rules of [`validate_ifname`].
+pub fn validate_link_name(key: &str, name: &str) -> Result<(), Error> {
+    match link_name_fault(name, "is not a valid interface name") {
+        Some(why) => Err(Error::config(key, format!("interface name {name:?} {why}"))),
+        None => Ok(()),
+    }
+}
+
+/// Why `name` cannot be an interface name, if it cannot (`dots` for `.`
+/// and `..`).
+fn link_name_fault(name: &str, dots: &'static str) -> Option<&'static str> {
+    if name.is_empty() {
         Some("is empty")
     } else if name.len() > 15 {
         Some("is longer than 15 bytes")
     } else if name == "." || name == ".." {
-        Some("is not a valid name")
+        Some(dots)
     } else if name
         .chars()
         .any(|c| c == '/' || c == ':' || c.is_whitespace())
@@ -138,10 +164,6 @@ pub fn validate_ifname(name: &str) -> Result<(), Error> {
         Some("contains '/', ':' or whitespace")
     } else {
         None
-    };
-    match why {
-        Some(why) => Err(Error::InvalidEnv(format!("CNI_IFNAME {name:?} {why}"))),
-        None => Ok(()),
     }
 }
 
@@ -186,6 +208,28 @@ mod tests {
     }
 
     #[test]
+    fn link_names_in_config_keys_name_the_key() {
+        assert!(validate_link_name("master", "eth0").is_ok());
+        for (bad, why) in [
+            ("", "is empty"),
+            ("a234567890123456", "is longer than 15 bytes"),
+            ("..", "is not a valid interface name"),
+            ("a/b", "contains '/', ':' or whitespace"),
+        ] {
+            let e = validate_link_name("bridge", bad).unwrap_err();
+            assert_eq!(e.code(), 7);
+            assert_eq!(
+                e.to_string(),
+                format!("invalid network config: bridge: interface name {bad:?} {why}")
+            );
+        }
+        assert_eq!(
+            validate_ifname(".").unwrap_err().to_string(),
+            "CNI_IFNAME \".\" is not a valid name"
+        );
+    }
+
+    #[test]
     fn unknown_keys_do_not_break_parsing_and_gc_keys_are_read() {
         let c: NetConf = serde_json::from_value(json!({
             "cniVersion": "1.1.0", "name": "n", "type": "bridge", "whatever": {"x": 1},
@@ -194,6 +238,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(c.ipam.as_ref().unwrap().plugin_type, "host-local");
+        assert_eq!(c.ipam_type(), Some("host-local"));
         assert_eq!(
             c.gc_valid_attachments(),
             vec![Attachment {

@@ -16,22 +16,17 @@ use libcni::netfilter::firewall as fw;
 use libcni::netfilter::Owner;
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
 use libcni::types::CniResult;
-use libcni::{Error, Result};
+use libcni::Result;
 
 use config::FirewallConf;
 
 struct Firewall;
 
 fn require_prev(args: &CmdArgs, verb: &str) -> Result<CniResult> {
-    args.prev_result()?.ok_or_else(|| {
-        Error::config(
-            "prevResult",
-            format!(
-                "missing: {verb} needs the result of the plugin before firewall in the chain \
-                 (bridge, ptp, macvlan...)"
-            ),
-        )
-    })
+    args.required_prev_result(&format!(
+        "missing: {verb} needs the result of the plugin before firewall in the chain \
+         (bridge, ptp, macvlan...)"
+    ))
 }
 
 impl Plugin for Firewall {

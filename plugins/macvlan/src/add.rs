@@ -8,12 +8,12 @@ use std::io;
 
 use libcni::fault;
 use libcni::ipam::{self, IfaceOptions};
-use libcni::netlink::link::{format_mac, MacvlanSpec};
+use libcni::netlink::link::MacvlanSpec;
 use libcni::netlink::{is_exists, is_not_found, Netlink};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::sysctl::{self, Key};
-use libcni::types::{CniResult, Interface};
+use libcni::types::CniResult;
 use libcni::Error;
 
 use crate::config::Conf;
@@ -123,13 +123,7 @@ fn steps(
     fault::point("macvlan/link");
 
     let mut result = CniResult {
-        interfaces: vec![Interface {
-            name: args.ifname.clone(),
-            mac: link.mac.as_ref().map(format_mac).unwrap_or_default(),
-            mtu: Some(link.mtu),
-            sandbox: args.netns.clone(),
-            ..Interface::default()
-        }],
+        interfaces: vec![ipam::interface_of(&link, &args.netns)],
         ..CniResult::default()
     };
 
@@ -139,14 +133,7 @@ fn steps(
         created.ipam = Some(plugin.clone());
         let allocated = ipam::exec_add(plugin, &args.stdin, args.version)?;
         fault::point("macvlan/ipam");
-        if allocated.ips.is_empty() {
-            return Err(Error::Plugin(libcni::ErrorResult {
-                cni_version: String::new(),
-                code: libcni::error::code::INTERNAL,
-                msg: format!("IPAM plugin {plugin:?} returned missing IP config"),
-                details: String::new(),
-            }));
-        }
+        ipam::require_ips(plugin, &allocated)?;
         result.ips = allocated.ips;
         for ip in &mut result.ips {
             ip.interface = Some(0); // every address is the macvlan's

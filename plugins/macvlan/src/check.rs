@@ -4,7 +4,6 @@
 //! addresses and routes. A difference is code 102 naming what differs.
 
 use libcni::ipam;
-use libcni::netlink::link::format_mac;
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
 use libcni::Error;
@@ -18,22 +17,10 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     if let Some(plugin) = &conf.ipam {
         ipam::exec_check(plugin, &args.stdin)?;
     }
-    let prev = args
-        .prev_result()?
-        .ok_or_else(|| Error::config("prevResult", "CHECK needs the ADD result (prevResult)"))?;
+    let prev = args.required_prev_result("CHECK needs the ADD result (prevResult)")?;
     let ifname = &args.ifname;
     let failed = |msg: String| Err(Error::CheckFailed(msg));
-
-    let Some(want) = prev
-        .interfaces
-        .iter()
-        .find(|i| &i.name == ifname && i.sandbox == args.netns)
-    else {
-        return failed(format!(
-            "prevResult has no interface {ifname:?} in sandbox {:?}",
-            args.netns
-        ));
-    };
+    let want = ipam::container_interface(&prev, ifname, &args.netns)?;
 
     let mut container = Netlink::open_in(&ns)?;
     let master = if conf.link_in_container {
@@ -74,27 +61,11 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
             master::place(&conf)
         ));
     }
-    let mac = d.link.mac.as_ref().map(format_mac).unwrap_or_default();
-    if !want.mac.is_empty() && !want.mac.eq_ignore_ascii_case(&mac) {
-        return failed(format!(
-            "container interface {ifname:?} has MAC {mac}, prevResult says {}",
-            want.mac
-        ));
-    }
+    ipam::check_mac(&format!("container interface {ifname:?}"), want, &d.link)?;
 
     // The addresses the result gives to this interface (or to none in
     // particular), and every route.
-    let ips: Vec<_> = prev
-        .ips
-        .iter()
-        .filter(|ip| match ip.interface {
-            None => true,
-            Some(i) => prev
-                .interfaces
-                .get(i)
-                .is_some_and(|x| &x.name == ifname && x.sandbox == args.netns),
-        })
-        .collect();
+    let ips = ipam::container_addresses(&prev, ifname, &args.netns);
     ipam::check_addresses(&mut container, ifname, &ips)?;
     ipam::check_routes(&mut container, &prev.routes)
 }

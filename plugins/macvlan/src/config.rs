@@ -3,8 +3,10 @@
 //! (code 4 for `CNI_ARGS`). What depends on the master (that it exists, its
 //! MTU) is checked in [`crate::master`].
 
-use libcni::netlink::link::{parse_mac, MacvlanMode};
+use libcni::mac::{self, MacSource};
+use libcni::netlink::link::MacvlanMode;
 use libcni::skel::CmdArgs;
+use libcni::types::config::validate_link_name;
 use libcni::types::Dns;
 use libcni::Error;
 use serde::Deserialize;
@@ -61,7 +63,8 @@ impl Conf {
         let raw: Raw = args.config()?;
         args.args.check_known(&["MAC"])?;
         let env_mac = args.args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_raw(raw, env_mac, ipam_type(args), args.conf.dns.clone())
+        let ipam = args.conf.ipam_type().map(str::to_string);
+        Conf::from_raw(raw, env_mac, ipam, args.conf.dns.clone())
     }
 
     fn from_raw(
@@ -110,15 +113,12 @@ impl Conf {
             }
         };
         let runtime_mac = raw.runtime_config.and_then(|r| r.mac);
-        let mac = if let Some(m) = runtime_mac.filter(|m| !m.is_empty()) {
-            Some(unicast_mac(&m).map_err(|why| Error::config("runtimeConfig.mac", why))?)
-        } else if let Some(m) = env_mac {
-            Some(unicast_mac(m).map_err(|why| Error::InvalidEnv(format!("CNI_ARGS MAC: {why}")))?)
-        } else if let Some(m) = raw.mac.filter(|m| !m.is_empty()) {
-            Some(unicast_mac(&m).map_err(|why| Error::config("mac", why))?)
-        } else {
-            None
-        };
+        // Lowest to highest precedence; only the one that wins is parsed.
+        let mac = mac::choose([
+            (MacSource::Config, raw.mac.as_deref()),
+            (MacSource::CniArgs, env_mac),
+            (MacSource::RuntimeConfig, runtime_mac.as_deref()),
+        ])?;
         Ok(Conf {
             master,
             mode,
@@ -130,46 +130,6 @@ impl Conf {
             dns: dns.filter(|d| !d.is_empty()),
         })
     }
-}
-
-/// `ipam.type` of the config, if it names a plugin.
-pub fn ipam_type(args: &CmdArgs) -> Option<String> {
-    args.conf
-        .ipam
-        .as_ref()
-        .map(|i| i.plugin_type.clone())
-        .filter(|t| !t.is_empty())
-}
-
-/// A unicast, non-zero Ethernet address.
-fn unicast_mac(s: &str) -> Result<[u8; 6], String> {
-    let mac = parse_mac(s)
-        .ok_or_else(|| format!("{s:?} is not a MAC address (want aa:bb:cc:dd:ee:ff)"))?;
-    if mac[0] & 1 != 0 {
-        return Err(format!("{s:?} is a multicast address, not a unicast one"));
-    }
-    if mac == [0; 6] {
-        return Err(format!("{s:?} is the zero address"));
-    }
-    Ok(mac)
-}
-
-/// A name a link can have: 1-15 bytes, not `.`/`..`, no `/`, `:` or
-/// whitespace.
-fn validate_link_name(key: &str, name: &str) -> Result<(), Error> {
-    let why = if name.len() > 15 {
-        "is longer than 15 bytes"
-    } else if name == "." || name == ".." {
-        "is not a valid interface name"
-    } else if name
-        .chars()
-        .any(|c| c == '/' || c == ':' || c.is_whitespace())
-    {
-        "contains '/', ':' or whitespace"
-    } else {
-        return Ok(());
-    };
-    Err(Error::config(key, format!("interface name {name:?} {why}")))
 }
 
 #[cfg(test)]

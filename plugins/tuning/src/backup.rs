@@ -6,16 +6,14 @@
 //! the previous values of the sysctls it wrote, which the reference ignores
 //! as an unknown key.
 //!
-//! Files are written atomically (temp file with `O_EXCL|O_NOFOLLOW`, 0600,
-//! fsync, rename, fsync of the directory) and read without following a
-//! symlink. Names are built only from the container ID and interface name,
+//! Files are written atomically with [`libcni::files`] (temp file with
+//! `O_EXCL|O_NOFOLLOW`, 0600, fsync, rename, fsync of the directory) and
+//! read without following a symlink. Names are built only from the container ID and interface name,
 //! which skel validated (no `/`, not `.` or `..`).
 
-use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use libcni::files::{self, Contents};
 use libcni::sysctl::Key;
 use libcni::Error;
 use serde::{Deserialize, Serialize};
@@ -133,77 +131,37 @@ impl BackupFile {
     /// undecodable is [`Stored::Corrupt`].
     pub fn read(&self) -> Stored {
         let path = self.path();
-        let file = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-            .open(&path);
-        let file = match file {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Stored::Absent,
-            Err(e) => return Stored::Corrupt(format!("opening {}: {e}", path.display())),
-        };
-        match file.metadata() {
-            Ok(m) if m.is_file() && m.len() <= MAX_BACKUP => {}
-            Ok(_) => return Stored::Corrupt(format!("{} is not a backup file", path.display())),
-            Err(e) => return Stored::Corrupt(format!("reading {}: {e}", path.display())),
-        }
-        let mut bytes = Vec::new();
-        if let Err(e) = file.take(MAX_BACKUP).read_to_end(&mut bytes) {
-            return Stored::Corrupt(format!("reading {}: {e}", path.display()));
-        }
-        match serde_json::from_slice::<Backup>(&bytes) {
-            Ok(b) => Stored::Present(b, bytes),
-            Err(e) => Stored::Corrupt(format!("decoding {}: {e}", path.display())),
+        match files::read_regular(&path, MAX_BACKUP, "backup file") {
+            Contents::Absent => Stored::Absent,
+            Contents::Unreadable(why) => Stored::Corrupt(why),
+            Contents::Bytes(bytes) => match serde_json::from_slice::<Backup>(&bytes) {
+                Ok(b) => Stored::Present(b, bytes),
+                Err(e) => Stored::Corrupt(format!("decoding {}: {e}", path.display())),
+            },
         }
     }
 
-    /// Writes `bytes` atomically: a temp file in the same directory
-    /// (`O_EXCL`, `O_NOFOLLOW`, 0600), fsync, rename over the old file (a
-    /// symlink there is replaced, not followed), fsync of the directory.
-    /// The directory is created 0700 if missing.
+    /// Writes `bytes` atomically ([`files::write_atomic`]: a temp file in
+    /// the same directory, `O_EXCL`, `O_NOFOLLOW`, 0600, fsync, rename over
+    /// the old file (a symlink there is replaced, not followed), fsync of
+    /// the directory). The directory is created 0700 if missing.
     pub fn write(&self, bytes: &[u8]) -> Result<(), Error> {
-        let path = self.path();
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&self.dir)
+        files::create_dir_all(&self.dir, 0o700)
             .map_err(|e| Error::io(format!("dataDir: creating {}", self.dir.display()), e))?;
-        let tmp = self
-            .dir
-            .join(format!(".{}.tmp-{}", self.name, std::process::id()));
-        // Only this process can use a name with its pid: a file there is
-        // what a killed process of the same pid left.
-        let _ = std::fs::remove_file(&tmp);
-        let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            drop(f);
-            std::fs::rename(&tmp, &path)?;
-            File::open(&self.dir)?.sync_all()
-        })();
-        written.map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            Error::io(format!("writing the tuning backup {}", path.display()), e)
+        let temp_prefix = format!(".{}.tmp-", self.name);
+        files::write_atomic(&self.dir, &temp_prefix, &self.name, bytes).map_err(|e| {
+            Error::io(
+                format!("writing the tuning backup {}", self.path().display()),
+                e.source,
+            )
         })
     }
 
     /// Removes the backup; a missing one is success.
     pub fn remove(&self) -> Result<(), Error> {
         let path = self.path();
-        match std::fs::remove_file(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(
-                format!("removing the tuning backup {}", path.display()),
-                e,
-            )),
-        }
+        files::remove_if_present(&path)
+            .map_err(|e| Error::io(format!("removing the tuning backup {}", path.display()), e))
     }
 }
 

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use libcni::netlink::link::parse_mac;
+use libcni::mac::{self, MacSource};
 use libcni::skel::CmdArgs;
 use libcni::sysctl::Key;
 use libcni::Error;
@@ -183,24 +183,13 @@ impl Conf {
         }
 
         // Lowest to highest precedence, as the reference reads them.
-        let mut mac_from: Option<(MacSource, String)> = None;
-        for (src, value) in [
-            (MacSource::Config, raw.mac),
-            (MacSource::Env, env_mac.map(str::to_string)),
-            (
-                MacSource::RuntimeConfig,
-                raw.runtime_config.and_then(|r| r.mac),
-            ),
-            (MacSource::Args, cni.mac),
-        ] {
-            if let Some(v) = value.filter(|v| !v.is_empty()) {
-                mac_from = Some((src, v));
-            }
-        }
-        let mac = match mac_from {
-            Some((src, v)) => Some(unicast_mac(&v).map_err(|why| src.error(why))?),
-            None => None,
-        };
+        let runtime_mac = raw.runtime_config.and_then(|r| r.mac);
+        let mac = mac::choose([
+            (MacSource::Config, raw.mac.as_deref()),
+            (MacSource::CniArgs, env_mac),
+            (MacSource::RuntimeConfig, runtime_mac.as_deref()),
+            (MacSource::ArgsCni, cni.mac.as_deref()),
+        ])?;
 
         let promisc = cni.promisc.or(raw.promisc).unwrap_or(false);
         let (mtu_key, mtu) = match cni.mtu {
@@ -243,39 +232,6 @@ impl Conf {
             allmulti,
         })
     }
-}
-
-/// Where a MAC came from, to name it in an error.
-#[derive(Debug, Clone, Copy)]
-enum MacSource {
-    Config,
-    Env,
-    RuntimeConfig,
-    Args,
-}
-
-impl MacSource {
-    fn error(self, why: String) -> Error {
-        match self {
-            MacSource::Config => Error::config("mac", why),
-            MacSource::Env => Error::InvalidEnv(format!("CNI_ARGS MAC: {why}")),
-            MacSource::RuntimeConfig => Error::config("runtimeConfig.mac", why),
-            MacSource::Args => Error::config("args.cni.mac", why),
-        }
-    }
-}
-
-/// A unicast, non-zero Ethernet address.
-pub fn unicast_mac(s: &str) -> Result<[u8; 6], String> {
-    let mac = parse_mac(s)
-        .ok_or_else(|| format!("{s:?} is not a MAC address (want aa:bb:cc:dd:ee:ff)"))?;
-    if mac[0] & 1 != 0 {
-        return Err(format!("{s:?} is a multicast address, not a unicast one"));
-    }
-    if mac == [0; 6] {
-        return Err(format!("{s:?} is the zero address"));
-    }
-    Ok(mac)
 }
 
 /// `dataDir`, which must be an absolute path (the backups must be found

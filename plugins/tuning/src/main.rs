@@ -12,6 +12,7 @@ mod tune;
 
 use std::path::Path;
 
+use libcni::mac::format_mac;
 use libcni::netlink::Netlink;
 use libcni::netns::NetNs;
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
@@ -39,12 +40,9 @@ impl Plugin for Tuning {
 }
 
 fn prev_result(args: &CmdArgs) -> Result<CniResult, Error> {
-    args.prev_result()?.ok_or_else(|| {
-        Error::config(
-            "prevResult",
-            "missing: tuning must be chained after a plugin that creates the interface",
-        )
-    })
+    args.required_prev_result(
+        "missing: tuning must be chained after a plugin that creates the interface",
+    )
 }
 
 /// ADD: validate everything, read the current values, write the backup,
@@ -105,7 +103,7 @@ fn add(args: &CmdArgs) -> Result<CniResult, Error> {
             continue;
         }
         if let Some(mac) = &conf.mac {
-            i.mac = libcni::netlink::link::format_mac(mac);
+            i.mac = format_mac(mac);
         }
         if let (Some(mtu), Some(_)) = (conf.mtu, i.mtu) {
             i.mtu = Some(mtu);
@@ -131,20 +129,16 @@ fn del(args: &CmdArgs) -> Result<(), Error> {
         }
         Stored::Present(b, _) => b,
     };
-    let path = Path::new(&args.netns);
-    if NetNs::open_if_present(path)?.is_none() {
-        return file.remove(); // the namespace is gone, and all it held
-    }
     // Never "restore" the node's own interfaces.
-    let ns = NetNs::open_container(path)?;
+    let Some(ns) = NetNs::open_container_if_present(Path::new(&args.netns))? else {
+        return file.remove(); // the namespace is gone, and all it held
+    };
     let mut nl = Netlink::open_in(&ns)?;
     let mut errors = tune::restore(&ns, &mut nl, &args.ifname, &backup);
     // Removed even when a step failed: the failure is reported once, and a
     // retried DEL does not fail forever on something that cannot be put back.
-    if let Err(e) = file.remove() {
-        errors.push(e);
-    }
-    tune::combine(errors)
+    errors.record(file.remove());
+    errors.finish()
 }
 
 /// CHECK: the sysctls and the interface as configured. A difference is
@@ -186,12 +180,8 @@ fn check(args: &CmdArgs) -> Result<(), Error> {
     };
     if let Some(mac) = &conf.mac {
         if d.link.mac.as_ref() != Some(mac) {
-            let now = d.link.mac.as_ref().map(libcni::netlink::link::format_mac);
-            return failed(
-                "MAC",
-                now.unwrap_or_else(|| "none".into()),
-                libcni::netlink::link::format_mac(mac),
-            );
+            let now = d.link.mac.as_ref().map(format_mac);
+            return failed("MAC", now.unwrap_or_else(|| "none".into()), format_mac(mac));
         }
     }
     if d.link.promisc != conf.promisc {

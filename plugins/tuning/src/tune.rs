@@ -9,11 +9,12 @@
 use std::io;
 
 use libcni::fault;
-use libcni::netlink::link::{format_mac, parse_mac, LinkDetails};
+use libcni::mac::parse_mac;
+use libcni::netlink::link::LinkDetails;
 use libcni::netlink::Netlink;
 use libcni::netns::NetNs;
 use libcni::sysctl::{self, Key};
-use libcni::Error;
+use libcni::{Error, ErrorList};
 use serde_json::Value;
 
 use crate::backup::Backup;
@@ -78,7 +79,7 @@ pub fn snapshot(ns: &NetNs, link: Option<&LinkDetails>, conf: &Conf) -> Result<B
     }
     if let Some(d) = link {
         if conf.mac.is_some() {
-            backup.mac = d.link.mac.as_ref().map(format_mac).unwrap_or_default();
+            backup.mac = d.link.mac_string();
         }
         if conf.promisc {
             backup.promisc = Some(d.link.promisc);
@@ -141,21 +142,15 @@ pub fn apply(
 /// still there) the MTU, MAC, promiscuous mode, all-multicast mode and
 /// queue length, then the sysctls in reverse order (one that no longer
 /// exists, with its interface, is skipped). Returns what failed.
-pub fn restore(ns: &NetNs, nl: &mut Netlink, ifname: &str, backup: &Backup) -> Vec<Error> {
-    let mut errors = Vec::new();
+pub fn restore(ns: &NetNs, nl: &mut Netlink, ifname: &str, backup: &Backup) -> ErrorList {
+    let mut errors = ErrorList::new();
     let wants_link = !backup.mac.is_empty()
         || backup.promisc.is_some()
         || backup.mtu != 0
         || backup.allmulti.is_some()
         || backup.txqlen.is_some();
     let link = if wants_link {
-        match nl.link_by_name(ifname) {
-            Ok(l) => l,
-            Err(e) => {
-                errors.push(e);
-                None
-            }
-        }
+        errors.record(nl.link_by_name(ifname)).flatten()
     } else {
         None
     };
@@ -194,7 +189,7 @@ pub fn restore(ns: &NetNs, nl: &mut Netlink, ifname: &str, backup: &Backup) -> V
     let sysctls: Vec<(Key, String)> = backup.sysctls();
     if !sysctls.is_empty() {
         let written = ns.run(|| {
-            let mut failed = Vec::new();
+            let mut failed = ErrorList::new();
             for (key, value) in sysctls.iter().rev() {
                 match sysctl::write_here(key, value) {
                     Err(e) if !sysctl::is_missing(&e) => {
@@ -205,30 +200,11 @@ pub fn restore(ns: &NetNs, nl: &mut Netlink, ifname: &str, backup: &Backup) -> V
             }
             failed
         });
-        match written {
-            Ok(failed) => errors.extend(failed),
-            Err(e) => errors.push(e),
+        if let Some(failed) = errors.record(written) {
+            errors.extend(failed);
         }
     }
     errors
-}
-
-/// One error as it is; several as one message with the first one's code.
-pub fn combine(mut errors: Vec<Error>) -> Result<(), Error> {
-    match errors.len() {
-        0 => Ok(()),
-        1 => Err(errors.remove(0)),
-        n => {
-            let code = errors[0].code();
-            let msgs: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-            Err(Error::Plugin(libcni::ErrorResult {
-                cni_version: String::new(),
-                code,
-                msg: format!("{n} errors: {}", msgs.join("; ")),
-                details: String::new(),
-            }))
-        }
-    }
 }
 
 /// Sysctl values compared as the kernel prints them: whitespace runs are
@@ -242,7 +218,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn errors_name_the_key_and_combine() {
+    fn errors_name_the_key() {
         let e = about(
             "mtu",
             Error::kernel(
@@ -255,13 +231,6 @@ mod tests {
         assert!(e.to_string().starts_with("mtu: set mtu 9 on link 2"), "{e}");
         let other = about("mtu", Error::config("x", "y"));
         assert_eq!(other.to_string(), "invalid network config: x: y");
-        assert!(combine(vec![]).is_ok());
-        let two = combine(vec![e, other]).unwrap_err();
-        assert_eq!(two.code(), 100);
-        assert!(
-            two.to_string().starts_with("2 errors: mtu: set mtu 9"),
-            "{two}"
-        );
     }
 
     #[test]

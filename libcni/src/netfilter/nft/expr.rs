@@ -162,6 +162,10 @@ pub enum Expr {
     Counter,
 }
 
+/// `NFT_CT_STATE`.
+pub const CT_STATE: u32 = 0;
+/// `NF_CT_STATE_BIT(IP_CT_ESTABLISHED) | NF_CT_STATE_BIT(IP_CT_RELATED)`.
+pub const CT_STATE_ESTABLISHED_RELATED: u32 = 0x2 | 0x4;
 /// `NFT_CT_STATUS`.
 pub const CT_STATUS: u32 = 2;
 /// `IPS_DST_NAT`: the connection was destination-NATed.
@@ -363,21 +367,49 @@ pub fn match_ip(source: bool, op: CmpOp, addr: IpAddr, prefix_len: u8) -> Vec<Ex
 
 /// `ct status dnat`.
 pub fn match_ct_status_dnat() -> Vec<Expr> {
+    match_ct_bits(CT_STATUS, IPS_DST_NAT)
+}
+
+/// `ct state established,related`.
+pub fn match_ct_state_established() -> Vec<Expr> {
+    match_ct_bits(CT_STATE, CT_STATE_ESTABLISHED_RELATED)
+}
+
+/// Conntrack key `key` has one of the bits of `mask` set.
+fn match_ct_bits(key: u32, mask: u32) -> Vec<Expr> {
     vec![
-        Expr::Ct {
-            key: CT_STATUS,
-            dreg: REG_1,
-        },
+        Expr::Ct { key, dreg: REG_1 },
         Expr::Bitwise {
             sreg: REG_1,
             dreg: REG_1,
-            mask: IPS_DST_NAT.to_ne_bytes().to_vec(),
+            mask: mask.to_ne_bytes().to_vec(),
             xor: vec![0; 4],
         },
         Expr::Cmp {
             sreg: REG_1,
             op: CmpOp::Neq,
             data: vec![0; 4],
+        },
+    ]
+}
+
+/// `ip saddr|daddr @set` (`ip6` with `v6`): the address looked up in the
+/// set `set`, whose `set_id` names it when the same batch creates it.
+pub fn match_ip_in_set(v6: bool, source: bool, set: &str, set_id: u32) -> Vec<Expr> {
+    let (offset, len) = ip_addr_offset(v6, source);
+    vec![
+        Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len,
+            dreg: REG_1,
+        },
+        Expr::Lookup {
+            set: set.to_string(),
+            set_id: Some(set_id),
+            sreg: REG_1,
+            dreg: None,
+            invert: false,
         },
     ]
 }

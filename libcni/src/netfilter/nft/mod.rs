@@ -262,16 +262,14 @@ impl Batch {
 
     /// Adds the table if it does not exist (never touches its content).
     pub fn add_table(&mut self, family: Family, table: &str) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_TABLE_NAME, table);
+        let a = table_attrs(table);
         let what = format!("add table {} {table}", family.as_str());
         self.push(NFT_MSG_NEWTABLE, NLM_F_CREATE, family, a, what);
     }
 
     /// Deletes the table and everything in it.
     pub fn del_table(&mut self, family: Family, table: &str) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_TABLE_NAME, table);
+        let a = table_attrs(table);
         let what = format!("delete table {} {table}", family.as_str());
         self.push(NFT_MSG_DELTABLE, 0, family, a, what);
     }
@@ -285,9 +283,7 @@ impl Batch {
         chain: &str,
         base: Option<&BaseChain>,
     ) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_CHAIN_TABLE, table)
-            .put_str(NFTA_CHAIN_NAME, chain);
+        let mut a = chain_attrs(table, chain);
         if let Some(b) = base {
             a.nest(NFTA_CHAIN_HOOK, |h| {
                 h.put_be32(NFTA_HOOK_HOOKNUM, b.hook as u32)
@@ -302,18 +298,14 @@ impl Batch {
 
     /// Removes every rule of a chain.
     pub fn flush_chain(&mut self, family: Family, table: &str, chain: &str) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_RULE_TABLE, table)
-            .put_str(NFTA_RULE_CHAIN, chain);
+        let a = rule_attrs(table, chain);
         let what = format!("flush chain {} {table} {chain}", family.as_str());
         self.push(NFT_MSG_DELRULE, 0, family, a, what);
     }
 
     /// Deletes an (empty, unreferenced) chain.
     pub fn del_chain(&mut self, family: Family, table: &str, chain: &str) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_CHAIN_TABLE, table)
-            .put_str(NFTA_CHAIN_NAME, chain);
+        let a = chain_attrs(table, chain);
         let what = format!("delete chain {} {table} {chain}", family.as_str());
         self.push(NFT_MSG_DELCHAIN, 0, family, a, what);
     }
@@ -327,9 +319,7 @@ impl Batch {
         exprs: &[Expr],
         comment: Option<&str>,
     ) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_RULE_TABLE, table)
-            .put_str(NFTA_RULE_CHAIN, chain);
+        let mut a = rule_attrs(table, chain);
         a.nest(NFTA_RULE_EXPRESSIONS, |list| {
             for e in exprs {
                 e.encode(list);
@@ -353,10 +343,8 @@ impl Batch {
 
     /// Deletes the rule with `handle`.
     pub fn del_rule(&mut self, family: Family, table: &str, chain: &str, handle: u64) {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_RULE_TABLE, table)
-            .put_str(NFTA_RULE_CHAIN, chain)
-            .put_be64(NFTA_RULE_HANDLE, handle);
+        let mut a = rule_attrs(table, chain);
+        a.put_be64(NFTA_RULE_HANDLE, handle);
         let what = format!(
             "delete rule {handle} of {} {table} {chain}",
             family.as_str()
@@ -429,6 +417,29 @@ impl Batch {
             format!("delete {what} from {set}"),
         );
     }
+}
+
+/// The attributes naming a table.
+fn table_attrs(table: &str) -> Attrs {
+    let mut a = Attrs::new();
+    a.put_str(NFTA_TABLE_NAME, table);
+    a
+}
+
+/// The attributes naming a chain (of chain messages).
+fn chain_attrs(table: &str, chain: &str) -> Attrs {
+    let mut a = Attrs::new();
+    a.put_str(NFTA_CHAIN_TABLE, table)
+        .put_str(NFTA_CHAIN_NAME, chain);
+    a
+}
+
+/// The attributes naming the chain of rule messages.
+fn rule_attrs(table: &str, chain: &str) -> Attrs {
+    let mut a = Attrs::new();
+    a.put_str(NFTA_RULE_TABLE, table)
+        .put_str(NFTA_RULE_CHAIN, chain);
+    a
 }
 
 fn elem_list(table: &str, set: &str, elems: &[Elem], full: bool) -> Attrs {
@@ -526,26 +537,21 @@ impl Nft {
 
     /// Whether the table exists.
     pub fn has_table(&mut self, family: Family, table: &str) -> Result<bool> {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_TABLE_NAME, table);
+        let a = table_attrs(table);
         let what = format!("get table {} {table}", family.as_str());
         Ok(self.get(NFT_MSG_GETTABLE, 0, family, a, what)?.is_some())
     }
 
     /// Whether the chain exists.
     pub fn has_chain(&mut self, family: Family, table: &str, chain: &str) -> Result<bool> {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_CHAIN_TABLE, table)
-            .put_str(NFTA_CHAIN_NAME, chain);
+        let a = chain_attrs(table, chain);
         let what = format!("get chain {} {table} {chain}", family.as_str());
         Ok(self.get(NFT_MSG_GETCHAIN, 0, family, a, what)?.is_some())
     }
 
     /// The rules of a chain (empty when the table or chain does not exist).
     pub fn rules(&mut self, family: Family, table: &str, chain: &str) -> Result<Vec<RuleInfo>> {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_RULE_TABLE, table)
-            .put_str(NFTA_RULE_CHAIN, chain);
+        let a = rule_attrs(table, chain);
         let what = format!("list chain {} {table} {chain}", family.as_str());
         let replies = self
             .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?

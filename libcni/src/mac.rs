@@ -1,0 +1,187 @@
+//! Ethernet (MAC) addresses: parsing as Go's `net.ParseMAC` reads them,
+//! the `aa:bb:cc:dd:ee:ff` form results, backups and messages use, and the
+//! choice of a container's MAC among the places a config can give one
+//! (`mac`, `CNI_ARGS` `MAC`, `runtimeConfig.mac`, `args.cni.mac`), in the
+//! order of precedence each plugin's reference reads them.
+
+use crate::{Error, Result};
+
+/// Parses a 6-byte MAC address as Go's `net.ParseMAC` writes it:
+/// `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` or `aabb.ccdd.eeff` (hex digits
+/// in either case). Unicast or not is for the caller to decide.
+pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
+    let hex = |p: &str| -> Option<Vec<u8>> {
+        if p.is_empty() || !p.len().is_multiple_of(2) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        (0..p.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&p[i..i + 2], 16).ok())
+            .collect()
+    };
+    let (sep, groups, width) = if s.contains(':') {
+        (':', 6, 2)
+    } else if s.contains('-') {
+        ('-', 6, 2)
+    } else {
+        ('.', 3, 4)
+    };
+    let parts: Vec<&str> = s.split(sep).collect();
+    if parts.len() != groups || parts.iter().any(|p| p.len() != width) {
+        return None;
+    }
+    let bytes = parts
+        .iter()
+        .map(|p| hex(p))
+        .collect::<Option<Vec<_>>>()?
+        .concat();
+    <[u8; 6]>::try_from(bytes.as_slice()).ok()
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A unicast, non-zero Ethernet address, as a container's MAC must be; the
+/// error says why not, quoting `s`.
+pub fn parse_unicast(s: &str) -> Result<[u8; 6], String> {
+    let mac = parse_mac(s)
+        .ok_or_else(|| format!("{s:?} is not a MAC address (want aa:bb:cc:dd:ee:ff)"))?;
+    if mac[0] & 1 != 0 {
+        return Err(format!("{s:?} is a multicast address, not a unicast one"));
+    }
+    if mac == [0; 6] {
+        return Err(format!("{s:?} is the zero address"));
+    }
+    Ok(mac)
+}
+
+/// Where a container's MAC came from, to name it in an error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MacSource {
+    /// The config's own `mac` key.
+    Config,
+    /// `CNI_ARGS` `MAC=`.
+    CniArgs,
+    /// `runtimeConfig.mac` (capability `mac`).
+    RuntimeConfig,
+    /// `args.cni.mac`.
+    ArgsCni,
+}
+
+impl MacSource {
+    /// `why` as the error of this source: code 7 naming the key, or code 4
+    /// for `CNI_ARGS`.
+    pub fn error(self, why: String) -> Error {
+        match self {
+            MacSource::Config => Error::config("mac", why),
+            MacSource::CniArgs => Error::InvalidEnv(format!("CNI_ARGS MAC: {why}")),
+            MacSource::RuntimeConfig => Error::config("runtimeConfig.mac", why),
+            MacSource::ArgsCni => Error::config("args.cni.mac", why),
+        }
+    }
+}
+
+/// The container's MAC from `candidates`, given lowest precedence first:
+/// the last one with a non-empty value wins and is parsed as a unicast
+/// address (the others are not looked at); an invalid one is an error
+/// naming its source. `None` when no candidate gives a value.
+pub fn choose<'a>(
+    candidates: impl IntoIterator<Item = (MacSource, Option<&'a str>)>,
+) -> Result<Option<[u8; 6]>> {
+    let winner = candidates
+        .into_iter()
+        .filter_map(|(source, value)| Some((source, value.filter(|v| !v.is_empty())?)))
+        .last();
+    match winner {
+        None => Ok(None),
+        Some((source, value)) => parse_unicast(value)
+            .map(Some)
+            .map_err(|why| source.error(why)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mac_parse_accepts_go_forms() {
+        let want = [0x0a, 0x58, 0xff, 0x01, 0x02, 0xab];
+        assert_eq!(parse_mac("0a:58:ff:01:02:ab"), Some(want));
+        assert_eq!(parse_mac("0A-58-FF-01-02-AB"), Some(want));
+        assert_eq!(parse_mac("0a58.ff01.02ab"), Some(want));
+        for bad in [
+            "",
+            "0a:58:ff:01:02",
+            "0a:58:ff:01:02:ab:cd",
+            "0a:58:ff:01:02:g1",
+            "0a:58:ff:01:2:ab",
+            "0a:58-ff:01:02:ab",
+            "0a58ff0102ab",
+            "0a58.ff01.02a",
+            "+a:58:ff:01:02:ab",
+        ] {
+            assert_eq!(parse_mac(bad), None, "{bad:?}");
+        }
+        assert_eq!(format_mac(&want), "0a:58:ff:01:02:ab");
+        assert_eq!(
+            format_mac(&[0x0a, 0, 0xff, 1, 2, 0x3c]),
+            "0a:00:ff:01:02:3c"
+        );
+    }
+
+    #[test]
+    fn mac_unicast_refuses_multicast_and_zero() {
+        assert_eq!(
+            parse_unicast("0a:58:0A:01:02:03"),
+            Ok([0x0a, 0x58, 0x0a, 1, 2, 3])
+        );
+        assert_eq!(
+            parse_unicast("zz"),
+            Err("\"zz\" is not a MAC address (want aa:bb:cc:dd:ee:ff)".into())
+        );
+        assert_eq!(
+            parse_unicast("01:00:5e:00:00:01"),
+            Err("\"01:00:5e:00:00:01\" is a multicast address, not a unicast one".into())
+        );
+        assert_eq!(
+            parse_unicast("00:00:00:00:00:00"),
+            Err("\"00:00:00:00:00:00\" is the zero address".into())
+        );
+    }
+
+    #[test]
+    fn mac_choose_takes_the_last_given_and_names_its_source() {
+        use MacSource::*;
+        let got = choose([
+            (Config, Some("0a:00:00:00:00:01")),
+            (CniArgs, Some("")),
+            (RuntimeConfig, Some("0a:00:00:00:00:03")),
+            (ArgsCni, None),
+        ]);
+        assert_eq!(got.unwrap(), Some([0x0a, 0, 0, 0, 0, 3]));
+        assert_eq!(choose([(Config, None), (CniArgs, Some(""))]).unwrap(), None);
+        // Only the winner is parsed.
+        let got = choose([(Config, Some("bad")), (CniArgs, Some("0a:00:00:00:00:02"))]);
+        assert_eq!(got.unwrap(), Some([0x0a, 0, 0, 0, 0, 2]));
+        for (source, code, prefix) in [
+            (Config, 7, "invalid network config: mac: \"bad\""),
+            (CniArgs, 4, "CNI_ARGS MAC: \"bad\""),
+            (
+                RuntimeConfig,
+                7,
+                "invalid network config: runtimeConfig.mac: \"bad\"",
+            ),
+            (ArgsCni, 7, "invalid network config: args.cni.mac: \"bad\""),
+        ] {
+            let e = choose([(source, Some("bad"))]).unwrap_err();
+            assert_eq!(e.code(), code);
+            assert!(e.to_string().starts_with(prefix), "{e}");
+        }
+    }
+}
