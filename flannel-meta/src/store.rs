@@ -25,7 +25,7 @@
 //! saved config should be is refused, never written through nor read.
 //! `dataDir` itself may be a symlink (as `/var/lib/cni` sometimes is).
 
-use libcni::files::{self, EntryKind, WriteStep};
+use libcni::files::{self, Durability, EntryKind, WriteStep};
 use libcni::types::config::is_valid_name;
 use libcni::types::Attachment;
 use libcni::Error;
@@ -283,14 +283,18 @@ impl Store {
     /// Writes `bytes` to a new temp file (0600, fsynced) and renames it
     /// over `name`.
     fn replace(&self, dir: &OwnedFd, name: &str, bytes: &[u8]) -> Result<(), Error> {
-        files::replace_at(dir.as_fd(), TEMP_PREFIX, name, bytes).map_err(|e| match e.step {
-            WriteStep::CreateTemp => self.io_error(&format!("creating {}", e.temp), e.source),
-            WriteStep::Rename => self.io_error(&format!("renaming {} to {name}", e.temp), e.source),
-            _ => Error::io(
-                format!("writing {}", self.dir.join(&e.temp).display()),
-                e.source,
-            ),
-        })
+        files::replace_at(dir.as_fd(), TEMP_PREFIX, name, bytes, Durability::PowerLoss).map_err(
+            |e| match e.step {
+                WriteStep::CreateTemp => self.io_error(&format!("creating {}", e.temp), e.source),
+                WriteStep::Rename => {
+                    self.io_error(&format!("renaming {} to {name}", e.temp), e.source)
+                }
+                _ => Error::io(
+                    format!("writing {}", self.dir.join(&e.temp).display()),
+                    e.source,
+                ),
+            },
+        )
     }
 
     fn read(&self, dir: &OwnedFd, name: &str) -> Result<FileRead, Error> {

@@ -55,8 +55,7 @@ pub fn allocate(
     }
 
     let mut created: Vec<IpAddr> = Vec::new();
-    let result = allocate_sets(store, conf, who, &wanted, &mut taken, &mut created)
-        .and_then(|ips| store.sync().map(|()| ips));
+    let result = allocate_sets(store, conf, who, &wanted, &mut taken, &mut created);
     if result.is_err() {
         for addr in &created {
             if let Err(e) = store.release(&addr.to_string()) {

@@ -16,26 +16,35 @@
 //! A lease is never visible half-written: its content goes into a temp file
 //! (`.tmp-host-local-*`, a name that is no address, so the Go plugin never
 //! takes it for a lease; written by [`libcni::files::write_temp_at`]),
-//! which is fsynced and then `link()`ed to the address name; the link
-//! fails atomically if the address is taken. A temp
-//! file left by a crash is removed by the next scan under the lock.
-//! `last_reserved_ip.*` is replaced the same way, by `rename()`.
+//! then `link()`ed to the address name; the link fails atomically if the
+//! address is taken. A temp file left by a crash is removed by the next
+//! scan under the lock. `last_reserved_ip.*` is replaced the same way, by
+//! `rename()`.
+//!
+//! Nothing is fsynced ([`LEASE_DURABILITY`]), as the Go plugin does not: a
+//! killed plugin never leaves a partial lease, and what a power loss can
+//! leave (an empty lease file, blocking only its own address) is harmless
+//! and removed by GC, while an fsync costs milliseconds of every ADD.
 
 use crate::config::Location;
 use libcni::fault;
-use libcni::files::{self, EntryKind, WriteError, WriteStep};
+use libcni::files::{self, Durability, EntryKind, WriteError, WriteStep};
 use libcni::types::Attachment;
 use libcni::Error;
 use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::Mode;
-use nix::unistd::{fsync, linkat, unlinkat, UnlinkatFlags};
+use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
 use std::fs::File;
 use std::io::Read;
 use std::net::IpAddr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
+
+/// Leases and `last_reserved_ip.*` survive a killed process, not a power
+/// loss (see the module comment).
+pub const LEASE_DURABILITY: Durability = Durability::ProcessCrash;
 
 /// The lock file, shared with the Go plugin.
 pub const LOCK_FILE: &str = "lock";
@@ -335,6 +344,7 @@ impl Store {
             self.dir.as_fd(),
             TEMP_PREFIX,
             Holder::content_for(who).as_bytes(),
+            LEASE_DURABILITY,
         )
         .map_err(|e| self.write_error(e))?;
         fault::point("host-local/temp-written");
@@ -389,19 +399,19 @@ impl Store {
     pub fn set_last_reserved(&self, set: usize, addr: IpAddr) -> Result<(), Error> {
         let name = format!("{LAST_RESERVED_PREFIX}{set}");
         let content = addr.to_string();
-        files::replace_at(self.dir.as_fd(), TEMP_PREFIX, &name, content.as_bytes()).map_err(
-            |e| match e.step {
-                WriteStep::Rename => self.io_error(&format!("replacing {name}"), e.source),
-                _ => self.write_error(e),
-            },
-        )?;
+        files::replace_at(
+            self.dir.as_fd(),
+            TEMP_PREFIX,
+            &name,
+            content.as_bytes(),
+            LEASE_DURABILITY,
+        )
+        .map_err(|e| match e.step {
+            WriteStep::Rename => self.io_error(&format!("replacing {name}"), e.source),
+            _ => self.write_error(e),
+        })?;
         fault::point("host-local/last-reserved");
         Ok(())
-    }
-
-    /// Makes the links and renames so far durable.
-    pub fn sync(&self) -> Result<(), Error> {
-        fsync(&self.dir).map_err(|e| self.io_error("syncing", e))
     }
 
     /// The error of a temp file that could not be created or written.
@@ -520,7 +530,6 @@ mod tests {
         );
         assert!(s.reserve(ip("2001:db8::5"), &who("c1", "eth0")).unwrap());
         s.set_last_reserved(0, ip("10.1.0.5")).unwrap();
-        s.sync().unwrap();
         assert_eq!(
             t.names(),
             ["10.1.0.5", "2001:db8::5", "last_reserved_ip.0", "lock"]

@@ -132,14 +132,28 @@ pub fn entry_kind_at(dir: BorrowedFd<'_>, name: &str) -> Result<EntryKind, Errno
     }
 }
 
+/// What a write must survive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// A killed process: the file appears whole or not at all (temp file,
+    /// then link or rename), nothing is fsynced. For state that a power
+    /// loss makes moot or that GC repairs (host-local's leases, as Go
+    /// writes them); an fsync costs milliseconds on the ADD path.
+    ProcessCrash,
+    /// A power loss as well: the temp file is fsynced before it is linked
+    /// or renamed (and callers fsync the directory after).
+    PowerLoss,
+}
+
 /// Creates a temp file `<prefix><pid>-<n>` in `dir` that did not exist
 /// (`O_CREAT|O_EXCL|O_NOFOLLOW`, mode 0600 whatever the umask), writes
-/// `bytes` into it and fsyncs it. Returns its name; the caller links or
-/// renames it, and removes it when that fails.
+/// `bytes` into it and, for [`Durability::PowerLoss`], fsyncs it. Returns
+/// its name; the caller links or renames it, and removes it when that fails.
 pub fn write_temp_at(
     dir: BorrowedFd<'_>,
     prefix: &str,
     bytes: &[u8],
+    durability: Durability,
 ) -> Result<String, WriteError> {
     let flags =
         OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
@@ -161,7 +175,10 @@ pub fn write_temp_at(
     let written = file
         .set_permissions(std::fs::Permissions::from_mode(FILE_MODE))
         .and_then(|()| file.write_all(bytes))
-        .and_then(|()| file.sync_all());
+        .and_then(|()| match durability {
+            Durability::PowerLoss => file.sync_all(),
+            Durability::ProcessCrash => Ok(()),
+        });
     if let Err(e) = written {
         let _ = unlinkat(dir, name.as_str(), UnlinkatFlags::NoRemoveDir);
         return Err(WriteError::new(WriteStep::Write, &name, e));
@@ -179,8 +196,9 @@ pub fn replace_at(
     prefix: &str,
     name: &str,
     bytes: &[u8],
+    durability: Durability,
 ) -> Result<(), WriteError> {
-    let temp = write_temp_at(dir, prefix, bytes)?;
+    let temp = write_temp_at(dir, prefix, bytes, durability)?;
     if let Err(e) = renameat(dir, temp.as_str(), dir, name) {
         let _ = unlinkat(dir, temp.as_str(), UnlinkatFlags::NoRemoveDir);
         return Err(WriteError::new(WriteStep::Rename, &temp, e));
@@ -196,7 +214,7 @@ pub fn write_atomic(dir: &Path, prefix: &str, name: &str, bytes: &[u8]) -> Resul
         Ok(None) => return Err(WriteError::new(WriteStep::OpenDir, "", Errno::ENOENT)),
         Err(e) => return Err(WriteError::new(WriteStep::OpenDir, "", e)),
     };
-    replace_at(fd.as_fd(), prefix, name, bytes)?;
+    replace_at(fd.as_fd(), prefix, name, bytes, Durability::PowerLoss)?;
     fsync(fd.as_fd()).map_err(|e| WriteError::new(WriteStep::SyncDir, "", e))
 }
 
@@ -296,14 +314,14 @@ mod tests {
     fn files_temp_names_pass_over_leftovers() {
         let d = tempdir("temp");
         let dir = open_dir(&d).unwrap().unwrap();
-        let first = write_temp_at(dir.as_fd(), ".tmp-x-", b"a").unwrap();
+        let first = write_temp_at(dir.as_fd(), ".tmp-x-", b"a", Durability::PowerLoss).unwrap();
         assert!(first.starts_with(&format!(".tmp-x-{}-", std::process::id())));
         // The next name is planted (as a crashed process with our pid
         // could leave it): it is passed over, not opened.
         let n = TEMP_COUNTER.load(Ordering::Relaxed);
         let planted = format!(".tmp-x-{}-{n}", std::process::id());
         symlink(d.join("nowhere"), d.join(&planted)).unwrap();
-        let second = write_temp_at(dir.as_fd(), ".tmp-x-", b"b").unwrap();
+        let second = write_temp_at(dir.as_fd(), ".tmp-x-", b"b", Durability::ProcessCrash).unwrap();
         assert_ne!(second, planted);
         assert_eq!(std::fs::read(d.join(&second)).unwrap(), b"b");
         let kind = |name: &str| entry_kind_at(dir.as_fd(), name).unwrap();
@@ -315,7 +333,7 @@ mod tests {
             open_nofollow_at(dir.as_fd(), &planted).unwrap_err(),
             Errno::ELOOP
         );
-        replace_at(dir.as_fd(), ".tmp-x-", "final", b"c").unwrap();
+        replace_at(dir.as_fd(), ".tmp-x-", "final", b"c", Durability::PowerLoss).unwrap();
         assert_eq!(std::fs::read(d.join("final")).unwrap(), b"c");
         std::fs::remove_dir_all(&d).unwrap();
     }

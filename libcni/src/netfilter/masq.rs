@@ -131,16 +131,25 @@ fn subnet_comment(subnet: &IpPrefix) -> String {
     format!("subnet {}/{}", subnet.network(), subnet.prefix_len())
 }
 
-fn skeleton(b: &mut Batch) -> [SetSpec; 2] {
-    b.add_table(F, TABLE);
-    let base = BaseChain {
-        hook: Hook::Postrouting,
-        priority: PRIORITY_SRCNAT,
-        chain_type: "nat",
-    };
-    b.add_chain(F, TABLE, "postrouting", Some(&base));
-    b.add_chain(F, TABLE, "subnets", None);
-    let sets = [
+/// The comment of the first rule of chain `postrouting`: which version of
+/// the skeleton the table holds.
+const SKELETON_MARK: &str = "cni-rs masq skeleton v1";
+
+/// Rules of chain `postrouting` in a complete skeleton: two multicast
+/// returns and the jump to `subnets`.
+const SKELETON_RULES: usize = 3;
+
+/// Whether the `postrouting` rules read back are the current skeleton.
+fn skeleton_intact(postrouting: &[super::nft::RuleInfo]) -> bool {
+    postrouting.len() == SKELETON_RULES
+        && postrouting
+            .first()
+            .is_some_and(|r| r.comment.as_deref() == Some(SKELETON_MARK))
+}
+
+/// The sets of container addresses, per family.
+fn set_specs() -> [SetSpec; 2] {
+    [
         SetSpec {
             name: set_name(false).into(),
             id: 1,
@@ -157,8 +166,24 @@ fn skeleton(b: &mut Batch) -> [SetSpec; 2] {
             key_len: 16,
             data: None,
         },
-    ];
-    for s in &sets {
+    ]
+}
+
+/// Declares the table, chains and sets and rewrites `postrouting`. Only an
+/// ADD that finds the skeleton missing or outdated sends it: flushing a
+/// chain is a deletion, and a commit with deletions makes closing the
+/// nf_tables socket wait for an RCU grace period (the kernel flushes its
+/// transaction cleanup then), some 10 ms on every ADD.
+fn skeleton(b: &mut Batch) {
+    b.add_table(F, TABLE);
+    let base = BaseChain {
+        hook: Hook::Postrouting,
+        priority: PRIORITY_SRCNAT,
+        chain_type: "nat",
+    };
+    b.add_chain(F, TABLE, "postrouting", Some(&base));
+    b.add_chain(F, TABLE, "subnets", None);
+    for s in &set_specs() {
         b.add_set(F, TABLE, s);
     }
     b.flush_chain(F, TABLE, "postrouting");
@@ -169,7 +194,8 @@ fn skeleton(b: &mut Batch) -> [SetSpec; 2] {
             .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
         r.extend(expr::match_ip(false, CmpOp::Eq, addr, len));
         r.push(Expr::Immediate(Verdict::Return));
-        b.add_rule(F, TABLE, "postrouting", &r, None);
+        let mark = (!v6).then_some(SKELETON_MARK);
+        b.add_rule(F, TABLE, "postrouting", &r, mark);
     }
     b.add_rule(
         F,
@@ -178,7 +204,6 @@ fn skeleton(b: &mut Batch) -> [SetSpec; 2] {
         &[Expr::Immediate(Verdict::Jump("subnets".into()))],
         None,
     );
-    sets
 }
 
 fn subnet_rule(subnet: &IpPrefix, set: &SetSpec) -> Vec<Expr> {
@@ -205,10 +230,21 @@ fn subnet_rule(subnet: &IpPrefix, set: &SetSpec) -> Vec<Expr> {
 pub fn nft_setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let tag = owner.tag();
     let mut b = Batch::new();
-    let sets = skeleton(&mut b);
-    let mut have: BTreeSet<String> = nft
-        .rules(F, TABLE, "subnets")?
+    // One dump of the table's rules: the skeleton's state and the subnet
+    // rules that exist.
+    let rules = nft.table_rules(F, TABLE)?;
+    let postrouting: Vec<_> = rules
+        .iter()
+        .filter(|r| r.chain == "postrouting")
+        .cloned()
+        .collect();
+    if !skeleton_intact(&postrouting) {
+        skeleton(&mut b);
+    }
+    let sets = set_specs();
+    let mut have: BTreeSet<String> = rules
         .into_iter()
+        .filter(|r| r.chain == "subnets")
         .filter_map(|r| r.comment)
         .collect();
     for a in addrs {
