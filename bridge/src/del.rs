@@ -10,6 +10,12 @@
 //! DEL reads only `ipam.type` and, leniently, the firewall keys from the
 //! config: a config ADD rejected (a contradiction, a bad value) must still
 //! be deletable, since runtimes DEL every ADD, a failed one too.
+//!
+//! The three steps touch nothing of each other's, and two of them mostly
+//! wait on the kernel (deleting a veth blocks for its RCU grace periods,
+//! some 15 ms; a nf_tables commit with deletions makes the socket's close
+//! wait for one too), so the link goes on its own thread while IPAM and
+//! the firewall run: a DEL takes about the longest step, not their sum.
 
 use std::path::Path;
 
@@ -23,11 +29,18 @@ use crate::firewall;
 
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = ErrorList::new();
-    errors.record(delete_container_link(args));
-    if let Some(plugin) = args.conf.ipam_type() {
-        errors.record(ipam::exec_del(plugin, &args.stdin));
-    }
-    errors.extend(firewall::del(args, &firewall::Keys::lenient(&args.stdin)));
+    std::thread::scope(|s| {
+        let link = s.spawn(|| delete_container_link(args));
+        if let Some(plugin) = args.conf.ipam_type() {
+            errors.record(ipam::exec_del(plugin, &args.stdin));
+        }
+        errors.extend(firewall::del(args, &firewall::Keys::lenient(&args.stdin)));
+        errors.record(link.join().unwrap_or_else(|_| {
+            Err(Error::Internal(
+                "deleting the container link panicked".into(),
+            ))
+        }));
+    });
     errors.finish()
 }
 
