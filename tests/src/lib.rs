@@ -376,3 +376,342 @@ impl Node {
         self.cache_dir.path().join("cni")
     }
 }
+
+// ---- campaigns (crash, soak, bad input, filesystem safety) ----------------
+
+/// Everything of a namespace's network state that a plugin could leave
+/// behind, normalised so that two snapshots of an unchanged namespace are
+/// equal: counters, flags that follow the carrier, link indexes and the
+/// lines iptables-save stamps with a date are left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetSnapshot {
+    /// `name kind master=<name>`, sorted.
+    pub links: Vec<String>,
+    /// `dev address/len`, sorted.
+    pub addrs: Vec<String>,
+    /// `table type dst via dev`, sorted, every table but the kernel's
+    /// link-local routes of the local table.
+    pub routes: Vec<String>,
+    /// `dev kind handle parent`, sorted.
+    pub qdiscs: Vec<String>,
+    /// `nft list ruleset`, counters removed.
+    pub nft: String,
+    /// `iptables-save` and `ip6tables-save`, comments and counters removed.
+    pub iptables: String,
+}
+
+/// Separates the outputs of one snapshot's commands.
+const SNAPSHOT_MARK: &str = "=====cnit-snapshot=====";
+
+impl NetSnapshot {
+    /// Everything, firewall included.
+    pub fn take(ns: &Netns) -> NetSnapshot {
+        NetSnapshot::take_with(ns, true)
+    }
+
+    /// Links, addresses, routes and qdiscs, and the firewall when
+    /// `firewall`; one process in the namespace (a shell) for all of it.
+    pub fn take_with(ns: &Netns, firewall: bool) -> NetSnapshot {
+        let mut cmds = vec![
+            "ip -j -d link show",
+            "ip -j addr show",
+            "ip -4 -j route show table all",
+            "ip -6 -j route show table all",
+            "tc -j qdisc show",
+        ];
+        if firewall {
+            cmds.extend(["nft list ruleset", "iptables-save", "ip6tables-save"]);
+        }
+        let script = cmds
+            .iter()
+            .map(|c| format!("{c} || exit 1; echo; echo {SNAPSHOT_MARK}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let out = run_ok(ns.command("sh").args(["-c", &script]));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let parts: Vec<&str> = text.split(&format!("{SNAPSHOT_MARK}\n")).collect();
+        assert!(
+            parts.len() > cmds.len(),
+            "snapshot of {}: {text}",
+            ns.name()
+        );
+        let json = |i: usize| -> Value {
+            let t = parts[i].trim();
+            serde_json::from_str(if t.is_empty() { "[]" } else { t })
+                .unwrap_or_else(|e| panic!("{}: {e}: {t}", cmds[i]))
+        };
+        let s = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+        let mut links: Vec<String> = json(0)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|l| {
+                format!(
+                    "{} {} master={}",
+                    s(l, "ifname"),
+                    l["linkinfo"]["info_kind"].as_str().unwrap_or("-"),
+                    l["master"].as_str().unwrap_or("-")
+                )
+            })
+            .collect();
+        links.sort();
+        let mut addrs: Vec<String> = json(1)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|l| {
+                let dev = s(l, "ifname");
+                l["addr_info"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |a| format!("{dev} {}/{}", s(&a, "local"), a["prefixlen"]))
+            })
+            .collect();
+        addrs.sort();
+        // The link-local routes of the local table come and go with a
+        // bridge's carrier (its last port leaving); they are the kernel's,
+        // never a plugin's.
+        let kernel_link_local =
+            |r: &Value| r["table"] == "local" && s(r, "dst").starts_with("fe80:");
+        let mut routes: Vec<String> = [json(2), json(3)]
+            .iter()
+            .flat_map(|v| v.as_array().cloned().unwrap_or_default())
+            .filter(|r| !kernel_link_local(r))
+            .map(|r| {
+                format!(
+                    "{} {} {} via={} dev={}",
+                    r["table"].as_str().unwrap_or("main"),
+                    r["type"].as_str().unwrap_or("unicast"),
+                    s(&r, "dst"),
+                    r["gateway"].as_str().unwrap_or("-"),
+                    r["dev"].as_str().unwrap_or("-")
+                )
+            })
+            .collect();
+        routes.sort();
+        let mut qdiscs: Vec<String> = json(4)
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|q| {
+                format!(
+                    "{} {} {} {}",
+                    s(q, "dev"),
+                    s(q, "kind"),
+                    s(q, "handle"),
+                    q["parent"].as_str().unwrap_or("root")
+                )
+            })
+            .collect();
+        qdiscs.sort();
+        let (nft, iptables) = if firewall {
+            let mut ipt = String::new();
+            for (i, tool) in [(6, "iptables-save"), (7, "ip6tables-save")] {
+                ipt.push_str(&normalise_iptables_save(tool, parts[i]));
+            }
+            (normalise_nft(parts[5]), ipt)
+        } else {
+            Default::default()
+        };
+        NetSnapshot {
+            links,
+            addrs,
+            routes,
+            qdiscs,
+            nft,
+            iptables,
+        }
+    }
+
+    /// The fields that differ from `other`, for a readable failure.
+    pub fn diff(&self, other: &NetSnapshot) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut list = |name: &str, a: &[String], b: &[String]| {
+            for x in a.iter().filter(|x| !b.contains(x)) {
+                out.push(format!("{name}: - {x}"));
+            }
+            for x in b.iter().filter(|x| !a.contains(x)) {
+                out.push(format!("{name}: + {x}"));
+            }
+        };
+        list("link", &self.links, &other.links);
+        list("addr", &self.addrs, &other.addrs);
+        list("route", &self.routes, &other.routes);
+        list("qdisc", &self.qdiscs, &other.qdiscs);
+        let lines = |t: &str| t.lines().map(str::to_string).collect::<Vec<_>>();
+        list("nft", &lines(&self.nft), &lines(&other.nft));
+        list("iptables", &lines(&self.iptables), &lines(&other.iptables));
+        out
+    }
+}
+
+fn normalise_nft(text: &str) -> String {
+    text.lines()
+        .map(strip_counters)
+        .filter(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn normalise_iptables_save(tool: &str, text: &str) -> String {
+    let mut all = String::new();
+    for line in text.lines() {
+        if line.starts_with('#') || line.trim().is_empty() {
+            continue;
+        }
+        let line = match (line.starts_with(':'), line.rfind(" [")) {
+            (true, Some(i)) => &line[..i],
+            _ => line,
+        };
+        all.push_str(tool);
+        all.push(' ');
+        all.push_str(line);
+        all.push('\n');
+    }
+    all
+}
+
+/// `nft list ruleset` inside `ns`, with `counter packets N bytes M` and
+/// empty lines dropped.
+pub fn nft_ruleset(ns: &Netns) -> String {
+    let out = run_ok(ns.command("nft").args(["list", "ruleset"]));
+    normalise_nft(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn strip_counters(line: &str) -> String {
+    let mut out = Vec::new();
+    let mut words = line.split_whitespace().peekable();
+    while let Some(w) = words.next() {
+        if w == "counter" && words.peek() == Some(&"packets") {
+            // counter packets N bytes M
+            for _ in 0..4 {
+                words.next();
+            }
+            continue;
+        }
+        out.push(w);
+    }
+    out.join(" ")
+}
+
+/// `iptables-save` then `ip6tables-save` inside `ns` (every table), without
+/// comment lines and with chain counters left out.
+pub fn iptables_rules(ns: &Netns) -> String {
+    let mut all = String::new();
+    for tool in ["iptables-save", "ip6tables-save"] {
+        let out = run_ok(&mut ns.command(tool));
+        all.push_str(&normalise_iptables_save(
+            tool,
+            &String::from_utf8_lossy(&out.stdout),
+        ));
+    }
+    all
+}
+
+/// Every entry under `dir`, recursively, as `relative/path` (a trailing
+/// `/` for a directory, ` -> target` for a symlink), sorted. Empty when
+/// `dir` does not exist.
+pub fn tree(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p
+                .strip_prefix(base)
+                .map(|r| r.display().to_string())
+                .unwrap_or_default();
+            let Ok(meta) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if meta.file_type().is_symlink() {
+                let target = std::fs::read_link(&p).unwrap_or_default();
+                out.push(format!("{rel} -> {}", target.display()));
+            } else if meta.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(base, &p, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// The permission bits of `p` (not following a symlink).
+pub fn mode_of(p: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("stat {}: {e}", p.display()))
+        .permissions()
+        .mode()
+        & 0o7777
+}
+
+/// The names of the links of `kind` (`veth`, `ifb`, `bridge`) in `ns`.
+pub fn links_of_kind(ns: &Netns, kind: &str) -> Vec<String> {
+    let mut v: Vec<String> = ns
+        .ip_json(&["link", "show", "type", kind])
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|l| l["ifname"].as_str().unwrap_or_default().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// How long a campaign runs: `var` in seconds when set (and a number),
+/// else `default_secs`.
+pub fn campaign_secs(var: &str, default_secs: u64) -> std::time::Duration {
+    let secs = std::env::var(var)
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(default_secs);
+    std::time::Duration::from_secs(secs)
+}
+
+/// The root of the source tree (the workspace), for tests that read it.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf()
+}
+
+/// Every `fault::point("<name>")` under `<workspace>/<crate_dir>/src`,
+/// sorted and deduplicated: the crash points a plugin declares.
+pub fn fault_points_in(crate_dir: &str) -> Vec<String> {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                let mut rest = text.as_str();
+                while let Some(i) = rest.find("fault::point(\"") {
+                    rest = &rest[i + "fault::point(\"".len()..];
+                    if let Some(end) = rest.find('"') {
+                        out.push(rest[..end].to_string());
+                        rest = &rest[end..];
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&workspace_root().join(crate_dir).join("src"), &mut out);
+    out.sort();
+    out.dedup();
+    out
+}

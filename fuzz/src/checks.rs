@@ -1,0 +1,360 @@
+//! One check per fuzz target. Each takes arbitrary bytes, runs a parser of
+//! the suite on them, and asserts what must hold for any input: no panic,
+//! errors with a spec code and a message, and the round trips the code
+//! promises. Shared by the fuzz targets and the corpus replay test, so
+//! every path here is written against `crate::` names both define.
+
+use libcni::args::CniArgs;
+use libcni::error::Error;
+use libcni::skel::{self, CmdArgs, Command, Plugin};
+use libcni::types::{CniResult, NetConf};
+use libcni::version::{self, Version};
+use serde_json::Value;
+use std::path::Path;
+
+/// The codes an error of the suite may carry.
+fn assert_spec_code(e: &Error, what: &str) {
+    let code = e.code();
+    assert!(
+        matches!(code, 1..=7 | 11 | 50 | 51 | 100..=103 | 999),
+        "{what}: code {code} for {e}"
+    );
+    assert!(
+        !e.to_string().is_empty(),
+        "{what}: empty message (code {code})"
+    );
+}
+
+/// `input` split at its first NUL: (before, after). No NUL: ("", input).
+fn split_nul(input: &[u8]) -> (&[u8], &[u8]) {
+    match input.iter().position(|b| *b == 0) {
+        Some(i) => (&input[..i], &input[i + 1..]),
+        None => (&[], input),
+    }
+}
+
+/// What the skel would hand a plugin for `config` and `cni_args`, if it
+/// accepted them.
+fn cmd_args(command: Command, config: &[u8], cni_args: &str) -> Option<CmdArgs> {
+    let conf: NetConf = skel::parse_config(config).ok()?;
+    let version = Version::parse(&conf.cni_version)?;
+    let args = CniArgs::parse(cni_args).ok()?;
+    Some(CmdArgs {
+        command,
+        container_id: "fuzz-ctr".into(),
+        netns: "/run/netns/fuzz".into(),
+        ifname: "eth0".into(),
+        args,
+        path: vec![],
+        stdin: config.to_vec(),
+        conf,
+        version,
+    })
+}
+
+// ---- netconf -------------------------------------------------------------
+
+/// A plugin config (the keys every plugin shares) and a runtime's conflist
+/// or legacy single config, from the same bytes.
+pub fn netconf(data: &[u8]) {
+    match skel::parse_config::<NetConf>(data) {
+        Ok(conf) => {
+            if let Err(e) = libcni::types::config::validate_network_name(&conf.name) {
+                assert_eq!(e.code(), 7, "{e}");
+            }
+            match version::parse_supported(&conf.cni_version, &version::ALL) {
+                Ok(v) => {
+                    if let Some(prev) = conf.prev_result.as_ref().filter(|p| !p.is_null()) {
+                        if let Err(e) = CniResult::from_json(prev, v) {
+                            assert_spec_code(&e, "prevResult");
+                        }
+                    }
+                }
+                Err(e) => assert_eq!(e.code(), 1, "{e}"),
+            }
+            let _ = conf.gc_valid_attachments();
+            let _ = conf.args_cni("ips");
+            // What a plugin passes on to a delegate: re-encodable.
+            serde_json::to_vec(&conf).expect("a parsed NetConf encodes");
+        }
+        Err(e) => assert!(matches!(e.code(), 6 | 7), "{e}"),
+    }
+    for (single, parsed) in [
+        (false, libcni::runtime::conf::conf_list_from_bytes(data)),
+        (true, libcni::runtime::conf::conf_from_single_bytes(data)),
+    ] {
+        match parsed {
+            Ok(list) => {
+                if !single {
+                    assert_eq!(list.bytes, data, "a conflist keeps its bytes");
+                }
+                for p in &list.plugins {
+                    serde_json::to_vec(p).expect("plugin object encodes");
+                }
+            }
+            Err(e) => assert_spec_code(&e, "conflist"),
+        }
+    }
+}
+
+// ---- skel ----------------------------------------------------------------
+
+/// A plugin that does nothing but read what the skel gives it.
+struct Stub;
+
+impl Plugin for Stub {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
+        let _: Value = args.config()?;
+        Ok(args.prev_result()?.unwrap_or_default())
+    }
+    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
+        args.prev_result().map(|_| ())
+    }
+    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
+        args.prev_result().map(|_| ())
+    }
+}
+
+/// The whole plugin entry point: the first byte picks the verb and the
+/// environment (good, or with one bad variable), the rest is stdin. Every
+/// outcome is exit 0 with a result (or nothing), or exit 1 with a spec
+/// error JSON.
+pub fn skel(data: &[u8]) {
+    let Some((&sel, stdin)) = data.split_first() else {
+        return;
+    };
+    let verbs = [
+        "ADD", "DEL", "CHECK", "GC", "STATUS", "VERSION", "BOGUS", "",
+    ];
+    let verb = verbs[usize::from(sel) % verbs.len()];
+    let (cni_args, stdin) = split_nul(stdin);
+    let cni_args = String::from_utf8_lossy(cni_args).into_owned();
+    let bad_env = (sel / 8) % 6;
+    let env = move |k: &str| -> Option<String> {
+        let v = match k {
+            "CNI_COMMAND" => verb.to_string(),
+            "CNI_CONTAINERID" if bad_env == 1 => "../x".into(),
+            "CNI_CONTAINERID" => "ctr1".into(),
+            "CNI_NETNS" if bad_env == 2 => String::new(),
+            "CNI_NETNS" => "/run/netns/fuzz".into(),
+            "CNI_IFNAME" if bad_env == 3 => "eth0/../../x".into(),
+            "CNI_IFNAME" => "eth0".into(),
+            "CNI_ARGS" => cni_args.clone(),
+            "CNI_PATH" if bad_env == 4 => String::new(),
+            "CNI_PATH" => "/opt/cni/bin".into(),
+            _ => return None,
+        };
+        Some(v)
+    };
+    let mut input = stdin;
+    let out = skel::execute(&Stub, "fuzz", &env, &mut input);
+    match out.exit_code {
+        0 => {
+            if !out.stdout.trim().is_empty() {
+                let v: Value = serde_json::from_str(&out.stdout)
+                    .unwrap_or_else(|e| panic!("success output is not JSON ({e}): {}", out.stdout));
+                assert!(v.is_object(), "{v}");
+            }
+        }
+        1 => {
+            let e: libcni::ErrorResult = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
+                panic!("error output is not an error JSON ({e}): {}", out.stdout)
+            });
+            assert!(
+                matches!(e.code, 1..=7 | 11 | 50 | 51 | 100..=103 | 999),
+                "code {} in {}",
+                e.code,
+                out.stdout
+            );
+            assert!(!e.msg.is_empty(), "{}", out.stdout);
+        }
+        c => panic!("exit code {c}"),
+    }
+}
+
+// ---- result_versions -----------------------------------------------------
+
+/// A result in any version, read with every default version, written in
+/// every version. Asserted: writing is a fixpoint (what was written reads
+/// back as the same result, and writes the same bytes), carries the
+/// version it was asked for, and 1.1.0 loses nothing.
+pub fn result_versions(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    for default in version::ALL {
+        let (result, _) = match CniResult::from_json(&value, default) {
+            Ok(r) => r,
+            Err(e) => {
+                assert!(matches!(e.code(), 1 | 6), "{e}");
+                continue;
+            }
+        };
+        for target in version::ALL {
+            let written = match result.to_json(target) {
+                Ok(j) => j,
+                Err(e) => {
+                    // Only a legacy result without an address cannot be written.
+                    assert!(target.is_legacy_result() && e.code() == 1, "{target}: {e}");
+                    assert!(
+                        result.ips.is_empty(),
+                        "{target}: {e} with ips {:?}",
+                        result.ips
+                    );
+                    continue;
+                }
+            };
+            assert_eq!(written["cniVersion"], target.as_str(), "{written}");
+            let (again, v) = CniResult::from_json(&written, default)
+                .unwrap_or_else(|e| panic!("{target} output does not read back: {e}: {written}"));
+            assert_eq!(v, target);
+            let rewritten = again.to_json(target).expect("writes again");
+            assert_eq!(rewritten, written, "{target} is not a fixpoint");
+            if target == Version::V1_1_0 {
+                assert_eq!(again, result, "1.1.0 lost something: {written}");
+            }
+        }
+    }
+}
+
+// ---- cni_args --------------------------------------------------------------
+
+/// `CNI_ARGS`: accepted strings are exactly `K=V` pairs joined by `;`
+/// (they print back as they came); refused ones are code 4 naming
+/// `CNI_ARGS`.
+pub fn cni_args(data: &[u8]) {
+    let Ok(s) = std::str::from_utf8(data) else {
+        return;
+    };
+    match CniArgs::parse(s) {
+        Ok(args) => {
+            let joined = args
+                .pairs()
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(";");
+            assert_eq!(joined, s, "pairs do not print back");
+            if let Some((k, v)) = args.pairs().last() {
+                let got = args.get(k);
+                // The last value of a key wins.
+                assert_eq!(got, Some(v.as_str()));
+            }
+            let _ = args.ignore_unknown();
+            if let Err(e) = args.check_known(&["IP", "MAC"]) {
+                assert_eq!(e.code(), 4);
+                assert!(e.to_string().starts_with("CNI_ARGS"), "{e}");
+            }
+        }
+        Err(e) => {
+            assert_eq!(e.code(), 4, "{e}");
+            assert!(e.to_string().starts_with("CNI_ARGS"), "{e}");
+        }
+    }
+}
+
+// ---- subnet_env --------------------------------------------------------------
+
+/// flanneld's subnet.env: parsed values are normalised and of the right
+/// family; errors are code 11; a good file renders a delegate config that
+/// is a JSON object naming its type.
+pub fn subnet_env(data: &[u8]) {
+    use crate::subnet_env::SubnetEnv;
+    let text = String::from_utf8_lossy(data);
+    let path = Path::new("/run/flannel/subnet.env");
+    let env = match SubnetEnv::parse(&text, path) {
+        Ok(env) => env,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            let e: Error = e.into();
+            assert_eq!(e.code(), 11, "{e}");
+            return;
+        }
+    };
+    for n in &env.networks {
+        assert!(n.is_ipv4() && !n.has_host_bits(), "{n}");
+    }
+    for n in &env.ipv6_networks {
+        assert!(!n.is_ipv4() && !n.has_host_bits(), "{n}");
+    }
+    if let Some(s) = env.subnet {
+        assert!(s.is_ipv4() && !s.has_host_bits(), "{s}");
+    }
+    if let Some(s) = env.ipv6_subnet {
+        assert!(!s.is_ipv4() && !s.has_host_bits(), "{s}");
+    }
+    let conf = crate::config::FlannelConf::parse(
+        br#"{"cniVersion":"1.0.0","name":"cbr0","type":"flannel","delegate":{"hairpinMode":true},"ipam":{"routes":[{"dst":"10.96.0.0/12"}]}}"#,
+    )
+    .expect("the fixed flannel config parses");
+    let rendered = crate::delegate_conf::render(&conf, &env);
+    let bytes = crate::delegate_conf::to_bytes(&rendered);
+    let v: Value = serde_json::from_slice(&bytes).expect("rendered config is JSON");
+    assert_eq!(v["type"], "bridge", "{v}");
+    assert_eq!(v["name"], "cbr0", "{v}");
+}
+
+// ---- plugin_config -------------------------------------------------------------
+
+/// Every plugin's own config parser on one config (`CNI_ARGS` before a NUL
+/// byte, if any): no panic, and every refusal a spec error. What parses
+/// goes a step further: bandwidth's kernel numbers, flannel's rendering.
+pub fn plugin_config(data: &[u8]) {
+    let (cni_args, config) = split_nul(data);
+    let Ok(cni_args) = std::str::from_utf8(cni_args) else {
+        return;
+    };
+    let Some(args) = cmd_args(Command::Add, config, cni_args) else {
+        return;
+    };
+
+    match crate::hl_config::IpamConfig::from_args(&args) {
+        Ok(c) => {
+            assert!(!c.sets.is_empty());
+            assert!(!c.location.network.contains('/'));
+        }
+        Err(e) => assert_spec_code(&e, "host-local"),
+    }
+    if let Err(e) = crate::hl_config::Location::from_args(&args) {
+        assert_spec_code(&e, "host-local location");
+    }
+    if let Err(e) = crate::bridge_config::Conf::parse(&args) {
+        assert_spec_code(&e, "bridge");
+    }
+    match crate::bandwidth_config::parse(&args) {
+        Ok(bw) => {
+            let clock =
+                libcni::netlink::tc::PschedClock::parse("000003e8 00000040 000f4240 3b9aca00")
+                    .expect("clock");
+            for limit in [bw.ingress, bw.egress].into_iter().flatten() {
+                let tbf = limit.tbf(&clock);
+                assert!(limit.buffer_matches(tbf.buffer, &clock) || tbf.burst.is_some());
+                let _ = limit.limit_bytes();
+            }
+        }
+        Err(e) => assert_spec_code(&e, "bandwidth"),
+    }
+    if let Err(e) = crate::portmap_config::PortMapConf::parse(&args) {
+        assert_spec_code(&e, "portmap");
+    }
+    match crate::config::FlannelConf::parse(config) {
+        Ok(conf) => {
+            let env = crate::subnet_env::SubnetEnv::parse(
+                "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+                Path::new("/run/flannel/subnet.env"),
+            )
+            .expect("fixed subnet.env");
+            let rendered = crate::delegate_conf::render(&conf, &env);
+            let v: Value = serde_json::from_slice(&crate::delegate_conf::to_bytes(&rendered))
+                .expect("rendered config is JSON");
+            assert!(v.is_object());
+        }
+        Err(e) => assert_spec_code(&e, "flannel"),
+    }
+    if let Err(e) = crate::tuning_config::Conf::parse(&args) {
+        assert_spec_code(&e, "tuning");
+    }
+    if let Err(e) = crate::macvlan_config::Conf::parse(&args) {
+        assert_spec_code(&e, "macvlan");
+    }
+}

@@ -1,0 +1,74 @@
+//! Replays the committed fuzz corpus (`fuzz/corpus/<target>/*`) through the
+//! very checks the cargo-fuzz targets run (`fuzz/src/checks.rs`), so CI
+//! checks every seed and every input the fuzzer ever kept, without
+//! libFuzzer or a nightly compiler. `scripts/fuzz.sh` runs the fuzzer.
+//!
+//! The plugins' parsers are compiled in from their source as the fuzz
+//! crate does (`fuzz/src/modules.rs`): the plugin crates are binaries.
+
+include!("../../fuzz/src/modules.rs");
+
+#[allow(dead_code)]
+#[path = "../../fuzz/src/checks.rs"]
+mod checks;
+
+use std::path::{Path, PathBuf};
+
+fn corpus(target: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "{}: no corpus", dir.display());
+    files
+}
+
+fn replay(target: &str, check: fn(&[u8])) {
+    let files = corpus(target);
+    for f in &files {
+        let data = std::fs::read(f).expect("read corpus file");
+        let outcome = std::panic::catch_unwind(|| check(&data));
+        assert!(
+            outcome.is_ok(),
+            "{target}: {} fails its check (replay it with `scripts/fuzz.sh run {target} {}`)",
+            f.display(),
+            f.display()
+        );
+    }
+    eprintln!("{target}: {} inputs replayed", files.len());
+}
+
+#[test]
+fn corpus_netconf() {
+    replay("netconf", checks::netconf);
+}
+
+#[test]
+fn corpus_skel() {
+    replay("skel", checks::skel);
+}
+
+#[test]
+fn corpus_result_versions() {
+    replay("result_versions", checks::result_versions);
+}
+
+#[test]
+fn corpus_cni_args() {
+    replay("cni_args", checks::cni_args);
+}
+
+#[test]
+fn corpus_subnet_env() {
+    replay("subnet_env", checks::subnet_env);
+}
+
+#[test]
+fn corpus_plugin_config() {
+    replay("plugin_config", checks::plugin_config);
+}

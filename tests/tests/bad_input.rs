@@ -1,0 +1,1365 @@
+//! Bad input, table-driven, for every plugin: malformed JSON, wrong types,
+//! missing keys, out-of-range numbers, oversized stdin, bad CIDRs, unknown
+//! versions, and a bad environment (`CNI_IFNAME` with `/` or over 15 bytes,
+//! container IDs with `..` or `/`, a `CNI_NETNS` that is a regular file or
+//! does not exist, no `CNI_PATH` for a plugin that delegates).
+//!
+//! Each case is one ADD of the plugin in a throwaway node namespace, with
+//! a base config that is first shown to work (ADD then DEL) and then
+//! changed in exactly one way. Asserted: a non-zero exit, a spec error JSON
+//! on stdout with the exact code, a message naming the key or variable at
+//! fault, and no change on the node: links, addresses, routes, qdiscs,
+//! nftables and iptables of the node and the pod namespace, and every
+//! file under the test's state dir (dataDirs, subnet.env, caches) are the
+//! same before and after.
+
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use tests::*;
+
+/// What a case sends on stdin.
+enum Stdin {
+    Json(Value),
+    Raw(String),
+}
+
+/// One bad input and the error it must get.
+struct Case {
+    what: String,
+    stdin: Stdin,
+    /// Env changes: `Some` sets, `None` removes.
+    env: Vec<(&'static str, Option<String>)>,
+    code: u64,
+    /// Must appear in `msg` or `details`: the key or variable at fault.
+    needle: String,
+}
+
+fn case(what: &str, stdin: Value, code: u64, needle: &str) -> Case {
+    Case {
+        what: what.to_string(),
+        stdin: Stdin::Json(stdin),
+        env: Vec::new(),
+        code,
+        needle: needle.to_string(),
+    }
+}
+
+fn env_case(
+    what: &str,
+    base: &Value,
+    env: &[(&'static str, Option<&str>)],
+    code: u64,
+    needle: &str,
+) -> Case {
+    Case {
+        what: what.to_string(),
+        stdin: Stdin::Json(base.clone()),
+        env: env
+            .iter()
+            .map(|(k, v)| (*k, v.map(str::to_string)))
+            .collect(),
+        code,
+        needle: needle.to_string(),
+    }
+}
+
+/// `base` with the value at JSON pointer `ptr` replaced (created when its
+/// parent exists).
+fn with(base: &Value, ptr: &str, v: Value) -> Value {
+    let mut out = base.clone();
+    let (parent, key) = ptr.rsplit_once('/').expect("pointer");
+    let slot = out
+        .pointer_mut(parent)
+        .unwrap_or_else(|| panic!("no {parent} in {base}"));
+    match slot {
+        Value::Object(m) => {
+            m.insert(key.to_string(), v);
+        }
+        Value::Array(a) => a[key.parse::<usize>().expect("index")] = v,
+        other => panic!("{parent} is {other}"),
+    }
+    out
+}
+
+/// `base` without the key at JSON pointer `ptr`.
+fn without(base: &Value, ptr: &str) -> Value {
+    let mut out = base.clone();
+    let (parent, key) = ptr.rsplit_once('/').expect("pointer");
+    out.pointer_mut(parent)
+        .and_then(Value::as_object_mut)
+        .expect("parent object")
+        .remove(key);
+    out
+}
+
+/// A plugin under test: a node namespace, a pod, a state dir, the base
+/// config and environment of a working ADD.
+struct Bench {
+    plugin: &'static str,
+    node: Node,
+    pod: Netns,
+    state: TempDir,
+    base: Value,
+    ifname: &'static str,
+    /// `CNI_PATH` in the base environment (for plugins that delegate).
+    delegates: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct State {
+    node: NetSnapshot,
+    pod: NetSnapshot,
+    files: Vec<String>,
+}
+
+impl Bench {
+    fn new(plugin: &'static str, ifname: &'static str, delegates: bool) -> Bench {
+        let node = Node::new(&format!("bad-{plugin}"));
+        node.ns.ip(&["link", "set", "lo", "up"]);
+        Bench {
+            plugin,
+            pod: Netns::new(&format!("pod-bad-{plugin}")),
+            state: TempDir::new(&format!("bad-{plugin}")),
+            node,
+            base: Value::Null,
+            ifname,
+            delegates,
+        }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.state.path().join(rel)
+    }
+
+    fn netns(&self) -> String {
+        self.pod.path().to_str().expect("utf8").to_string()
+    }
+
+    fn state(&self) -> State {
+        State {
+            node: NetSnapshot::take(&self.node.ns),
+            // Plugins never touch the pod's firewall.
+            pod: NetSnapshot::take_with(&self.pod, false),
+            files: tree(self.state.path()),
+        }
+    }
+
+    fn call(
+        &self,
+        verb: &str,
+        stdin: &str,
+        changes: &[(&'static str, Option<String>)],
+    ) -> PluginOutput {
+        let path = bin_dir().to_str().expect("utf8").to_string();
+        let mut env: Vec<(&str, String)> = vec![
+            ("CNI_COMMAND", verb.to_string()),
+            ("CNI_CONTAINERID", "bad-ctr".to_string()),
+            ("CNI_NETNS", self.netns()),
+            ("CNI_IFNAME", self.ifname.to_string()),
+        ];
+        if self.delegates {
+            env.push(("CNI_PATH", path));
+        }
+        for (k, v) in changes {
+            env.retain(|(ek, _)| ek != k);
+            if let Some(v) = v {
+                env.push((k, v.clone()));
+            }
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        call_plugin(Some(&self.node.ns), &bin(self.plugin), &env, stdin)
+    }
+
+    /// The base config works: ADD then DEL succeed.
+    fn prove_base(&self) {
+        let out = self.call("ADD", &self.base.to_string(), &[]);
+        assert_eq!(
+            out.exit_code, 0,
+            "{}: base config ADD: {out:?}",
+            self.plugin
+        );
+        let out = self.call("DEL", &self.base.to_string(), &[]);
+        assert_eq!(
+            out.exit_code, 0,
+            "{}: base config DEL: {out:?}",
+            self.plugin
+        );
+    }
+
+    fn run(&self, cases: Vec<Case>) {
+        self.prove_base();
+        let mut failures = Vec::new();
+        // Each case's "after" is the next one's "before".
+        let mut before = self.state();
+        for c in &cases {
+            let stdin = match &c.stdin {
+                Stdin::Json(v) => v.to_string(),
+                Stdin::Raw(s) => s.clone(),
+            };
+            let out = self.call("ADD", &stdin, &c.env);
+            let after = self.state();
+            let what = format!("{} / {}", self.plugin, c.what);
+            if let Some(why) = judge(c, &out) {
+                failures.push(format!("{what}: {why}: {}", short(&out)));
+            }
+            if after != before {
+                let mut diff = before.node.diff(&after.node);
+                diff.extend(
+                    before
+                        .pod
+                        .diff(&after.pod)
+                        .into_iter()
+                        .map(|d| format!("pod {d}")),
+                );
+                for f in after.files.iter().filter(|f| !before.files.contains(f)) {
+                    diff.push(format!("file: + {f}"));
+                }
+                for f in before.files.iter().filter(|f| !after.files.contains(f)) {
+                    diff.push(format!("file: - {f}"));
+                }
+                failures.push(format!(
+                    "{what}: the node changed:\n    {}",
+                    diff.join("\n    ")
+                ));
+                // What a runtime does next: DEL with the same input, then
+                // with a good one; the next case starts from what is left.
+                let _ = self.call("DEL", &stdin, &c.env);
+                let _ = self.call("DEL", &self.base.to_string(), &[]);
+                before = self.state();
+                continue;
+            }
+            before = after;
+        }
+        eprintln!(
+            "{}: {} bad inputs, {} failed",
+            self.plugin,
+            cases.len(),
+            failures.len()
+        );
+        assert!(
+            failures.is_empty(),
+            "{} of {} cases failed:\n{}",
+            failures.len(),
+            cases.len(),
+            failures.join("\n")
+        );
+    }
+
+    /// The cases every plugin gets, built from its base config.
+    fn common_cases(&self, netns_matters: bool) -> Vec<Case> {
+        let b = &self.base;
+        let huge = format!(
+            r#"{{"cniVersion":"1.0.0","name":"big","type":"{}","pad":"{}"}}"#,
+            self.plugin,
+            "a".repeat((16 << 20) + 16)
+        );
+        let mut v = vec![
+            Case {
+                what: "malformed JSON".into(),
+                stdin: Stdin::Raw(r#"{"cniVersion": "1.0.0", "name": "#.into()),
+                env: vec![],
+                code: 6,
+                needle: "not valid JSON".into(),
+            },
+            Case {
+                what: "a JSON array".into(),
+                stdin: Stdin::Raw("[1, 2]".into()),
+                env: vec![],
+                code: 6,
+                needle: "not a JSON object".into(),
+            },
+            Case {
+                what: "empty stdin".into(),
+                stdin: Stdin::Raw(String::new()),
+                env: vec![],
+                code: 6,
+                needle: "not valid JSON".into(),
+            },
+            Case {
+                what: "oversized stdin (16 MiB + 16 bytes)".into(),
+                stdin: Stdin::Raw(huge),
+                env: vec![],
+                code: 5,
+                needle: "stdin".into(),
+            },
+            case(
+                "unknown version",
+                with(b, "/cniVersion", json!("9.9.9")),
+                1,
+                "9.9.9",
+            ),
+            case(
+                "version not a string",
+                with(b, "/cniVersion", json!(100)),
+                7,
+                "cniVersion",
+            ),
+            case("name missing", without(b, "/name"), 7, "name"),
+            case(
+                "name not a string",
+                with(b, "/name", json!(["x"])),
+                7,
+                "name",
+            ),
+            case(
+                "name with a slash",
+                with(b, "/name", json!("../etc")),
+                7,
+                "name",
+            ),
+            case(
+                "capabilities not an object",
+                with(b, "/capabilities", json!("all")),
+                7,
+                "capabilities",
+            ),
+            env_case(
+                "CNI_COMMAND unknown",
+                b,
+                &[("CNI_COMMAND", Some("ATTACH"))],
+                4,
+                "CNI_COMMAND",
+            ),
+            env_case(
+                "CNI_IFNAME with /",
+                b,
+                &[("CNI_IFNAME", Some("eth0/../x"))],
+                4,
+                "CNI_IFNAME",
+            ),
+            env_case(
+                "CNI_IFNAME of 16 bytes",
+                b,
+                &[("CNI_IFNAME", Some("eth0123456789012"))],
+                4,
+                "CNI_IFNAME",
+            ),
+            env_case(
+                "CNI_IFNAME ..",
+                b,
+                &[("CNI_IFNAME", Some(".."))],
+                4,
+                "CNI_IFNAME",
+            ),
+            env_case(
+                "CNI_IFNAME missing",
+                b,
+                &[("CNI_IFNAME", None)],
+                4,
+                "CNI_IFNAME",
+            ),
+            env_case(
+                "CNI_CONTAINERID ..",
+                b,
+                &[("CNI_CONTAINERID", Some(".."))],
+                4,
+                "CNI_CONTAINERID",
+            ),
+            env_case(
+                "CNI_CONTAINERID ../../etc/passwd",
+                b,
+                &[("CNI_CONTAINERID", Some("../../etc/passwd"))],
+                4,
+                "CNI_CONTAINERID",
+            ),
+            env_case(
+                "CNI_CONTAINERID a/b",
+                b,
+                &[("CNI_CONTAINERID", Some("a/b"))],
+                4,
+                "CNI_CONTAINERID",
+            ),
+            env_case(
+                "CNI_CONTAINERID missing",
+                b,
+                &[("CNI_CONTAINERID", None)],
+                4,
+                "CNI_CONTAINERID",
+            ),
+            env_case(
+                "CNI_NETNS missing",
+                b,
+                &[("CNI_NETNS", None)],
+                4,
+                "CNI_NETNS",
+            ),
+            env_case(
+                "CNI_ARGS not K=V",
+                b,
+                &[("CNI_ARGS", Some("IgnoreUnknown"))],
+                4,
+                "CNI_ARGS",
+            ),
+            env_case(
+                "CNI_ARGS K=V=W",
+                b,
+                &[("CNI_ARGS", Some("A=b=c"))],
+                4,
+                "CNI_ARGS",
+            ),
+        ];
+        if netns_matters {
+            let file = self.state.write("not-a-netns", "plain file\n");
+            v.push(env_case(
+                "CNI_NETNS a regular file",
+                b,
+                &[("CNI_NETNS", Some(file.to_str().unwrap()))],
+                4,
+                "CNI_NETNS",
+            ));
+            v.push(env_case(
+                "CNI_NETNS that does not exist",
+                b,
+                &[("CNI_NETNS", Some("/run/netns/cnit-no-such-netns"))],
+                4,
+                "CNI_NETNS",
+            ));
+            v.push(env_case(
+                "CNI_NETNS a directory",
+                b,
+                &[("CNI_NETNS", Some(self.state.path().to_str().unwrap()))],
+                4,
+                "CNI_NETNS",
+            ));
+        }
+        v
+    }
+}
+
+/// Why the output is not the expected error, if it is not.
+fn judge(c: &Case, out: &PluginOutput) -> Option<String> {
+    if out.exit_code == 0 {
+        return Some("exit 0".into());
+    }
+    if out.exit_code < 0 {
+        return Some("killed by a signal".into());
+    }
+    let Ok(v) = serde_json::from_str::<Value>(&out.stdout) else {
+        return Some("stdout is not an error JSON".into());
+    };
+    if v["code"].as_u64() != Some(c.code) {
+        return Some(format!("code {} instead of {}", v["code"], c.code));
+    }
+    if !v["msg"].is_string() || v["msg"].as_str() == Some("") {
+        return Some("no msg".into());
+    }
+    let text = format!(
+        "{} {}",
+        v["msg"].as_str().unwrap_or(""),
+        v["details"].as_str().unwrap_or("")
+    );
+    if !text.contains(&c.needle) {
+        return Some(format!("the message does not name {:?}", c.needle));
+    }
+    None
+}
+
+fn short(out: &PluginOutput) -> String {
+    let mut s = format!("exit {} stdout {}", out.exit_code, out.stdout.trim());
+    if s.len() > 600 {
+        s.truncate(600);
+        s.push('…');
+    }
+    s
+}
+
+/// A veth between the node (`host`) and the pod (`eth0`, 10.66.0.2/24),
+/// what the plugin before a chained one would have made; returns that
+/// plugin's result.
+fn wire_pod(b: &Bench, host: &str) -> Value {
+    b.node.ns.ip(&[
+        "link",
+        "add",
+        host,
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        b.pod.name(),
+    ]);
+    // No IPv6 link-local address: the kernel would add it a moment after
+    // the link comes up, in the middle of some case.
+    b.node.ns.ip(&["link", "set", host, "addrgenmode", "none"]);
+    b.pod.ip(&["link", "set", "eth0", "addrgenmode", "none"]);
+    b.node.ns.ip(&["addr", "add", "10.66.0.1/24", "dev", host]);
+    b.node.ns.ip(&["link", "set", host, "up"]);
+    b.pod.ip(&["addr", "add", "10.66.0.2/24", "dev", "eth0"]);
+    b.pod.ip(&["link", "set", "eth0", "up"]);
+    json!({"cniVersion": "1.0.0",
+           "interfaces": [{"name": host}, {"name": "eth0", "sandbox": b.netns()}],
+           "ips": [{"address": "10.66.0.2/24", "gateway": "10.66.0.1", "interface": 1}],
+           "dns": {}})
+}
+
+// ---- the plugins -------------------------------------------------------------
+
+#[test]
+fn bad_input_loopback() {
+    if !require_root("bad_input_loopback") {
+        return;
+    }
+    let mut b = Bench::new("loopback", "lo", false);
+    b.base = json!({"cniVersion": "1.0.0", "name": "lo-net", "type": "loopback"});
+    let cases = b.common_cases(true);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_host_local() {
+    if !require_root("bad_input_host_local") {
+        return;
+    }
+    let mut b = Bench::new("host-local", "eth0", false);
+    b.base = json!({"cniVersion": "1.0.0", "name": "hl-net", "type": "host-local",
+        "ipam": {"type": "host-local", "dataDir": b.path("leases"),
+                 "ranges": [[{"subnet": "10.88.0.0/24", "rangeStart": "10.88.0.10", "rangeEnd": "10.88.0.20"}]],
+                 "routes": [{"dst": "0.0.0.0/0"}]}});
+    let base = b.base.clone();
+    let r = "/ipam/ranges/0/0";
+    let mut cases = b.common_cases(false);
+    cases.extend([
+        case("ipam missing", without(&base, "/ipam"), 7, "ipam"),
+        case(
+            "ipam not an object",
+            with(&base, "/ipam", json!([])),
+            7,
+            "ipam",
+        ),
+        case(
+            "ranges not a list",
+            with(&base, "/ipam/ranges", json!("10.0.0.0/8")),
+            7,
+            "ipam.ranges",
+        ),
+        case(
+            "no range at all",
+            with(&base, "/ipam/ranges", json!([])),
+            7,
+            "ipam.ranges",
+        ),
+        case(
+            "subnet missing",
+            without(&base, &format!("{r}/subnet")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet /33",
+            with(&base, &format!("{r}/subnet"), json!("10.88.0.0/33")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet 300.0.0.0/8",
+            with(&base, &format!("{r}/subnet"), json!("300.0.0.0/8")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet without prefix",
+            with(&base, &format!("{r}/subnet"), json!("10.88.0.0")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet with host bits",
+            with(&base, &format!("{r}/subnet"), json!("10.88.0.5/24")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet /32 too small",
+            with(&base, &format!("{r}/subnet"), json!("10.88.0.0/32")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet IPv6 /129",
+            with(&base, &format!("{r}/subnet"), json!("fd00::/129")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "subnet a number",
+            with(&base, &format!("{r}/subnet"), json!(10)),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        case(
+            "rangeStart outside",
+            with(&base, &format!("{r}/rangeStart"), json!("10.99.0.1")),
+            7,
+            "rangeStart",
+        ),
+        case(
+            "rangeStart not an address",
+            with(&base, &format!("{r}/rangeStart"), json!("ten")),
+            7,
+            "rangeStart",
+        ),
+        case(
+            "rangeEnd before rangeStart",
+            with(&base, &format!("{r}/rangeEnd"), json!("10.88.0.5")),
+            7,
+            "rangeEnd",
+        ),
+        case(
+            "rangeEnd a number",
+            with(&base, &format!("{r}/rangeEnd"), json!(20)),
+            7,
+            "rangeEnd",
+        ),
+        case(
+            "gateway not an address",
+            with(&base, &format!("{r}/gateway"), json!("10.88.0.256")),
+            7,
+            "gateway",
+        ),
+        case(
+            "gateway outside the subnet",
+            with(&base, &format!("{r}/gateway"), json!("10.89.0.1")),
+            7,
+            "gateway",
+        ),
+        case(
+            "route dst not a CIDR",
+            with(&base, "/ipam/routes/0/dst", json!("0.0.0.0")),
+            7,
+            "ipam.routes[0].dst",
+        ),
+        case(
+            "route gw not an address",
+            with(&base, "/ipam/routes/0/gw", json!("x")),
+            7,
+            "ipam.routes[0].gw",
+        ),
+        case(
+            "dataDir a number",
+            with(&base, "/ipam/dataDir", json!(5)),
+            7,
+            "ipam.dataDir",
+        ),
+        case(
+            "overlapping range sets",
+            with(
+                &base,
+                "/ipam/ranges",
+                json!([[{"subnet": "10.88.0.0/24"}], [{"subnet": "10.88.0.0/16"}]]),
+            ),
+            7,
+            "ipam.ranges[1]",
+        ),
+        case(
+            "two IPv4 sets at 0.2.0",
+            with(
+                &with(&base, "/cniVersion", json!("0.2.0")),
+                "/ipam/ranges",
+                json!([[{"subnet": "10.88.0.0/24"}], [{"subnet": "10.87.0.0/24"}]]),
+            ),
+            7,
+            "cniVersion",
+        ),
+        case(
+            "runtimeConfig.ips outside every set",
+            with(&base, "/runtimeConfig", json!({"ips": ["10.99.0.5/24"]})),
+            7,
+            "runtimeConfig.ips",
+        ),
+        case(
+            "args.cni.ips not addresses",
+            with(&base, "/args", json!({"cni": {"ips": ["x"]}})),
+            7,
+            "args.cni.ips",
+        ),
+        env_case(
+            "CNI_ARGS IP= not an address",
+            &base,
+            &[("CNI_ARGS", Some("IP=ten"))],
+            4,
+            "CNI_ARGS",
+        ),
+        env_case(
+            "CNI_ARGS IP= outside the range",
+            &base,
+            &[("CNI_ARGS", Some("IP=10.99.0.5"))],
+            4,
+            "CNI_ARGS",
+        ),
+        env_case(
+            "CNI_ARGS unknown key",
+            &base,
+            &[("CNI_ARGS", Some("FOO=bar"))],
+            4,
+            "FOO",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_bridge() {
+    if !require_root("bad_input_bridge") {
+        return;
+    }
+    let mut b = Bench::new("bridge", "eth0", true);
+    b.base = json!({"cniVersion": "1.0.0", "name": "br-net", "type": "bridge",
+        "bridge": "cni-bad", "isGateway": true, "mtu": 1400,
+        "ipam": {"type": "host-local", "dataDir": b.path("leases"),
+                 "ranges": [[{"subnet": "10.89.0.0/24"}]]}});
+    let base = b.base.clone();
+    // Delegation failures with a bridge that does not exist yet: an ADD
+    // that cannot even run its IPAM plugin must create nothing.
+    let fresh = |n: u32| with(&base, "/bridge", json!(format!("cni-fresh{n}")));
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
+        case("mtu -1", with(&base, "/mtu", json!(-1)), 7, "mtu"),
+        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
+        case("mtu 1e30", with(&base, "/mtu", json!(1e30)), 7, "mtu"),
+        case("vlan 5000", with(&base, "/vlan", json!(5000)), 7, "vlan"),
+        case(
+            "vlanTrunk maxID < minID",
+            with(&base, "/vlanTrunk", json!([{"minID": 20, "maxID": 10}])),
+            7,
+            "vlanTrunk[0]",
+        ),
+        case(
+            "bridge name of 16 bytes",
+            with(&base, "/bridge", json!("cni-bridge-01234")),
+            7,
+            "bridge",
+        ),
+        case(
+            "bridge name with /",
+            with(&base, "/bridge", json!("a/b")),
+            7,
+            "bridge",
+        ),
+        case(
+            "bridge a number",
+            with(&base, "/bridge", json!(0)),
+            7,
+            "bridge",
+        ),
+        case(
+            "isGateway a string",
+            with(&base, "/isGateway", json!("yes")),
+            7,
+            "isGateway",
+        ),
+        case(
+            "hairpinMode and promiscMode",
+            with(
+                &with(&base, "/hairpinMode", json!(true)),
+                "/promiscMode",
+                json!(true),
+            ),
+            7,
+            "hairpinMode",
+        ),
+        case(
+            "ipMasqBackend unknown",
+            with(&base, "/ipMasqBackend", json!("pf")),
+            7,
+            "ipMasqBackend",
+        ),
+        case(
+            "runtimeConfig.mac not a MAC",
+            with(&base, "/runtimeConfig", json!({"mac": "zz:zz"})),
+            7,
+            "runtimeConfig.mac",
+        ),
+        case(
+            "args.cni.mac multicast",
+            with(&base, "/args", json!({"cni": {"mac": "01:00:5e:00:00:01"}})),
+            7,
+            "args.cni.mac",
+        ),
+        case(
+            "ipam not an object",
+            with(&base, "/ipam", json!("host-local")),
+            7,
+            "ipam",
+        ),
+        case(
+            "an IPAM error keeps its code and key (its bridge exists)",
+            with(&base, "/ipam/ranges/0/0/subnet", json!("10.89.0.0/33")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        env_case(
+            "CNI_ARGS MAC= not a MAC",
+            &base,
+            &[("CNI_ARGS", Some("MAC=zz"))],
+            4,
+            "CNI_ARGS",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            &fresh(1),
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(&fresh(2), "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+        case(
+            "IPAM type with a slash",
+            with(&fresh(3), "/ipam/type", json!("../host-local")),
+            7,
+            "type",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_bandwidth() {
+    if !require_root("bad_input_bandwidth") {
+        return;
+    }
+    let mut b = Bench::new("bandwidth", "eth0", false);
+    let prev = wire_pod(&b, "bw-host");
+    b.base = json!({"cniVersion": "1.0.0", "name": "bw-net", "type": "bandwidth",
+        "ingressRate": 8000000, "ingressBurst": 800000,
+        "egressRate": 8000000, "egressBurst": 800000, "prevResult": prev});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case(
+            "ingressRate negative",
+            with(&base, "/ingressRate", json!(-8)),
+            7,
+            "ingressRate",
+        ),
+        case(
+            "ingressRate a string",
+            with(&base, "/ingressRate", json!("8M")),
+            7,
+            "ingressRate",
+        ),
+        case(
+            "ingressRate fractional",
+            with(&base, "/ingressRate", json!(1.5)),
+            7,
+            "ingressRate",
+        ),
+        case(
+            "ingressRate 1e30",
+            with(&base, "/ingressRate", json!(1e30)),
+            7,
+            "ingressRate",
+        ),
+        case(
+            "egressRate u64::MAX",
+            with(&base, "/egressRate", json!(u64::MAX)),
+            7,
+            "egressRate",
+        ),
+        case(
+            "egressBurst missing",
+            without(&base, "/egressBurst"),
+            7,
+            "egressBurst",
+        ),
+        case(
+            "ingressBurst 2^40 bits",
+            with(&base, "/ingressBurst", json!(1u64 << 40)),
+            7,
+            "ingressBurst",
+        ),
+        case(
+            "runtimeConfig.bandwidth bad",
+            with(
+                &without(
+                    &without(
+                        &without(&without(&base, "/ingressRate"), "/ingressBurst"),
+                        "/egressRate",
+                    ),
+                    "/egressBurst",
+                ),
+                "/runtimeConfig",
+                json!({"bandwidth": {"ingressRate": "x", "ingressBurst": 8}}),
+            ),
+            7,
+            "runtimeConfig.bandwidth.ingressRate",
+        ),
+        case(
+            "prevResult missing",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult not a result",
+            with(&base, "/prevResult", json!({"ips": [{"address": "nope"}]})),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult names no host veth",
+            with(
+                &base,
+                "/prevResult/interfaces",
+                json!([{"name": "eth0", "sandbox": b.netns()}]),
+            ),
+            7,
+            "prevResult",
+        ),
+        case(
+            "version 0.2.0 (no interfaces in results)",
+            with(&base, "/cniVersion", json!("0.2.0")),
+            1,
+            "0.2.0",
+        ),
+        env_case(
+            "CNI_IFNAME not in the pod",
+            &base,
+            &[("CNI_IFNAME", Some("eth7"))],
+            4,
+            "CNI_IFNAME",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_flannel() {
+    if !require_root("bad_input_flannel") {
+        return;
+    }
+    let mut b = Bench::new("flannel", "eth0", true);
+    let env = b.state.write(
+        "subnet.env",
+        "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.5.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+    );
+    let broken = |name: &str, text: &str| b.state.write(name, text);
+    // subnet.env with one line changed from the good one.
+    let good = "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.5.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n";
+    let variant = |name: &str, from: &str, to: &str| broken(name, &good.replace(from, to));
+    let no_subnet = variant("no-subnet.env", "FLANNEL_SUBNET=10.244.5.1/24\n", "");
+    let bad_subnet = variant("bad-subnet.env", "10.244.5.1/24", "10.244.5.1/33");
+    let v6_subnet = variant("v6-subnet.env", "10.244.5.1/24", "fd00::/64");
+    let bad_mtu = variant("bad-mtu.env", "FLANNEL_MTU=1450", "FLANNEL_MTU=-1");
+    let no_eq = broken(
+        "no-eq.env",
+        "FLANNEL_NETWORK\nFLANNEL_SUBNET=10.244.5.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
+    );
+    b.base = json!({"cniVersion": "1.0.0", "name": "fl-net", "type": "flannel",
+        "subnetFile": env, "dataDir": b.path("flannel"),
+        "delegate": {"bridge": "cni-fl", "hairpinMode": true},
+        "ipam": {"dataDir": b.path("leases"), "routes": [{"dst": "10.96.0.0/12"}]}});
+    let base = b.base.clone();
+    let fresh = |n: u32| with(&base, "/delegate/bridge", json!(format!("cni-fresh{n}")));
+    let mut cases = b.common_cases(true);
+    let p = |f: &PathBuf| json!(f);
+    cases.extend([
+        case(
+            "subnetFile relative",
+            with(&base, "/subnetFile", json!("run/flannel/subnet.env")),
+            7,
+            "subnetFile",
+        ),
+        case(
+            "subnetFile a number",
+            with(&base, "/subnetFile", json!(1)),
+            7,
+            "subnetFile",
+        ),
+        case(
+            "dataDir relative",
+            with(&base, "/dataDir", json!("flannel")),
+            7,
+            "dataDir",
+        ),
+        case(
+            "dataDir an object",
+            with(&base, "/dataDir", json!({})),
+            7,
+            "dataDir",
+        ),
+        case(
+            "delegate a string",
+            with(&base, "/delegate", json!("bridge")),
+            7,
+            "delegate",
+        ),
+        case(
+            "delegate.type a number",
+            with(&base, "/delegate/type", json!(1)),
+            7,
+            "delegate.type",
+        ),
+        case(
+            "delegate.type a path",
+            with(&base, "/delegate/type", json!("../bridge")),
+            7,
+            "delegate.type",
+        ),
+        case(
+            "delegate.name set",
+            with(&base, "/delegate/name", json!("other")),
+            7,
+            "delegate.name",
+        ),
+        case(
+            "delegate.ipam set",
+            with(&base, "/delegate/ipam", json!({})),
+            7,
+            "delegate.ipam",
+        ),
+        case("ipam a list", with(&base, "/ipam", json!([])), 7, "ipam"),
+        case(
+            "ipam.routes an object",
+            with(&base, "/ipam/routes", json!({})),
+            7,
+            "ipam.routes",
+        ),
+        case(
+            "ipam.routes[0].dst not a CIDR",
+            with(&base, "/ipam/routes/0/dst", json!("10.96.0.0")),
+            7,
+            "ipam.routes[0].dst",
+        ),
+        case(
+            "ipam.routes[0].gw not an address",
+            with(&base, "/ipam/routes/0/gw", json!("gw")),
+            7,
+            "ipam.routes[0].gw",
+        ),
+        case(
+            "subnet.env missing",
+            with(&base, "/subnetFile", json!("/run/cnit-no-such/subnet.env")),
+            11,
+            "/run/cnit-no-such/subnet.env",
+        ),
+        case(
+            "subnet.env without FLANNEL_SUBNET",
+            with(&base, "/subnetFile", p(&no_subnet)),
+            11,
+            "FLANNEL_SUBNET",
+        ),
+        case(
+            "subnet.env FLANNEL_SUBNET /33",
+            with(&base, "/subnetFile", p(&bad_subnet)),
+            11,
+            "FLANNEL_SUBNET",
+        ),
+        case(
+            "subnet.env FLANNEL_SUBNET IPv6",
+            with(&base, "/subnetFile", p(&v6_subnet)),
+            11,
+            "FLANNEL_SUBNET",
+        ),
+        case(
+            "subnet.env FLANNEL_MTU -1",
+            with(&base, "/subnetFile", p(&bad_mtu)),
+            11,
+            "FLANNEL_MTU",
+        ),
+        case(
+            "subnet.env key without =",
+            with(&base, "/subnetFile", p(&no_eq)),
+            11,
+            "FLANNEL_NETWORK",
+        ),
+        case(
+            "subnet.env a directory",
+            with(&base, "/subnetFile", json!(b.path("leases-dir-as-env"))),
+            11,
+            "leases-dir-as-env",
+        ),
+        case(
+            "delegate not in CNI_PATH",
+            with(&fresh(1), "/delegate/type", json!("no-such-plugin")),
+            101,
+            "no-such-plugin",
+        ),
+        case(
+            "delegate's own error keeps its code and key",
+            with(&fresh(2), "/delegate/mtu", json!(70000)),
+            7,
+            "mtu",
+        ),
+        env_case(
+            "CNI_PATH missing (delegation)",
+            &fresh(3),
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_portmap() {
+    if !require_root("bad_input_portmap") {
+        return;
+    }
+    let mut b = Bench::new("portmap", "eth0", false);
+    let prev = wire_pod(&b, "pm-host");
+    b.base = json!({"cniVersion": "1.0.0", "name": "pm-net", "type": "portmap",
+        "capabilities": {"portMappings": true},
+        "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]},
+        "prevResult": prev});
+    let base = b.base.clone();
+    // The first mapping's key `k`, set to `v`; and its name in messages.
+    let map = |k: &str, v: Value| with(&base, &format!("/runtimeConfig/portMappings/0/{k}"), v);
+    let key = |k: &str| format!("runtimeConfig.portMappings[0].{k}");
+    let twice = json!([{"hostPort": 8080, "containerPort": 80},
+                       {"hostPort": 8080, "containerPort": 81}]);
+    let mut cases = b.common_cases(false);
+    cases.extend([
+        case("hostPort 0", map("hostPort", json!(0)), 7, &key("hostPort")),
+        case(
+            "hostPort 70000",
+            map("hostPort", json!(70000)),
+            7,
+            &key("hostPort"),
+        ),
+        case(
+            "hostPort -1",
+            map("hostPort", json!(-1)),
+            7,
+            &key("hostPort"),
+        ),
+        case(
+            "hostPort a string",
+            map("hostPort", json!("80")),
+            7,
+            &key("hostPort"),
+        ),
+        case(
+            "containerPort missing",
+            without(&base, "/runtimeConfig/portMappings/0/containerPort"),
+            7,
+            "containerPort",
+        ),
+        case(
+            "protocol icmp",
+            map("protocol", json!("icmp")),
+            7,
+            &key("protocol"),
+        ),
+        case(
+            "hostIP not an address",
+            map("hostIP", json!("1.2.3")),
+            7,
+            &key("hostIP"),
+        ),
+        case(
+            "portMappings an object",
+            with(&base, "/runtimeConfig/portMappings", json!({})),
+            7,
+            "runtimeConfig.portMappings",
+        ),
+        case(
+            "the same host port twice",
+            with(&base, "/runtimeConfig/portMappings", twice),
+            7,
+            "runtimeConfig.portMappings[1].hostPort",
+        ),
+        case(
+            "markMasqBit 32",
+            with(&base, "/markMasqBit", json!(32)),
+            7,
+            "markMasqBit",
+        ),
+        case(
+            "markMasqBit and externalSetMarkChain",
+            with(
+                &with(&base, "/markMasqBit", json!(3)),
+                "/externalSetMarkChain",
+                json!("X"),
+            ),
+            7,
+            "externalSetMarkChain",
+        ),
+        case(
+            "backend unknown",
+            with(&base, "/backend", json!("pf")),
+            7,
+            "backend",
+        ),
+        case(
+            "conditionsV4 a string",
+            with(&base, "/conditionsV4", json!("-s 1.2.3.4")),
+            7,
+            "conditionsV4",
+        ),
+        case(
+            "snat a string",
+            with(&base, "/snat", json!("true")),
+            7,
+            "snat",
+        ),
+        case(
+            "prevResult missing",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult not a result",
+            with(&base, "/prevResult", json!({"ips": "10.66.0.2"})),
+            7,
+            "prevResult",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_tuning() {
+    if !require_root("bad_input_tuning") {
+        return;
+    }
+    let mut b = Bench::new("tuning", "eth0", false);
+    let prev = wire_pod(&b, "tu-host");
+    b.base = json!({"cniVersion": "1.0.0", "name": "tu-net", "type": "tuning",
+        "dataDir": b.path("tuning"), "mtu": 1400, "promisc": true,
+        "mac": "0a:58:0a:42:00:02",
+        "sysctl": {"net.core.somaxconn": "1000", "net.ipv4.conf.IFNAME.arp_ignore": "1"},
+        "prevResult": prev});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case(
+            "sysctl outside net",
+            with(&base, "/sysctl", json!({"kernel.panic": "1"})),
+            7,
+            "kernel.panic",
+        ),
+        case(
+            "sysctl with ..",
+            with(&base, "/sysctl", json!({"net/../../kernel/panic": "1"})),
+            7,
+            "sysctl",
+        ),
+        case(
+            "sysctl value a number",
+            with(&base, "/sysctl", json!({"net.core.somaxconn": 1000})),
+            7,
+            "sysctl",
+        ),
+        case(
+            "sysctl a list",
+            with(&base, "/sysctl", json!(["net.core.somaxconn"])),
+            7,
+            "sysctl",
+        ),
+        case(
+            "mac not a MAC",
+            with(&base, "/mac", json!("0a:58")),
+            7,
+            "mac",
+        ),
+        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
+        // Above 65535 is the device's to refuse (lo takes more): no range
+        // of ours, so only what no device takes.
+        case("mtu -1", with(&base, "/mtu", json!(-1)), 7, "mtu"),
+        case("mtu 2^31", with(&base, "/mtu", json!(1u64 << 31)), 7, "mtu"),
+        case("txQLen -1", with(&base, "/txQLen", json!(-1)), 7, "txQLen"),
+        case(
+            "promisc a string",
+            with(&base, "/promisc", json!("on")),
+            7,
+            "promisc",
+        ),
+        case(
+            "dataDir relative",
+            with(&base, "/dataDir", json!("tuning")),
+            7,
+            "dataDir",
+        ),
+        case(
+            "prevResult missing",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult",
+        ),
+        env_case(
+            "CNI_ARGS MAC= not a MAC",
+            &base,
+            &[("CNI_ARGS", Some("MAC=zz"))],
+            4,
+            "CNI_ARGS",
+        ),
+        env_case(
+            "CNI_IFNAME not in the pod",
+            &base,
+            &[("CNI_IFNAME", Some("eth7"))],
+            4,
+            "eth7",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_macvlan() {
+    if !require_root("bad_input_macvlan") {
+        return;
+    }
+    let mut b = Bench::new("macvlan", "eth0", true);
+    b.node.ns.ip(&[
+        "link", "add", "mv-up0", "type", "veth", "peer", "name", "mv-up1",
+    ]);
+    b.node.ns.ip(&["link", "set", "mv-up0", "up"]);
+    b.base = json!({"cniVersion": "1.0.0", "name": "mv-net", "type": "macvlan",
+        "master": "mv-up0", "mode": "bridge",
+        "ipam": {"type": "host-local", "dataDir": b.path("leases"),
+                 "ranges": [[{"subnet": "10.90.0.0/24"}]]}});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case(
+            "mode unknown",
+            with(&base, "/mode", json!("tunnel")),
+            7,
+            "mode",
+        ),
+        case(
+            "master of 16 bytes",
+            with(&base, "/master", json!("master0123456789")),
+            7,
+            "master",
+        ),
+        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
+        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
+        case("mac not a MAC", with(&base, "/mac", json!("zz")), 7, "mac"),
+        case(
+            "bcqueuelen -1",
+            with(&base, "/bcqueuelen", json!(-1)),
+            7,
+            "bcqueuelen",
+        ),
+        case(
+            "an IPAM error keeps its code and key",
+            with(&base, "/ipam/ranges/0/0/subnet", json!("10.90.0.0/33")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            &base,
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(&base, "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+    ]);
+    b.run(cases);
+}
