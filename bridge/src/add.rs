@@ -9,6 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use libcni::fault;
+use libcni::invoke;
 use libcni::ipam::{self, IfaceOptions};
 use libcni::netfilter::{masq, spoofcheck, Backend};
 use libcni::netlink::link::{Notifications, RTNLGRP_LINK};
@@ -44,6 +45,11 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let mut container = Netlink::open_in(&ns)?;
     if container.link_by_name(&args.ifname)?.is_some() {
         return Err(veth::container_ifname_exists(&args.ifname));
+    }
+    // An IPAM plugin that cannot be found fails the ADD before the bridge,
+    // which a rollback leaves in place, is created.
+    if let Some(plugin) = &conf.ipam {
+        invoke::find_in_path(plugin, &invoke::cni_path_from_env())?;
     }
     let br = node::ensure_bridge(&mut host, &conf)?;
 

@@ -99,6 +99,33 @@ pub fn open_dir(path: &Path) -> Result<Option<OwnedFd>, Errno> {
     }
 }
 
+/// Opens the subdirectory `name` of directory `parent` without following a
+/// symlink at `name` (`ELOOP`, or `ENOTDIR` for anything not a directory):
+/// for directories a tool creates itself under a configured root, where a
+/// planted symlink must not redirect its writes. With `create`, a missing
+/// `name` is made with that mode first; without, a missing one is `None`.
+pub fn open_subdir_nofollow(
+    parent: &Path,
+    name: &str,
+    create: Option<u32>,
+) -> Result<Option<OwnedFd>, Errno> {
+    let Some(parent) = open_dir(parent)? else {
+        return Ok(None);
+    };
+    if let Some(mode) = create {
+        match nix::sys::stat::mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(mode)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    match openat(parent.as_fd(), name, flags, Mode::empty()) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Opens `name` in `dir` for reading without following a symlink (`ELOOP`)
 /// or blocking on a FIFO planted under that name.
 pub fn open_nofollow_at(dir: BorrowedFd<'_>, name: &str) -> Result<File, Errno> {
@@ -240,21 +267,42 @@ pub fn read_regular(path: &Path, max: u64, what: &str) -> Contents {
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path);
-    let file = match file {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Contents::Absent,
-        Err(e) => return Contents::Unreadable(format!("opening {}: {e}", path.display())),
-    };
+    match file {
+        Ok(f) => read_opened(f, max, what, path),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Contents::Absent,
+        Err(e) => Contents::Unreadable(format!("opening {}: {e}", path.display())),
+    }
+}
+
+/// The bytes of an opened `file` when it is a regular file of at most `max`
+/// bytes; `shown` is its path in messages.
+fn read_opened(file: File, max: u64, what: &str, shown: &Path) -> Contents {
     match file.metadata() {
         Ok(m) if m.is_file() && m.len() <= max => {}
-        Ok(_) => return Contents::Unreadable(format!("{} is not a {what}", path.display())),
-        Err(e) => return Contents::Unreadable(format!("reading {}: {e}", path.display())),
+        Ok(_) => return Contents::Unreadable(format!("{} is not a {what}", shown.display())),
+        Err(e) => return Contents::Unreadable(format!("reading {}: {e}", shown.display())),
     }
     let mut bytes = Vec::new();
     if let Err(e) = file.take(max).read_to_end(&mut bytes) {
-        return Contents::Unreadable(format!("reading {}: {e}", path.display()));
+        return Contents::Unreadable(format!("reading {}: {e}", shown.display()));
     }
     Contents::Bytes(bytes)
+}
+
+/// [`read_regular`] for `name` in directory `dir`; `shown` is the path
+/// used in messages.
+pub fn read_regular_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    max: u64,
+    what: &str,
+    shown: &Path,
+) -> Contents {
+    match open_nofollow_at(dir, name) {
+        Ok(f) => read_opened(f, max, what, shown),
+        Err(Errno::ENOENT) => Contents::Absent,
+        Err(e) => Contents::Unreadable(format!("opening {}: {e}", shown.display())),
+    }
 }
 
 /// Removes the file `path` (a symlink there is removed, not its target);

@@ -11,11 +11,17 @@
 //! a later DEL fail.
 
 use crate::error::{Error, Result};
-use crate::files::{self, Contents, WriteStep};
+use crate::files::{self, Contents, Durability, WriteStep};
 use crate::types::config::validate_ifname;
 use base64::Engine;
+use nix::dir::Dir;
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use nix::unistd::{fsync, unlinkat, UnlinkatFlags};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The `kind` of a Go libcni cache file.
@@ -158,21 +164,58 @@ impl ResultCache {
         self.results_dir().join(key.file_name())
     }
 
+    /// Opens `<cache_dir>/results` (created 0700 with `create`), refusing a
+    /// symlink there: a planted link must not redirect what we write, read
+    /// or remove. `None` when it does not exist.
+    fn open_results(&self, create: bool) -> Result<Option<OwnedFd>> {
+        let dir = self.results_dir();
+        if create {
+            files::create_dir_all(&self.cache_dir, 0o700).map_err(|e| {
+                Error::io(
+                    format!("creating cache directory {}", self.cache_dir.display()),
+                    e,
+                )
+            })?;
+        }
+        files::open_subdir_nofollow(&self.cache_dir, "results", create.then_some(0o700)).map_err(
+            |e| {
+                let why = match e {
+                    Errno::ELOOP | Errno::ENOTDIR => {
+                        std::io::Error::other("it is a symlink or not a directory: refused")
+                    }
+                    e => std::io::Error::from(e),
+                };
+                Error::io(format!("opening cache directory {}", dir.display()), why)
+            },
+        )
+    }
+
     /// Writes `entry` atomically under the key its own fields give
-    /// ([`files::write_atomic`]: a temp file in the same directory,
-    /// O_EXCL, O_NOFOLLOW, 0600, fsync, rename over the old file (a symlink
-    /// there is replaced, not followed), fsync of the directory). The
-    /// directory is created 0700 if missing.
+    /// ([`files::replace_at`]: a temp file in the same directory, O_EXCL,
+    /// O_NOFOLLOW, 0600, fsync, rename over the old file (a symlink there is
+    /// replaced, not followed), then fsync of the directory). The directory
+    /// is created 0700 if missing, and refused if it is a symlink.
     pub fn write(&self, entry: &CacheEntry) -> Result<()> {
         let key = CacheKey::new(&entry.network_name, &entry.container_id, &entry.ifname)?;
         let bytes = encode(entry)?;
         let dir = self.results_dir();
-        files::create_dir_all(&dir, 0o700)
-            .map_err(|e| Error::io(format!("creating cache directory {}", dir.display()), e))?;
+        let fd = self.open_results(true)?.ok_or_else(|| {
+            Error::io(
+                format!("creating cache directory {}", dir.display()),
+                std::io::Error::from(Errno::ENOENT),
+            )
+        })?;
         let name = key.file_name();
         // The leading dot keeps the temp file out of every `<network>-*`
         // listing.
-        files::write_atomic(&dir, &format!(".{name}.tmp-"), &name, &bytes).map_err(|e| {
+        files::replace_at(
+            fd.as_fd(),
+            &format!(".{name}.tmp-"),
+            &name,
+            &bytes,
+            Durability::PowerLoss,
+        )
+        .map_err(|e| {
             if e.step == WriteStep::CreateTemp {
                 Error::io(
                     format!("creating cache temp file {}", dir.join(&e.temp).display()),
@@ -184,20 +227,41 @@ impl ResultCache {
                     e.source,
                 )
             }
+        })?;
+        fsync(fd.as_fd()).map_err(|e| {
+            Error::io(
+                format!("syncing cache directory {}", dir.display()),
+                e.into(),
+            )
         })
     }
 
     /// Reads the cache file of `key`. Never fails: a missing file is
     /// [`Cached::Absent`], anything unreadable is [`Cached::Corrupt`].
     pub fn read(&self, key: &CacheKey) -> Cached {
-        read_path(&self.path(key))
+        match self.open_results(false) {
+            Ok(Some(fd)) => read_at(fd.as_fd(), &key.file_name(), &self.path(key)),
+            Ok(None) => Cached::Absent,
+            Err(e) => Cached::Corrupt(e.to_string()),
+        }
     }
 
     /// Removes the cache file of `key`; a missing one is success.
     pub fn remove(&self, key: &CacheKey) -> Result<()> {
-        let path = self.path(key);
-        files::remove_if_present(&path)
-            .map_err(|e| Error::io(format!("removing cache file {}", path.display()), e))
+        let Some(fd) = self.open_results(false)? else {
+            return Ok(());
+        };
+        match unlinkat(
+            fd.as_fd(),
+            key.file_name().as_str(),
+            UnlinkatFlags::NoRemoveDir,
+        ) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => Err(Error::io(
+                format!("removing cache file {}", self.path(key).display()),
+                e.into(),
+            )),
+        }
     }
 
     /// The cached attachments of `network`, sorted by file name: every
@@ -207,20 +271,29 @@ impl ResultCache {
     pub fn attachments(&self, network: &str) -> Result<Vec<CacheEntry>> {
         crate::types::config::validate_network_name(network)?;
         let dir = self.results_dir();
-        let entries = match std::fs::read_dir(&dir) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(Error::io(format!("reading {}", dir.display()), e)),
+        let Some(fd) = self.open_results(false)? else {
+            return Ok(Vec::new());
         };
+        let listing = Dir::openat(
+            fd.as_fd(),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY,
+            Mode::empty(),
+        )
+        .map_err(|e| Error::io(format!("reading {}", dir.display()), e.into()))?;
         let prefix = format!("{network}-");
-        let mut names: Vec<String> = entries
-            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        let mut names: Vec<String> = listing
+            .into_iter()
+            .filter_map(|e| {
+                let e = e.ok()?;
+                e.file_name().to_str().ok().map(str::to_string)
+            })
             .filter(|n| n.starts_with(&prefix))
             .collect();
         names.sort();
         let mut found = Vec::new();
         for name in names {
-            let Cached::Entry(entry) = read_path(&dir.join(&name)) else {
+            let Cached::Entry(entry) = read_at(fd.as_fd(), &name, &dir.join(&name)) else {
                 continue;
             };
             if entry.network_name != network {
@@ -323,8 +396,8 @@ fn decode(bytes: &[u8]) -> Cached {
 
 /// Reads a cache file without following a symlink or blocking on a FIFO,
 /// and only a regular file of sane size.
-fn read_path(path: &Path) -> Cached {
-    match files::read_regular(path, MAX_CACHE_FILE, "cache file") {
+fn read_at(dir: BorrowedFd<'_>, name: &str, shown: &Path) -> Cached {
+    match files::read_regular_at(dir, name, MAX_CACHE_FILE, "cache file", shown) {
         Contents::Absent => Cached::Absent,
         Contents::Unreadable(why) => Cached::Corrupt(why),
         Contents::Bytes(bytes) => decode(&bytes),

@@ -6,7 +6,6 @@
 //! opens them, so every sysctl read or write runs in one [`NetNs::run`]
 //! batch; link changes go through a netlink socket opened in the namespace.
 
-use std::io;
 
 use libcni::fault;
 use libcni::mac::parse_mac;
@@ -35,10 +34,9 @@ pub fn about(key: &str, e: Error) -> Error {
 /// The container interface `ifname`, which the plugin before tuning made.
 pub fn container_link(nl: &mut Netlink, ifname: &str) -> Result<LinkDetails, Error> {
     nl.link_details_by_name(ifname)?.ok_or_else(|| {
-        Error::kernel(
-            format!("no interface {ifname:?} (CNI_IFNAME) in the container to tune"),
-            io::Error::from_raw_os_error(libc::ENODEV),
-        )
+        Error::InvalidEnv(format!(
+            "CNI_IFNAME {ifname:?}: no such interface in the container to tune"
+        ))
     })
 }
 
