@@ -628,6 +628,71 @@ fn crash_macvlan_at_every_fault_point() {
     }
 }
 
+/// The firewall's fault points, which live in libcni's netfilter layer.
+fn firewall_points() -> Vec<String> {
+    fault_points_in("libcni")
+        .into_iter()
+        .filter(|p| p.starts_with("firewall/"))
+        .collect()
+}
+
+/// bridge (ipMasq) + firewall, on each firewall backend: the rules of both
+/// are found and removed by DEL whatever step the ADD died at.
+#[test]
+fn crash_firewall_chain_at_every_fault_point() {
+    if !require_root("crash_firewall_chain_at_every_fault_point") {
+        return;
+    }
+    if !bin_dir().join("firewall").is_file() {
+        panic!("firewall is not built: run `cargo build --workspace` first");
+    }
+    let mut points = points_of(&["bridge", "host-local"]);
+    points.extend(firewall_points());
+    for backend in ["iptables", "nftables"] {
+        let net = format!("fw{backend}");
+        let site = Site::new(&format!("crash-{net}"), &net, json!({}));
+        site.node.write_conf(
+            "60-fw.conflist",
+            &json!({"name": net, "cniVersion": "1.0.0", "plugins": [
+                {"type": "bridge", "bridge": format!("br-{backend}"), "isGateway": true,
+                 "ipMasq": true,
+                 "ipam": {"type": "host-local", "dataDir": site.path("leases"),
+                          "ranges": [[{"subnet": "10.81.0.0/24"}], [{"subnet": "fd00:81::/64"}]]}},
+                {"type": "firewall", "backend": backend}
+            ]}),
+        );
+        let met = site.campaign(&points, &|site, result, what| {
+            let addr = result["ips"][0]["address"].as_str().unwrap();
+            let addr = addr.split('/').next().unwrap();
+            let rules = if backend == "iptables" {
+                iptables_rules(&site.node.ns)
+            } else {
+                nft_ruleset(&site.node.ns)
+            };
+            assert!(
+                rules.contains(addr),
+                "{what}: ADD again: the firewall does not allow {addr}:\n{rules}"
+            );
+        });
+        let mut never = vec!["bridge/spoofchk"];
+        if backend == "nftables" {
+            // Only the iptables backend commits one family at a time.
+            never.push("firewall/add-between-families");
+        }
+        // Points met only in DEL count as met; what matters is that every
+        // firewall point was reached on one backend or the other.
+        let never_here: Vec<&str> = met
+            .iter()
+            .filter(|(_, m)| *m == Met::Never)
+            .map(|(p, _)| p.as_str())
+            .collect();
+        assert_eq!(
+            never_here, never,
+            "{backend}: fault points this chain never reached"
+        );
+    }
+}
+
 /// Every fault point in the source is on some campaign's path, so none
 /// goes uncrashed; a plugin crate with points that no campaign above runs
 /// is named here.
@@ -659,6 +724,12 @@ fn every_fault_point_is_crashed_by_a_campaign() {
         missing,
         Vec::<String>::new(),
         "fault points no crash campaign in tests/tests/crash.rs runs: add the plugin to a chain"
+    );
+    // The firewall's points live in libcni; its campaign above covers them.
+    assert!(
+        firewall_points().len() >= 4,
+        "firewall fault points: {:?}",
+        firewall_points()
     );
     // And the campaigns see the points they expect (the parse works).
     let hl = fault_points_in("host-local");
