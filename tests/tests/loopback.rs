@@ -5,7 +5,17 @@ use serde_json::{json, Value};
 use tests::*;
 
 /// Every plugin binary built so far.
-const PLUGINS: &[&str] = &["loopback", "host-local", "bridge", "bandwidth", "flannel", "portmap"];
+const PLUGINS: &[&str] = &[
+    "loopback",
+    "host-local",
+    "bridge",
+    "bandwidth",
+    "flannel",
+    "portmap",
+    "firewall",
+    "tuning",
+    "macvlan",
+];
 
 /// The plugins that open `CNI_NETNS` on ADD.
 const NETNS_PLUGINS: &[&str] = &["loopback", "bridge"];

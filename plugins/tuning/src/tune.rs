@@ -6,7 +6,6 @@
 //! opens them, so every sysctl read or write runs in one [`NetNs::run`]
 //! batch; link changes go through a netlink socket opened in the namespace.
 
-
 use libcni::fault;
 use libcni::mac::parse_mac;
 use libcni::netlink::link::LinkDetails;
