@@ -220,7 +220,7 @@ mod tests {
             "mtu",
             Error::kernel(
                 "set mtu 9 on link 2",
-                io::Error::from_raw_os_error(libc::EINVAL),
+                std::io::Error::from_raw_os_error(libc::EINVAL),
             ),
         );
         assert_eq!(e.code(), 100);
