@@ -13,8 +13,8 @@ cargo build --workspace --bins
 status=0
 cargo test --workspace --no-fail-fast "$@" || status=$?
 
-# Every test namespace must be gone, whatever happened.
-left=$(ip netns list | awk '{print $1}' | grep '^cnit-' || true)
+# Every test namespace (cnit-<pid>-<n>-<tag>) must be gone, whatever happened.
+left=$(ip netns list | awk '{print $1}' | grep '^cnit-[0-9]' || true)
 if [ -n "$left" ]; then
   echo "error: test namespaces left behind:" $left >&2
   for ns in $left; do ip netns del "$ns" || true; done

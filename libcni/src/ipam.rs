@@ -574,6 +574,11 @@ mod tests {
         let (node, pod) = (new_netns(), new_netns());
         let (_host, mut c) = pair(&node, &pod);
         let r = result("/pod");
+        let mut events = crate::netlink::link::Notifications::open_in(
+            &pod,
+            &[crate::netlink::link::RTNLGRP_IPV6_IFADDR],
+        )
+        .unwrap();
         configure_interface(&pod, &mut c, "eth0", &r, IfaceOptions::default()).unwrap();
 
         let link = c.link_by_name("eth0").unwrap().unwrap();
@@ -584,10 +589,22 @@ mod tests {
         assert_eq!(read("net/ipv6/conf/eth0/keep_addr_on_down"), "1");
         assert_eq!(read("net/ipv6/conf/eth0/disable_ipv6"), "0");
         assert_eq!(read("net/ipv6/conf/lo/disable_ipv6"), "0");
-        // accept_dad=0: the IPv6 address is usable at once.
-        let v6 = c.addresses(Some(link.index), Some(Family::V6)).unwrap();
-        let a = v6.iter().find(|a| a.addr.to_string() == "fd77::5").unwrap();
-        assert!(!a.is_tentative(), "{a:?}");
+        // accept_dad=0: no DAD runs, so the IPv6 address is usable as soon
+        // as the kernel has seen the carrier come on (its link watcher runs
+        // asynchronously: on a loaded machine that can lag the link-up).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let v6 = c.addresses(Some(link.index), Some(Family::V6)).unwrap();
+            let a = v6.iter().find(|a| a.addr.to_string() == "fd77::5").unwrap();
+            assert!(!a.is_dad_failed(), "{a:?}");
+            if !a.is_tentative() {
+                break;
+            }
+            assert!(
+                events.wait_until(deadline).unwrap(),
+                "still tentative: {a:?}"
+            );
+        }
 
         let v4 = c.routes(Family::V4).unwrap();
         let default = v4.iter().find(|r| r.dst_len == 0).unwrap();
