@@ -1,0 +1,26 @@
+//! `cni-bench`: times our plugins against the Go reference plugins (issue 8).
+//! A command, not a test: `cargo test` runs only the unit tests below.
+//!
+//! Code map: [`options`] (flags), [`namespaces`] and [`scratch`] (the
+//! throwaway node, pods and temp dir), [`interrupt`] (SIGINT/SIGTERM),
+//! [`chains`] (the conflists),
+//! [`process`] (one plugin process: timed, or traced for peak RSS),
+//! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
+//! [`measure`] (the main table), [`sweep`] (the scaling sweep),
+//! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
+//! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
+
+pub mod chains;
+pub mod diagnose;
+pub mod interrupt;
+pub mod machine;
+pub mod measure;
+pub mod namespaces;
+pub mod options;
+pub mod plot;
+pub mod process;
+pub mod report;
+pub mod runner;
+pub mod scratch;
+pub mod stats;
+pub mod sweep;

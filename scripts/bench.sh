@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The benchmark of issue 8: our release plugins against the Go reference
+# plugins (Debian's containernetworking-plugins, /usr/lib/cni), in throwaway
+# network namespaces. Writes bench/RESULTS.md and bench/latency-vs-pods.svg.
+# Installs what it needs; run as root on Debian. Arguments go to cni-bench
+# (--quick for a short check, --iterations N, ...; see --help). The full run
+# takes about 5-10 minutes on 2 cores.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+. scripts/deps.sh
+need_root "the benchmark"
+ensure_runtime_deps
+[ -x /usr/lib/cni/bridge ] || apt_install containernetworking-plugins
+ensure_cmd strace strace
+
+# Namespaces and temp dirs of an earlier run that was killed with SIGKILL
+# (its guard never ran): those whose process is gone.
+stale() {
+  local pid=${1#cnit-bench-}
+  pid=${pid%%-*}
+  case $pid in '' | *[!0-9]*) return 1 ;; esac
+  ! kill -0 "$pid" 2>/dev/null
+}
+for ns in $(ip netns list | awk '{print $1}' | grep '^cnit-bench-' || true); do
+  if stale "$ns"; then ip netns del "$ns" || true; fi
+done
+for dir in "${TMPDIR:-/tmp}"/cnit-bench-*; do
+  [ -d "$dir" ] || continue
+  if stale "$(basename "$dir")"; then rm -rf "$dir"; fi
+done
+
+cargo build --release --workspace --bins
+status=0
+target/release/cni-bench "$@" || status=$?
+
+left=$(ip netns list | awk '{print $1}' | grep '^cnit-bench-' || true)
+if [ -n "$left" ]; then
+  echo "error: benchmark namespaces left behind:" $left >&2
+  status=1
+fi
+exit $status
