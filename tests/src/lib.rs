@@ -7,6 +7,12 @@
 //! it. Names carry a per-run prefix and a counter, so tests run in
 //! parallel; a guard deletes each namespace on drop, after a panic too.
 
+pub mod topology;
+pub mod traffic;
+
+pub use topology::*;
+pub use traffic::*;
+
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -283,6 +289,121 @@ pub fn call_plugin(
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
+}
+
+/// One plugin call in `node` with exactly these `CNI_*` variables
+/// (`CNI_IFNAME` eth0; `netns` None means an empty `CNI_NETNS`) plus
+/// `extra`.
+#[allow(clippy::too_many_arguments)]
+pub fn call_in(
+    node: &Netns,
+    plugin: &Path,
+    cni_path: &str,
+    cmd: &str,
+    netns: Option<PathBuf>,
+    cid: &str,
+    conf: &Value,
+    extra: &[(&str, &str)],
+) -> PluginOutput {
+    let netns = netns.map(|p| p.display().to_string()).unwrap_or_default();
+    let mut env = vec![
+        ("CNI_COMMAND", cmd),
+        ("CNI_CONTAINERID", cid),
+        ("CNI_NETNS", netns.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", cni_path),
+    ];
+    env.extend_from_slice(extra);
+    call_plugin(Some(node), plugin, &env, &conf.to_string())
+}
+
+/// One call of a chained plugin (`plugin`, ours or Go's) in `node` for
+/// `eth0` of `netns`, with `CNI_PATH` /opt/cni/bin.
+pub fn call_eth0(
+    plugin: &Path,
+    node: &Netns,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    stdin: &str,
+) -> PluginOutput {
+    call_plugin(
+        Some(node),
+        plugin,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        stdin,
+    )
+}
+
+/// Asserts that a plugin call exited 0.
+pub fn assert_ok(out: &PluginOutput) {
+    assert_eq!(out.exit_code, 0, "{out:?}");
+}
+
+/// The addresses host-local holds in its network directory `dir`, sorted
+/// (none when `dir` does not exist).
+pub fn leases_in(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Sets each key of the object `extra` on the object `base`.
+pub fn merge(base: &mut Value, extra: Value) {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        for (k, v) in e {
+            b.insert(k, v);
+        }
+    }
+}
+
+/// True when `v` is a string `xx:xx:xx:xx:xx:xx` of hex pairs.
+pub fn is_mac(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| {
+        s.len() == 17
+            && s.split(':')
+                .all(|p| p.len() == 2 && u8::from_str_radix(p, 16).is_ok())
+    })
+}
+
+/// Waits (bounded, 5 s) until `cond` holds; for state the kernel changes
+/// asynchronously, such as links deleted with a namespace.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `address/prefix` of the global addresses of `dev` in `ns`, sorted.
+pub fn global_addrs(ns: &Netns, dev: &str) -> Vec<String> {
+    let v = ns.ip_json(&["addr", "show", "dev", dev]);
+    let mut out: Vec<String> = v[0]["addr_info"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["scope"] == "global")
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+        .collect();
+    out.sort();
+    out
 }
 
 /// A node namespace with a conf dir and a result cache dir, where a

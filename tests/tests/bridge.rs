@@ -4,7 +4,6 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 use tests::*;
 
 /// A node with a CNI_PATH (our bridge and host-local, plus any script
@@ -58,19 +57,16 @@ impl Net {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        let netns = pod
-            .map(|p| p.path().display().to_string())
-            .unwrap_or_default();
-        let path = self.path.path().display().to_string();
-        let mut env = vec![
-            ("CNI_COMMAND", cmd),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", netns.as_str()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", path.as_str()),
-        ];
-        env.extend_from_slice(extra);
-        call_plugin(Some(&self.node.ns), &bin("bridge"), &env, &conf.to_string())
+        call_in(
+            &self.node.ns,
+            &bin("bridge"),
+            &self.path.path().display().to_string(),
+            cmd,
+            pod.map(|p| p.path()),
+            cid,
+            conf,
+            extra,
+        )
     }
 
     /// ADD that must succeed; returns the result.
@@ -91,17 +87,7 @@ impl Net {
 
     /// The addresses host-local holds for network `net`.
     fn leases(&self, net: &str) -> Vec<String> {
-        let dir = self.data.path().join(net);
-        let mut v: Vec<String> = std::fs::read_dir(&dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        leases_in(&self.data.path().join(net))
     }
 
     /// Names of the node's veths.
@@ -118,14 +104,6 @@ impl Net {
     }
 }
 
-fn merge(base: &mut Value, extra: Value) {
-    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
-        for (k, v) in e {
-            b.insert(k, v);
-        }
-    }
-}
-
 fn links_of_kind(ns: &Netns, kind: &str) -> Vec<String> {
     let links = ns.ip_json(&["-d", "link", "show"]);
     let mut v: Vec<String> = links
@@ -137,20 +115,6 @@ fn links_of_kind(ns: &Netns, kind: &str) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-/// `(address/prefix)` of the global addresses of `dev` in `ns`.
-fn global_addrs(ns: &Netns, dev: &str) -> Vec<String> {
-    let v = ns.ip_json(&["addr", "show", "dev", dev]);
-    let mut out: Vec<String> = v[0]["addr_info"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["scope"] == "global")
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect();
-    out.sort();
-    out
 }
 
 fn sysctl(ns: &Netns, key: &str) -> String {
@@ -185,24 +149,6 @@ fn host_veth_of(net: &Net, result: &Value) -> String {
         net.veths()
     );
     name
-}
-
-/// Waits (bounded) until `cond` holds; for state the kernel changes
-/// asynchronously, such as links deleted with a namespace.
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn is_mac(v: &Value) -> bool {
-    v.as_str().is_some_and(|s| {
-        s.len() == 17
-            && s.split(':')
-                .all(|p| p.len() == 2 && u8::from_str_radix(p, 16).is_ok())
-    })
 }
 
 #[test]

@@ -7,11 +7,7 @@
 //! The Go reference runs side by side on iptables.
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Stdio;
 use tests::*;
 
 const NODE4: &str = "10.200.0.1";
@@ -162,43 +158,6 @@ impl Site {
     }
 }
 
-/// One plugin call in `node` with exactly these `CNI_*` variables.
-#[allow(clippy::too_many_arguments)]
-fn call_in(
-    node: &Netns,
-    plugin: &std::path::Path,
-    cni_path: &str,
-    cmd: &str,
-    netns: Option<PathBuf>,
-    cid: &str,
-    conf: &Value,
-    extra: &[(&str, &str)],
-) -> PluginOutput {
-    let netns = netns.map(|p| p.display().to_string()).unwrap_or_default();
-    let mut env = vec![
-        ("CNI_COMMAND", cmd),
-        ("CNI_CONTAINERID", cid),
-        ("CNI_NETNS", netns.as_str()),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", cni_path),
-    ];
-    env.extend_from_slice(extra);
-    call_plugin(Some(node), plugin, &env, &conf.to_string())
-}
-
-fn leases_in(dir: &std::path::Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
-}
-
 /// The address (without prefix) of the result's IP number `i`.
 fn addr_of(result: &Value, i: usize) -> String {
     let a = result["ips"][i]["address"].as_str().expect("address");
@@ -231,37 +190,10 @@ s.connect((host, port))
 print(s.recv(100).decode().strip())
 "#;
 
-/// A TCP listener (IPv4 and IPv6) that answers each connection with the
-/// peer address it saw; killed on drop.
-struct Listener(Child);
-
-impl Listener {
-    fn start(ns: &Netns) -> Listener {
-        let mut child = ns
-            .command("python3")
-            .args(["-c", SERVER, &PORT.to_string()])
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("python3");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-        let l = Listener(child);
-        assert_eq!(line.trim(), "ready", "listener in {}", ns.name());
-        l
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A TCP listener (IPv4 and IPv6) on `PORT` that answers each connection
+/// with the peer address it saw; killed on drop.
+fn listener(ns: &Netns) -> Listener {
+    Listener::start(ns, SERVER, &[&PORT.to_string()])
 }
 
 /// The source address the listener at `host` saw for a connection from
@@ -279,25 +211,6 @@ fn peer_seen(from: &Netns, host: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn ping_ok(from: &Netns, ip: &str) -> bool {
-    from.command("ping")
-        .args(["-c1", "-W1", ip])
-        .output()
-        .expect("ping")
-        .status
-        .success()
-}
-
-/// Waits (bounded) until `cond` holds, for state the kernel changes
-/// asynchronously (links deleted with their namespace).
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 // ---- firewall state ---------------------------------------------------------
@@ -461,12 +374,12 @@ fn masquerade_to_upstream(backend: &str) {
     );
 
     // Leaving the subnet: the upstream sees the node's address.
-    let _up = Listener::start(&site.up);
+    let _up = listener(&site.up);
     assert_eq!(peer_seen(&a, UP4), NODE4);
     assert_eq!(peer_seen(&a, UP6), NODE6);
     assert_eq!(peer_seen(&b, UP4), NODE4);
     // Inside the subnet: the peer sees the pod's own address.
-    let _b = Listener::start(&b);
+    let _b = listener(&b);
     assert_eq!(peer_seen(&a, "10.88.0.3"), "10.88.0.2");
     assert_eq!(peer_seen(&a, "fd88::3"), "fd88::2");
 
@@ -568,7 +481,7 @@ fn ipmasq_gc_removes_containers_not_in_the_valid_set() {
     }
     for backend in ["nftables", "iptables"] {
         let site = Site::new(&format!("mgc-{}", &backend[..3]));
-        let _up = Listener::start(&site.up);
+        let _up = listener(&site.up);
         let conf = site.conf("mgc", json!({"ipMasq": true, "ipMasqBackend": backend}));
         // Another network's container, on another bridge and subnet.
         let mut other = site.conf(
@@ -691,8 +604,8 @@ fn same_rules_as_the_go_reference_and_each_deletes_the_others() {
     ] {
         assert!(shape.contains(&want), "{want}\nnot in\n{shape}");
     }
-    let _up = Listener::start(&ours.up);
-    let _up_go = Listener::start(&go.up);
+    let _up = listener(&ours.up);
+    let _up_go = listener(&go.up);
     assert_eq!(peer_seen(&pod_ours, UP4), NODE4);
     assert_eq!(peer_seen(&pod_go, UP4), NODE4);
     assert_eq!(peer_seen(&pod_ours, UP6), NODE6);

@@ -10,11 +10,8 @@
 //! listener answering each TCP connection with "<name> <peer address>".
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Stdio;
 use tests::*;
 
 const SERVER: &str = r#"
@@ -45,122 +42,22 @@ print(s.recv(100).decode().strip())
 
 const PORT: u16 = 7070;
 
-/// A listener process, killed on drop.
-struct Server(Child);
-
-impl Server {
-    fn start(ns: &Netns, name: &str) -> Server {
-        let mut child = ns
-            .command("python3")
-            .args(["-c", SERVER, name, &PORT.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start python3 listener");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-        let server = Server(child);
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "listener in {} did not start",
-            ns.name()
-        );
-        server
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A listener in `ns` answering "<name> <peer address>" on `PORT`.
+fn server(ns: &Netns, name: &str) -> Listener {
+    Listener::start(ns, SERVER, &[name, &PORT.to_string()])
 }
 
 /// The answer to one TCP connection from `ns`, or `None`.
 fn connect(ns: &Netns, host: &str) -> Option<String> {
-    let out = ns
-        .command("python3")
-        .args(["-c", CLIENT, host, &PORT.to_string()])
-        .stderr(Stdio::null())
-        .output()
-        .expect("run python3 client");
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    python_client(ns, CLIENT, &[host, &PORT.to_string()])
 }
 
-/// A namespace joined to the node by `v<idx>` / `eth0`.
-struct Peer {
-    ns: Netns,
-    idx: u8,
+/// What a pod's previous plugin returned.
+trait PrevResult {
+    fn prev_result(&self) -> Value;
 }
 
-impl Peer {
-    fn attach(node: &Netns, tag: &str, idx: u8) -> Peer {
-        let ns = Netns::new(tag);
-        let nif = format!("v{idx}");
-        node.ip(&[
-            "link",
-            "add",
-            &nif,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            ns.name(),
-        ]);
-        node.ip(&["addr", "add", &format!("10.{idx}.0.1/24"), "dev", &nif]);
-        node.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &format!("fd00:{idx}::1/64"),
-            "dev",
-            &nif,
-            "nodad",
-        ]);
-        node.ip(&["link", "set", &nif, "up"]);
-        ns.ip(&["addr", "add", &format!("10.{idx}.0.2/24"), "dev", "eth0"]);
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &format!("fd00:{idx}::2/64"),
-            "dev",
-            "eth0",
-            "nodad",
-        ]);
-        ns.ip(&["link", "set", "eth0", "up"]);
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns.ip(&["route", "add", "default", "via", &format!("10.{idx}.0.1")]);
-        ns.ip(&[
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("fd00:{idx}::1"),
-        ]);
-        Peer { ns, idx }
-    }
-
-    fn v4(&self) -> String {
-        format!("10.{}.0.2", self.idx)
-    }
-
-    fn v6(&self) -> String {
-        format!("fd00:{}::2", self.idx)
-    }
-
+impl PrevResult for Peer {
     /// The result of a bridge-like plugin for this pod: `v<idx>` plays the
     /// bridge (listed first, as the bridge plugin does), then eth0.
     fn prev_result(&self) -> Value {
@@ -176,21 +73,6 @@ impl Peer {
             ]
         })
     }
-
-    fn netns(&self) -> String {
-        self.ns.path().to_str().expect("utf8").to_string()
-    }
-}
-
-/// A node namespace that forwards, with loopback up.
-fn node(tag: &str) -> Netns {
-    let node = Netns::new(&format!("node-{tag}"));
-    node.ip(&["link", "set", "lo", "up"]);
-    run_ok(node.command("sh").args([
-        "-c",
-        "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
-    ]));
-    node
 }
 
 /// The FORWARD policy DROP of a podman/firewalld host, in `node`.
@@ -213,33 +95,6 @@ fn conf(net: &str, extra: Value, prev: Option<&Value>) -> String {
 
 fn ours() -> PathBuf {
     bin("firewall")
-}
-
-/// Calls a firewall plugin (ours or Go's) in the node namespace.
-fn call(
-    plugin: &std::path::Path,
-    node: &Netns,
-    cmd: &str,
-    cid: &str,
-    netns: &str,
-    stdin: &str,
-) -> PluginOutput {
-    call_plugin(
-        Some(node),
-        plugin,
-        &[
-            ("CNI_COMMAND", cmd),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", netns),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", "/opt/cni/bin"),
-        ],
-        stdin,
-    )
-}
-
-fn ok(out: &PluginOutput) {
-    assert_eq!(out.exit_code, 0, "{out:?}");
 }
 
 fn gc(node: &Netns, net: &str, extra: Value, valid: &[&str]) -> PluginOutput {
@@ -357,11 +212,11 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     if !require_root("firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added") {
         return;
     }
-    let node = node("fwdrop");
+    let node = forwarding_node("fwdrop");
     let a = Peer::attach(&node, "fwd-a", 1);
     let up = Peer::attach(&node, "fwd-up", 9);
-    let _sa = Server::start(&a.ns, "podA");
-    let _su = Server::start(&up.ns, "up");
+    let _sa = server(&a.ns, "podA");
+    let _su = server(&up.ns, "up");
     forward_policy_drop(&node);
     let prev = a.prev_result();
     let from_a = format!("up {}", a.v4());
@@ -371,33 +226,33 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
 
     // The default backend ("" and absent alike) is iptables.
     let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
-    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
     assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
     assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
     // Only the pod's own connections and their replies: new connections
     // into the pod still meet the node's policy.
     assert_eq!(connect(&up.ns, &a.v4()), None);
     assert_eq!(connect(&up.ns, &a.v6()), None);
-    ok(&call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
 
     // DEL without the namespace and without prevResult.
     let bare = conf("fwnet", json!({}), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     assert_eq!(connect(&a.ns, &up.v4()), None);
     assert_eq!(connect(&a.ns, &up.v6()), None);
     no_address_left(&node, &a);
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
 
     // The nftables backend cannot open the iptables DROP policy: an accept
     // ends only its own table's chain. This is why "" means iptables.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
-    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
     assert_eq!(
         elements(&node, "allowed4"),
         vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
     );
     assert_eq!(connect(&a.ns, &up.v4()), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     no_address_left(&node, &a);
 }
 
@@ -405,20 +260,20 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
 /// and an upstream: with same-bridge, traffic from one isolated bridge to
 /// the other is dropped both ways, everything else passes.
 fn same_bridge_isolation(backend: &str) {
-    let node = node(&format!("fwiso-{backend}"));
+    let node = forwarding_node(&format!("fwiso-{backend}"));
     let a = Peer::attach(&node, "fwi-a", 1);
     let b = Peer::attach(&node, "fwi-b", 2);
     let up = Peer::attach(&node, "fwi-up", 9);
-    let _sa = Server::start(&a.ns, "podA");
-    let _sb = Server::start(&b.ns, "podB");
-    let _su = Server::start(&up.ns, "up");
+    let _sa = server(&a.ns, "podA");
+    let _sb = server(&b.ns, "podB");
+    let _su = server(&up.ns, "up");
     let ab = format!("podB {}", a.v4());
     assert_eq!(connect(&a.ns, &b.v4()).as_deref(), Some(ab.as_str()));
     let extra = json!({"backend": backend, "ingressPolicy": "same-bridge"});
     for (p, cid) in [(&a, "ctr-a"), (&b, "ctr-b")] {
         let c = conf("fwiso", extra.clone(), Some(&p.prev_result()));
-        ok(&call(&ours(), &node, "ADD", cid, &p.netns(), &c));
-        ok(&call(&ours(), &node, "CHECK", cid, &p.netns(), &c));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", cid, &p.netns(), &c));
+        assert_ok(&call_eth0(&ours(), &node, "CHECK", cid, &p.netns(), &c));
     }
     assert_eq!(connect(&a.ns, &b.v4()), None, "{backend}: a -> b");
     assert_eq!(connect(&b.ns, &a.v4()), None, "{backend}: b -> a");
@@ -429,7 +284,7 @@ fn same_bridge_isolation(backend: &str) {
     assert_eq!(connect(&up.ns, &a.v4()).as_deref(), Some(up_a.as_str()));
     // Isolation is per bridge and stays after the containers' DEL, as in Go.
     for cid in ["ctr-a", "ctr-b"] {
-        ok(&call(
+        assert_ok(&call_eth0(
             &ours(),
             &node,
             "DEL",
@@ -469,8 +324,8 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
     let Some(go) = go_plugin("firewall") else {
         return;
     };
-    let go_node = node("fwgo-rules");
-    let our_node = node("fwrs-rules");
+    let go_node = forwarding_node("fwgo-rules");
+    let our_node = forwarding_node("fwrs-rules");
     let pod = Netns::new("fwr-pod");
     let netns = pod.path().to_str().unwrap().to_string();
     let prev = json!({
@@ -486,8 +341,8 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
                "iptablesAdminChainName": "MY-ADMIN"}),
         Some(&prev),
     );
-    ok(&call(&go, &go_node, "ADD", "ctr1", &netns, &c));
-    ok(&call(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
+    assert_ok(&call_eth0(&go, &go_node, "ADD", "ctr1", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
     for (v6, addr) in [(false, "10.88.0.2"), (true, "fd00:88::2")] {
         let theirs = filter_table(&go_node, v6);
         let mine: String = filter_table(&our_node, v6)
@@ -513,15 +368,15 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
         );
     }
     // A second ADD (ours) changes nothing: every rule once.
-    ok(&call(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
     let again = rules(&our_node, false);
     let mut dedup = again.clone();
     dedup.sort();
     dedup.dedup();
     assert_eq!(again.len(), dedup.len(), "{again:?}");
     // Each side's CHECK accepts the other's rules.
-    ok(&call(&go, &our_node, "CHECK", "ctr1", &netns, &c));
-    ok(&call(&ours(), &go_node, "CHECK", "ctr1", &netns, &c));
+    assert_ok(&call_eth0(&go, &our_node, "CHECK", "ctr1", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &go_node, "CHECK", "ctr1", &netns, &c));
 }
 
 #[test]
@@ -532,7 +387,7 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     let Some(go) = go_plugin("firewall") else {
         return;
     };
-    let node = node("fwipt-interop");
+    let node = forwarding_node("fwipt-interop");
     let a = Peer::attach(&node, "fwii-a", 1);
     let prev = a.prev_result();
     let c = conf("fwnet", json!({"backend": "iptables"}), Some(&prev));
@@ -545,19 +400,19 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     };
     // Go ADD, our DEL with the runtime's prevResult (Go writes no owner
     // record, so the addresses come from the result).
-    ok(&call(&go, &node, "ADD", "ctr-go", &a.netns(), &c));
+    assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &a.netns(), &c));
     assert_eq!(all_accepts(&node).len(), 4);
-    ok(&call(&ours(), &node, "DEL", "ctr-go", "", &c));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &c));
     assert_eq!(all_accepts(&node), Vec::<String>::new());
 
     // Our ADD, Go's DEL: the accept rules go; our owner records stay
     // (matching nothing), and our GC or DEL removes them.
-    ok(&call(&ours(), &node, "ADD", "ctr-rs", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &a.netns(), &c));
     assert_eq!(all_accepts(&node).len(), 4);
-    ok(&call(&go, &node, "DEL", "ctr-rs", &a.netns(), &c));
+    assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &a.netns(), &c));
     assert_eq!(all_accepts(&node), Vec::<String>::new());
     assert!(rules(&node, false).contains(&owner_rule(&a.v4(), false, "fwnet", "ctr-rs")));
-    ok(&gc(&node, "fwnet", json!({"backend": "iptables"}), &[]));
+    assert_ok(&gc(&node, "fwnet", json!({"backend": "iptables"}), &[]));
     for v6 in [false, true] {
         let r = rules(&node, v6);
         assert!(!r.iter().any(|l| l.contains("CNI-FORWARD-OWNERS")), "{r:?}");
@@ -565,8 +420,8 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
 
     // Our ADD, our DEL (default backend) without prevResult and namespace:
     // found by the owner records.
-    ok(&call(&ours(), &node, "ADD", "ctr-rs2", &a.netns(), &c));
-    ok(&call(
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs2", &a.netns(), &c));
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "DEL",
@@ -579,9 +434,9 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
 
     // A DEL configured for nftables still removes iptables rules the ADD
     // wrote (visible through nf_tables, so only then are processes run).
-    ok(&call(&ours(), &node, "ADD", "ctr-rs3", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs3", &a.netns(), &c));
     let nft_bare = conf("fwnet", json!({"backend": "nftables"}), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-rs3", "", &nft_bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs3", "", &nft_bare));
     no_address_left(&node, &a);
     // And the shared chains stay, as the Go plugin leaves them.
     let table = filter_table(&node, false);
@@ -598,7 +453,7 @@ fn firewall_nft_lists_its_table_and_del_finds_the_container_by_id() {
     if !require_root("firewall_nft_lists_its_table_and_del_finds_the_container_by_id") {
         return;
     }
-    let node = node("fwnft");
+    let node = forwarding_node("fwnft");
     let a = Peer::attach(&node, "fwn-a", 1);
     let before = filter_table(&node, false);
     let c = conf(
@@ -606,8 +461,8 @@ fn firewall_nft_lists_its_table_and_del_finds_the_container_by_id() {
         json!({"backend": "nftables"}),
         Some(&a.prev_result()),
     );
-    let out = call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c);
-    ok(&out);
+    let out = call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c);
+    assert_ok(&out);
     let table = nft_table(&node);
     for want in [
         "chain forward {",
@@ -643,17 +498,17 @@ fn firewall_nft_lists_its_table_and_del_finds_the_container_by_id() {
         "10.1.0.99",
         "drop",
     ]));
-    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
     assert!(nft_table(&node).contains("ip daddr 10.1.0.99 drop"));
     // DEL without namespace and prevResult, twice.
     let bare = conf("fwnet", json!({"backend": "nftables"}), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     no_address_left(&node, &a);
     assert_eq!(filter_table(&node, false), before, "iptables untouched");
     // DEL with prevResult only removes what this container owns.
-    ok(&call(&ours(), &node, "ADD", "ctr-new", &a.netns(), &c));
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-new", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &c));
     assert_eq!(
         elements(&node, "allowed4"),
         vec![format!("{} net=fwnet cid=ctr-new", a.v4())]
@@ -665,7 +520,7 @@ fn firewall_check_names_what_was_removed_by_hand() {
     if !require_root("firewall_check_names_what_was_removed_by_hand") {
         return;
     }
-    let node = node("fwcheck");
+    let node = forwarding_node("fwcheck");
     let a = Peer::attach(&node, "fwc-a", 1);
     let prev = a.prev_result();
     // iptables: delete the pod's source rule by hand.
@@ -674,8 +529,8 @@ fn firewall_check_names_what_was_removed_by_hand() {
         json!({"ingressPolicy": "same-bridge"}),
         Some(&prev),
     );
-    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
-    ok(&call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
     run_ok(node.command("iptables").args([
         "-D",
         "CNI-FORWARD",
@@ -684,13 +539,13 @@ fn firewall_check_names_what_was_removed_by_hand() {
         "-j",
         "ACCEPT",
     ]));
-    call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c).assert_error(
+    call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c).assert_error(
         102,
         "iptables rule missing: -A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT",
     );
     // ADD again repairs it.
-    ok(&call(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
-    ok(&call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
     // An isolation rule removed by hand.
     run_ok(node.command("ip6tables").args([
         "-D",
@@ -704,15 +559,15 @@ fn firewall_check_names_what_was_removed_by_hand() {
         "-j",
         "DROP",
     ]));
-    call(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c).assert_error(
+    call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c).assert_error(
         102,
         "ip6tables rule missing: -A CNI-ISOLATION-STAGE-2 -o v1",
     );
 
     // nftables: delete the pod's element by hand.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
-    ok(&call(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
-    ok(&call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
     run_ok(node.command("nft").args([
         "delete",
         "element",
@@ -721,24 +576,24 @@ fn firewall_check_names_what_was_removed_by_hand() {
         "allowed6",
         "{ fd00:1::2 }",
     ]));
-    call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n).assert_error(
+    call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n).assert_error(
         102,
         "address fd00:1::2 of net=fwnet cid=ctr-n is not in set inet cni_rs_firewall allowed6",
     );
     // A rule of the skeleton removed by hand.
-    ok(&call(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
     run_ok(
         node.command("nft")
             .args(["flush", "chain", "inet", "cni_rs_firewall", "forward"]),
     );
-    call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n)
+    call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n)
         .assert_error(102, "chain inet cni_rs_firewall forward does not hold");
-    ok(&call(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
-    ok(&call(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
 }
 
 fn gc_collects(backend: &str) {
-    let node = node(&format!("fwgc-{backend}"));
+    let node = forwarding_node(&format!("fwgc-{backend}"));
     let a = Peer::attach(&node, "fwg-a", 1);
     let b = Peer::attach(&node, "fwg-b", 2);
     let o = Peer::attach(&node, "fwg-o", 3);
@@ -749,11 +604,11 @@ fn gc_collects(backend: &str) {
         (&o, "other", "ctr-o"),
     ] {
         let c = conf(net, extra.clone(), Some(&p.prev_result()));
-        ok(&call(&ours(), &node, "ADD", cid, &p.netns(), &c));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", cid, &p.netns(), &c));
     }
-    ok(&gc(&node, "fwnet", extra.clone(), &["ctr-a"]));
+    assert_ok(&gc(&node, "fwnet", extra.clone(), &["ctr-a"]));
     let c = |p: &Peer, net: &str| conf(net, extra.clone(), Some(&p.prev_result()));
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "CHECK",
@@ -761,7 +616,7 @@ fn gc_collects(backend: &str) {
         &a.netns(),
         &c(&a, "fwnet"),
     ));
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "CHECK",
@@ -769,7 +624,7 @@ fn gc_collects(backend: &str) {
         &o.netns(),
         &c(&o, "other"),
     ));
-    call(
+    call_eth0(
         &ours(),
         &node,
         "CHECK",
@@ -803,7 +658,7 @@ fn gc_collects(backend: &str) {
         filter_table(&node, false),
         filter_table(&node, true),
     );
-    ok(&gc(&node, "fwnet", extra, &["ctr-a"]));
+    assert_ok(&gc(&node, "fwnet", extra, &["ctr-a"]));
     assert_eq!(
         before,
         (
@@ -837,7 +692,7 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
     if !require_root("firewall_validation_rejects_bad_keys_before_touching_anything") {
         return;
     }
-    let node = node("fwval");
+    let node = forwarding_node("fwval");
     let pod = Netns::new("fwv-pod");
     let netns = pod.path().to_str().unwrap().to_string();
     let prev = json!({
@@ -897,11 +752,11 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
     for (extra, p, code, needle) in &cases {
         let c = conf("fwnet", extra.clone(), *p);
         for verb in ["ADD", "CHECK"] {
-            call(&ours(), &node, verb, "ctr-v", &netns, &c).assert_error(*code, needle);
+            call_eth0(&ours(), &node, verb, "ctr-v", &netns, &c).assert_error(*code, needle);
         }
         // DEL never fails on a config value (a runtime's DEL after a
         // failed ADD must get through to the plugins before this one).
-        ok(&call(&ours(), &node, "DEL", "ctr-v", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-v", &netns, &c));
     }
     let bad_bridge = json!({
         "cniVersion": "1.0.0",
@@ -913,7 +768,7 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
         json!({"ingressPolicy": "same-bridge"}),
         Some(&bad_bridge),
     );
-    call(&ours(), &node, "ADD", "ctr-v", &netns, &c).assert_error(
+    call_eth0(&ours(), &node, "ADD", "ctr-v", &netns, &c).assert_error(
         7,
         "prevResult.interfaces[0].name: \"br+\" is not a bridge name",
     );
@@ -923,7 +778,7 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
         json!({"ingressPolicy": "same-bridge"}),
         Some(&none),
     );
-    call(&ours(), &node, "ADD", "ctr-v", &netns, &c).assert_error(
+    call_eth0(&ours(), &node, "ADD", "ctr-v", &netns, &c).assert_error(
         7,
         "ingressPolicy: \"same-bridge\" needs the bridge as prevResult.interfaces[0]",
     );
@@ -943,7 +798,7 @@ fn firewall_add_passes_the_previous_result_through() {
     if !require_root("firewall_add_passes_the_previous_result_through") {
         return;
     }
-    let node = node("fwpass");
+    let node = forwarding_node("fwpass");
     let pod = Netns::new("fwp-pod");
     let netns = pod.path().to_str().unwrap().to_string();
     let prev = json!({
@@ -956,8 +811,8 @@ fn firewall_add_passes_the_previous_result_through() {
     });
     let mut c: Value = serde_json::from_str(&conf("fwnet", json!({}), Some(&prev))).unwrap();
     c["cniVersion"] = json!("0.4.0");
-    let out = call(&ours(), &node, "ADD", "ctr-p", &netns, &c.to_string());
-    ok(&out);
+    let out = call_eth0(&ours(), &node, "ADD", "ctr-p", &netns, &c.to_string());
+    assert_ok(&out);
     assert_eq!(out.json(), prev, "0.4.0 in, the same 0.4.0 result out");
     let rules_added = rules(&node, false);
     assert!(
@@ -967,7 +822,7 @@ fn firewall_add_passes_the_previous_result_through() {
     // No addresses: nothing to do, the result passes through.
     let before = (filter_table(&node, false), filter_table(&node, true));
     let empty = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}], "dns": {}});
-    let out = call(
+    let out = call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -975,7 +830,7 @@ fn firewall_add_passes_the_previous_result_through() {
         &netns,
         &conf("fwnet", json!({}), Some(&empty)),
     );
-    ok(&out);
+    assert_ok(&out);
     assert_eq!(out.json(), empty);
     assert_eq!(
         before,
@@ -986,7 +841,7 @@ fn firewall_add_passes_the_previous_result_through() {
 // ---- crashes ------------------------------------------------------------------
 
 fn crash_around_commits(backend: &str) {
-    let node = node(&format!("fwfault-{backend}"));
+    let node = forwarding_node(&format!("fwfault-{backend}"));
     let a = Peer::attach(&node, "fwf-a", 1);
     let c = conf("fwnet", json!({"backend": backend}), Some(&a.prev_result()));
     let run = |verb: &str, netns: &str, stdin: &str, point: &str| {
@@ -1032,18 +887,18 @@ fn crash_around_commits(backend: &str) {
         assert_eq!(out.exit_code, -1, "{point}: killed: {out:?}");
         assert_eq!(allowed(&node), want, "{point}: all or nothing per commit");
         // The runtime's DEL after the failed ADD cleans up by container ID.
-        ok(&call(&ours(), &node, "DEL", "ctr-f", "", &bare));
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-f", "", &bare));
         assert_eq!(allowed(&node), (false, false), "{point}: DEL cleaned up");
         no_address_left(&node, &a);
     }
-    ok(&call(&ours(), &node, "ADD", "ctr-f", &a.netns(), &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-f", &a.netns(), &c));
     let out = run("DEL", "", &bare, "firewall/del-before-commit");
     assert_eq!(out.exit_code, -1, "{out:?}");
     assert_eq!(allowed(&node), (true, true));
     let out = run("DEL", "", &bare, "firewall/del-after-commit");
     assert_eq!(out.exit_code, -1, "{out:?}");
     assert_eq!(allowed(&node), (false, false));
-    ok(&call(&ours(), &node, "DEL", "ctr-f", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-f", "", &bare));
     no_address_left(&node, &a);
 }
 
@@ -1107,7 +962,7 @@ fn firewall_nft_runs_no_process_at_all() {
     if !require_root("firewall_nft_runs_no_process_at_all") {
         return;
     }
-    let node = node("fwnoproc");
+    let node = forwarding_node("fwnoproc");
     let a = Peer::attach(&node, "fwnp-a", 1);
     let empty = TempDir::new("fw-empty-path");
     let path = empty.path().to_str().unwrap().to_string();
@@ -1118,7 +973,7 @@ fn firewall_nft_runs_no_process_at_all() {
     );
     let bare = conf("fwnet", json!({"backend": "nftables"}), None);
     // No program is reachable: every verb still works on nftables.
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "ADD",
@@ -1126,7 +981,7 @@ fn firewall_nft_runs_no_process_at_all() {
         &a.netns(),
         &n,
     ));
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "CHECK",
@@ -1134,8 +989,8 @@ fn firewall_nft_runs_no_process_at_all() {
         &a.netns(),
         &n,
     ));
-    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &n));
-    ok(&call_with_path(
+    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &n));
+    assert_ok(&call_with_path(
         &node,
         &path,
         "ADD",
@@ -1143,9 +998,9 @@ fn firewall_nft_runs_no_process_at_all() {
         &a.netns(),
         &n,
     ));
-    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
     no_address_left(&node, &a);
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "ADD",
@@ -1155,7 +1010,7 @@ fn firewall_nft_runs_no_process_at_all() {
     ));
     let gc_conf = json!({"cniVersion": "1.1.0", "name": "fwnet", "type": "firewall",
                          "backend": "nftables", "cni.dev/valid-attachments": []});
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "GC",
@@ -1217,7 +1072,7 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
     if !require_root("firewall_iptables_runs_one_save_and_at_most_one_restore_per_family") {
         return;
     }
-    let node = node("fwprocs");
+    let node = forwarding_node("fwprocs");
     let a = Peer::attach(&node, "fwpr-a", 1);
     let shims = TempDir::new("fw-shims");
     let log = counting_shims(&shims);
@@ -1241,7 +1096,7 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         v.sort();
         v
     };
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "ADD",
@@ -1250,7 +1105,7 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         &c,
     ));
     assert_eq!(runs(&log), both(true, true), "ADD");
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "ADD",
@@ -1263,7 +1118,7 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         both(true, false),
         "ADD again: nothing to change"
     );
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "CHECK",
@@ -1272,9 +1127,9 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         &c,
     ));
     assert_eq!(runs(&log), both(true, false), "CHECK");
-    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
     assert_eq!(runs(&log), both(true, true), "DEL");
-    ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
     assert_eq!(
         runs(&log),
         both(true, false),
@@ -1288,7 +1143,7 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         "ips": [{"address": "10.1.0.2/24", "interface": 1}]
     });
     let c4 = conf("fwnet", json!({}), Some(&v4only));
-    ok(&call_with_path(
+    assert_ok(&call_with_path(
         &node,
         &path,
         "ADD",
@@ -1300,14 +1155,14 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
     // The nftables backend's DEL runs the iptables programs only for the
     // family where nf_tables shows this container's iptables state.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&v4only));
-    ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
+    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
     assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
-    ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
+    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
     assert_eq!(runs(&log), Vec::<String>::new(), "nothing left to look at");
 }
 
 fn concurrent(backend: &str) {
-    let node = node(&format!("fwconc-{backend}"));
+    let node = forwarding_node(&format!("fwconc-{backend}"));
     let n = 8u8;
     let pods: Vec<Peer> = (1..=n)
         .map(|i| Peer::attach(&node, &format!("fwcc-{i}"), i))
@@ -1319,7 +1174,7 @@ fn concurrent(backend: &str) {
             let extra = extra.clone();
             s.spawn(move || {
                 let c = conf("fwnet", extra, Some(&p.prev_result()));
-                ok(&call(
+                assert_ok(&call_eth0(
                     &ours(),
                     node,
                     "ADD",
@@ -1332,7 +1187,7 @@ fn concurrent(backend: &str) {
     });
     for (i, p) in pods.iter().enumerate() {
         let c = conf("fwnet", extra.clone(), Some(&p.prev_result()));
-        ok(&call(
+        assert_ok(&call_eth0(
             &ours(),
             &node,
             "CHECK",
@@ -1368,7 +1223,14 @@ fn concurrent(backend: &str) {
             let node = &node;
             let bare = conf("fwnet", json!({"backend": backend}), None);
             s.spawn(move || {
-                ok(&call(&ours(), node, "DEL", &format!("ctr-{i}"), "", &bare));
+                assert_ok(&call_eth0(
+                    &ours(),
+                    node,
+                    "DEL",
+                    &format!("ctr-{i}"),
+                    "",
+                    &bare,
+                ));
             });
         }
     });

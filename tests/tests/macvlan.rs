@@ -122,17 +122,7 @@ impl Lan {
 
     /// The addresses host-local holds for network `net`.
     fn leases(&self, net: &str) -> Vec<String> {
-        let dir = self.data.path().join(net);
-        let mut v: Vec<String> = std::fs::read_dir(dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        v.sort();
-        v
+        leases_in(&self.data.path().join(net))
     }
 
     /// Writes an executable script plugin `name` into CNI_PATH.
@@ -145,14 +135,6 @@ impl Lan {
 
     fn ifindex(&self, ns: &Netns, dev: &str) -> Value {
         ns.link(dev).unwrap()["ifindex"].clone()
-    }
-}
-
-fn merge(base: &mut Value, extra: Value) {
-    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
-        for (k, v) in e {
-            b.insert(k, v);
-        }
     }
 }
 
@@ -174,20 +156,6 @@ fn links(ns: &Netns) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-/// `address/prefix` of the global addresses of `dev` in `ns`.
-fn global_addrs(ns: &Netns, dev: &str) -> Vec<String> {
-    let v = ns.ip_json(&["addr", "show", "dev", dev]);
-    let mut out: Vec<String> = v[0]["addr_info"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|a| a["scope"] == "global")
-        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
-        .collect();
-    out.sort();
-    out
 }
 
 /// `dst gateway dev` of the routes of `ns` (one family), sorted.
@@ -214,15 +182,6 @@ fn routes(ns: &Netns, v6: bool) -> Vec<String> {
         .collect();
     v.sort();
     v
-}
-
-fn ping_ok(from: &Netns, ip: &str) -> bool {
-    from.command("ping")
-        .args(["-c1", "-W1", ip])
-        .output()
-        .expect("ping")
-        .status
-        .success()
 }
 
 fn ping(from: &Netns, ip: &str) {
@@ -270,14 +229,6 @@ fn call_in(
         ],
         &conf.to_string(),
     )
-}
-
-fn is_mac(v: &Value) -> bool {
-    v.as_str().is_some_and(|s| {
-        s.len() == 17
-            && s.split(':')
-                .all(|p| p.len() == 2 && u8::from_str_radix(p, 16).is_ok())
-    })
 }
 
 #[test]

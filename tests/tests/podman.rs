@@ -6,10 +6,6 @@
 //! set by tuning, CHECK, and that DEL takes all of it back.
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 use tests::*;
 
 const SERVER: &str = r#"
@@ -35,53 +31,12 @@ print(s.recv(100).decode().strip())
 "#;
 
 /// A listener answering "<name> <peer address>", killed on drop.
-struct Server(Child);
-
-impl Server {
-    fn start(ns: &Netns, name: &str, port: u16) -> Server {
-        let mut child = ns
-            .command("python3")
-            .args(["-c", SERVER, name, &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start python3 listener");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-        let server = Server(child);
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "listener in {} did not start",
-            ns.name()
-        );
-        server
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+fn server(ns: &Netns, name: &str, port: u16) -> Listener {
+    Listener::start(ns, SERVER, &[name, &port.to_string()])
 }
 
 fn connect(ns: &Netns, host: &str, port: u16) -> Option<String> {
-    let out = ns
-        .command("python3")
-        .args(["-c", CLIENT, host, &port.to_string()])
-        .stderr(Stdio::null())
-        .output()
-        .expect("run python3 client");
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    python_client(ns, CLIENT, &[host, &port.to_string()])
 }
 
 fn cat(ns: &Netns, path: &str) -> String {
@@ -224,18 +179,18 @@ fn podman_generated_network_runs_on_the_suite_alone() {
 
     // Traffic to the gateway, out through the node (allowed by firewall,
     // masqueraded by bridge's ipMasq), and to the host port.
-    let _gw = Server::start(&node.ns, "node", 7071);
+    let _gw = server(&node.ns, "node", 7071);
     assert_eq!(
         connect(&pod, "10.88.0.1", 7071).as_deref(),
         Some("node 10.88.0.2")
     );
-    let _up = Server::start(&up, "up", 7072);
+    let _up = server(&up, "up", 7072);
     assert_eq!(
         connect(&pod, "10.9.0.2", 7072).as_deref(),
         Some("up 10.9.0.1"),
         "forwarded despite the DROP policy, and masqueraded"
     );
-    let _pod_srv = Server::start(&pod, "pod", 7070);
+    let _pod_srv = server(&pod, "pod", 7070);
     assert_eq!(
         connect(&node.ns, "10.88.0.1", 8080).as_deref(),
         Some("pod 10.88.0.1"),

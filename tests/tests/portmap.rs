@@ -10,10 +10,6 @@
 //! source address it saw (masqueraded or not).
 
 use serde_json::{json, Value};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 use tests::*;
 
 /// Answers each TCP connection and UDP datagram on `port` (both families)
@@ -58,131 +54,22 @@ else:
 print(s.recv(100).decode().strip())
 "#;
 
-/// A listener process in a pod, killed on drop.
-struct Server(Child);
-
-impl Server {
-    fn start(ns: &Netns, name: &str, port: u16) -> Server {
-        let mut child = ns
-            .command("python3")
-            .args(["-c", SERVER, name, &port.to_string()])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start python3 listener");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = rx.recv_timeout(Duration::from_secs(10)).unwrap_or_default();
-        let server = Server(child);
-        assert_eq!(
-            line.trim(),
-            "ready",
-            "listener in {} did not start",
-            ns.name()
-        );
-        server
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+/// A listener in a pod answering "<name> <peer address>" on `port`.
+fn server(ns: &Netns, name: &str, port: u16) -> Listener {
+    Listener::start(ns, SERVER, &[name, &port.to_string()])
 }
 
 /// The answer to one connection from `ns`, or `None` when nothing answered.
 fn connect(ns: &Netns, proto: &str, host: &str, port: u16) -> Option<String> {
-    let out = ns
-        .command("python3")
-        .args(["-c", CLIENT, proto, host, &port.to_string()])
-        .stderr(Stdio::null())
-        .output()
-        .expect("run python3 client");
-    out.status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    python_client(ns, CLIENT, &[proto, host, &port.to_string()])
 }
 
-/// A namespace joined to the node by a veth pair: `eth0` inside, `v<idx>`
-/// on the node, 10.<idx>.0.0/24 and fd00:<idx>::/64 with the node at .1.
-struct Peer {
-    ns: Netns,
-    idx: u8,
+/// What a pod's previous plugin returned.
+trait PrevResult {
+    fn prev_result(&self) -> Value;
 }
 
-impl Peer {
-    fn attach(node: &Netns, tag: &str, idx: u8) -> Peer {
-        let ns = Netns::new(tag);
-        let nif = format!("v{idx}");
-        node.ip(&[
-            "link",
-            "add",
-            &nif,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            ns.name(),
-        ]);
-        node.ip(&["addr", "add", &format!("10.{idx}.0.1/24"), "dev", &nif]);
-        node.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &format!("fd00:{idx}::1/64"),
-            "dev",
-            &nif,
-            "nodad",
-        ]);
-        node.ip(&["link", "set", &nif, "up"]);
-        ns.ip(&["addr", "add", &format!("10.{idx}.0.2/24"), "dev", "eth0"]);
-        ns.ip(&[
-            "-6",
-            "addr",
-            "add",
-            &format!("fd00:{idx}::2/64"),
-            "dev",
-            "eth0",
-            "nodad",
-        ]);
-        ns.ip(&["link", "set", "eth0", "up"]);
-        ns.ip(&["link", "set", "lo", "up"]);
-        ns.ip(&["route", "add", "default", "via", &format!("10.{idx}.0.1")]);
-        ns.ip(&[
-            "-6",
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("fd00:{idx}::1"),
-        ]);
-        Peer { ns, idx }
-    }
-
-    fn v4(&self) -> String {
-        format!("10.{}.0.2", self.idx)
-    }
-
-    fn v6(&self) -> String {
-        format!("fd00:{}::2", self.idx)
-    }
-
-    fn node_v4(&self) -> String {
-        format!("10.{}.0.1", self.idx)
-    }
-
-    fn node_v6(&self) -> String {
-        format!("fd00:{}::1", self.idx)
-    }
-
+impl PrevResult for Peer {
     /// The result of the plugin that set up this pod: eth0 with both addresses.
     fn prev_result(&self) -> Value {
         json!({
@@ -194,17 +81,6 @@ impl Peer {
             ]
         })
     }
-}
-
-/// A node namespace that forwards, with loopback up.
-fn node(tag: &str) -> Netns {
-    let node = Netns::new(&format!("node-{tag}"));
-    node.ip(&["link", "set", "lo", "up"]);
-    run_ok(node.command("sh").args([
-        "-c",
-        "echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding",
-    ]));
-    node
 }
 
 /// A portmap config for network `net`.
@@ -226,35 +102,8 @@ fn conf(net: &str, mappings: Value, extra: Value, prev: Option<&Value>) -> Strin
     c.to_string()
 }
 
-/// Calls our portmap (or the Go one) in the node namespace.
-fn call(
-    plugin: &std::path::Path,
-    node: &Netns,
-    cmd: &str,
-    cid: &str,
-    netns: &str,
-    stdin: &str,
-) -> PluginOutput {
-    call_plugin(
-        Some(node),
-        plugin,
-        &[
-            ("CNI_COMMAND", cmd),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", netns),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", "/opt/cni/bin"),
-        ],
-        stdin,
-    )
-}
-
 fn ours() -> std::path::PathBuf {
     bin("portmap")
-}
-
-fn ok(out: &PluginOutput) {
-    assert_eq!(out.exit_code, 0, "{out:?}");
 }
 
 /// `nft list` of our table (empty when it does not exist).
@@ -321,11 +170,11 @@ fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
     if !require_root("portmap_nft_forwards_tcp_and_udp_from_everywhere") {
         return;
     }
-    let node = node("pmtraffic");
+    let node = forwarding_node("pmtraffic");
     let a = Peer::attach(&node, "pm-a", 1);
     let b = Peer::attach(&node, "pm-b", 2);
     let up = Peer::attach(&node, "pm-up", 9);
-    let _srv = Server::start(&a.ns, "podA", 80);
+    let _srv = server(&a.ns, "podA", 80);
     let maps = json!([
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
         {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
@@ -333,8 +182,8 @@ fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let c = conf("pmnet", maps, json!({"backend": "nftables"}), Some(&prev));
-    let out = call(&ours(), &node, "ADD", "ctr-a", &netns, &c);
-    ok(&out);
+    let out = call_eth0(&ours(), &node, "ADD", "ctr-a", &netns, &c);
+    assert_ok(&out);
     assert_eq!(out.json()["ips"], prev["ips"], "prevResult passes through");
 
     // The state: two elements per family tagged with the owner.
@@ -395,11 +244,11 @@ fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
 
     // DEL without mappings and without a namespace: everything of ctr-a goes.
     let del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &del));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &del));
     assert_eq!(elements(&node, "hostports4"), "");
     assert_eq!(elements(&node, "hostports6"), "");
     assert_eq!(connect(&up.ns, "tcp", &node_addr, 8080), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-a", "", &del));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &del));
 }
 
 #[test]
@@ -407,10 +256,10 @@ fn portmap_nft_host_ip_selects_the_address_and_family() {
     if !require_root("portmap_nft_host_ip_selects_the_address_and_family") {
         return;
     }
-    let node = node("pmhostip");
+    let node = forwarding_node("pmhostip");
     let a = Peer::attach(&node, "pmh-a", 1);
     let up = Peer::attach(&node, "pmh-up", 9);
-    let _srv = Server::start(&a.ns, "podA", 80);
+    let _srv = server(&a.ns, "podA", 80);
     let maps = json!([
         {"hostPort": 8081, "containerPort": 80, "protocol": "tcp", "hostIP": "10.9.0.1"},
         {"hostPort": 8082, "containerPort": 80, "protocol": "tcp", "hostIP": "0.0.0.0"},
@@ -418,7 +267,7 @@ fn portmap_nft_host_ip_selects_the_address_and_family() {
     ]);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -464,7 +313,7 @@ fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
     if !require_root("portmap_validation_rejects_bad_mappings_before_touching_anything") {
         return;
     }
-    let node = node("pmvalid");
+    let node = forwarding_node("pmvalid");
     let pod = Netns::new("pmv-pod");
     let v4_only = json!({
         "cniVersion": "1.0.0",
@@ -566,7 +415,7 @@ fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
         ),
     ];
     for (maps, extra, key, value) in cases {
-        let out = call(
+        let out = call_eth0(
             &ours(),
             &node,
             "ADD",
@@ -579,7 +428,7 @@ fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
     }
     // A missing prevResult is a config error too.
     let one = m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"}));
-    call(
+    call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -598,7 +447,7 @@ fn portmap_nft_refuses_a_host_port_held_by_another_container() {
     if !require_root("portmap_nft_refuses_a_host_port_held_by_another_container") {
         return;
     }
-    let node = node("pmconflict");
+    let node = forwarding_node("pmconflict");
     let a = Peer::attach(&node, "pmc-a", 1);
     let b = Peer::attach(&node, "pmc-b", 2);
     let pa = a.prev_result();
@@ -606,7 +455,7 @@ fn portmap_nft_refuses_a_host_port_held_by_another_container() {
     let na = a.ns.path().to_str().unwrap().to_string();
     let nb = b.ns.path().to_str().unwrap().to_string();
     let first = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -615,7 +464,7 @@ fn portmap_nft_refuses_a_host_port_held_by_another_container() {
         &conf("pmnet", first.clone(), json!({}), Some(&pa)),
     ));
     // ADD again for the same container: its own mapping is replaced.
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -627,7 +476,7 @@ fn portmap_nft_refuses_a_host_port_held_by_another_container() {
         {"hostPort": 9090, "containerPort": 90, "protocol": "tcp"},
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}
     ]);
-    let out = call(
+    let out = call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -646,7 +495,7 @@ fn portmap_nft_refuses_a_host_port_held_by_another_container() {
         {"hostPort": 8080, "containerPort": 80, "protocol": "udp"},
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "10.2.0.1"}
     ]);
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -666,12 +515,12 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
     if !require_root("portmap_nft_del_check_and_gc_find_containers_by_id") {
         return;
     }
-    let node = node("pmlife");
+    let node = forwarding_node("pmlife");
     let a = Peer::attach(&node, "pml-a", 1);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     // DEL where nothing was ever installed succeeds.
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "DEL",
@@ -684,13 +533,13 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
     let add = |cid: &str, net: &str, port: u16| {
         let maps = json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]);
         let c = conf(net, maps, json!({"cniVersion": "1.1.0"}), Some(&prev));
-        ok(&call(&ours(), &node, "ADD", cid, &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", cid, &netns, &c));
         c
     };
     let c1 = add("ctr-1", "neta", 8001);
     add("ctr-2", "neta", 8002);
     add("ctr-3", "netb", 8003);
-    ok(&call(&ours(), &node, "CHECK", "ctr-1", &netns, &c1));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &c1));
 
     // CHECK notices a mapping removed by hand.
     run_ok(node.command("nft").args([
@@ -701,9 +550,9 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
         "hostports4",
         "{ tcp . 8001 }",
     ]));
-    call(&ours(), &node, "CHECK", "ctr-1", &netns, &c1)
+    call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &c1)
         .assert_error(102, "mapping tcp 8001 -> 80 is missing from map hostports4");
-    call(
+    call_eth0(
         &ours(),
         &node,
         "CHECK",
@@ -725,7 +574,7 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
         &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
         &gc,
     );
-    ok(&out);
+    assert_ok(&out);
     assert_eq!(
         elements(&node, "hostports4"),
         "tcp . 8003 comment \"net=netb cid=ctr-3\" : 10.1.0.2 . 80"
@@ -737,7 +586,7 @@ fn portmap_without_mappings_passes_the_result_through() {
     if !require_root("portmap_without_mappings_passes_the_result_through") {
         return;
     }
-    let node = node("pmnone");
+    let node = forwarding_node("pmnone");
     let pod = Netns::new("pmn-pod");
     let prev = json!({
         "cniVersion": "1.0.0",
@@ -746,7 +595,7 @@ fn portmap_without_mappings_passes_the_result_through() {
         "dns": {"nameservers": ["10.1.0.1"]}
     });
     let netns = pod.path().to_str().unwrap().to_string();
-    let out = call(
+    let out = call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -754,7 +603,7 @@ fn portmap_without_mappings_passes_the_result_through() {
         &netns,
         &conf("pmnet", json!([]), json!({}), Some(&prev)),
     );
-    ok(&out);
+    assert_ok(&out);
     assert_eq!(out.json(), prev);
     assert_eq!(nft_ruleset(&node), "", "nothing installed without mappings");
 }
@@ -774,15 +623,15 @@ fn portmap_removes_stale_udp_conntrack_entries_on_add_and_del() {
     if !require_root("portmap_removes_stale_udp_conntrack_entries_on_add_and_del") {
         return;
     }
-    let node = node("pmct");
+    let node = forwarding_node("pmct");
     let a = Peer::attach(&node, "pmct-a", 1);
     let up = Peer::attach(&node, "pmct-up", 9);
-    let _srv = Server::start(&a.ns, "podA", 80);
+    let _srv = server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     // A first container makes the table exist, so the node tracks connections.
     let other = json!([{"hostPort": 7000, "containerPort": 80, "protocol": "tcp"}]);
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "ADD",
@@ -795,7 +644,7 @@ fn portmap_removes_stale_udp_conntrack_entries_on_add_and_del() {
     assert_eq!(udp_entries(&node, 5353), 1);
     let maps = json!([{"hostPort": 5353, "containerPort": 80, "protocol": "udp"}]);
     let c = conf("pmnet", maps, json!({}), Some(&prev));
-    ok(&call(&ours(), &node, "ADD", "ctr-u", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-u", &netns, &c));
     assert_eq!(udp_entries(&node, 5353), 0, "ADD removed the stale entry");
     let seen = format!("podA {}", up.v4());
     assert_eq!(
@@ -804,7 +653,7 @@ fn portmap_removes_stale_udp_conntrack_entries_on_add_and_del() {
     );
     assert_eq!(udp_entries(&node, 5353), 1);
     // DEL, even without mappings in its config, removes the DNATed entry.
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "DEL",
@@ -835,8 +684,8 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
     let Some(go) = go_plugin("portmap") else {
         return;
     };
-    let go_node = node("pmipt-go");
-    let our_node = node("pmipt-rs");
+    let go_node = forwarding_node("pmipt-go");
+    let our_node = forwarding_node("pmipt-rs");
     let pod = Netns::new("pmipt-pod");
     let prev = json!({
         "cniVersion": "1.0.0",
@@ -855,8 +704,8 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
         let cid = format!("ctr-{tag}");
         // The Go plugin 1.1.1 knows no "backend" key and ignores it.
         let c = conf("pmnet", ipt_mappings(), extra, Some(&prev));
-        ok(&call(&go, &go_node, "ADD", &cid, &netns, &c));
-        ok(&call(&ours(), &our_node, "ADD", &cid, &netns, &c));
+        assert_ok(&call_eth0(&go, &go_node, "ADD", &cid, &netns, &c));
+        assert_ok(&call_eth0(&ours(), &our_node, "ADD", &cid, &netns, &c));
         for v6 in [false, true] {
             assert_eq!(
                 iptables_save(&our_node, v6),
@@ -864,8 +713,8 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
                 "{tag}, v6={v6}"
             );
         }
-        ok(&call(&go, &go_node, "DEL", &cid, &netns, &c));
-        ok(&call(&ours(), &our_node, "DEL", &cid, &netns, &c));
+        assert_ok(&call_eth0(&go, &go_node, "DEL", &cid, &netns, &c));
+        assert_ok(&call_eth0(&ours(), &our_node, "DEL", &cid, &netns, &c));
         for v6 in [false, true] {
             assert_eq!(
                 iptables_save(&our_node, v6),
@@ -889,7 +738,7 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
         json!({"backend": "iptables", "masqAll": true}),
         Some(&prev),
     );
-    ok(&call(&ours(), &our_node, "ADD", "ctr-all", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr-all", &netns, &c));
     let chain = "CNI-DN-a70f204f205a1e06e2d36";
     let saved = iptables_save(&our_node, false);
     let rules: Vec<&str> = saved
@@ -917,7 +766,7 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
     let Some(go) = go_plugin("portmap") else {
         return;
     };
-    let node = node("pmipt-interop");
+    let node = forwarding_node("pmipt-interop");
     let pod = Netns::new("pmipti-pod");
     let prev = json!({
         "cniVersion": "1.0.0",
@@ -933,26 +782,26 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
     );
     let chain = "CNI-DN-"; // every per-container chain
                            // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
-    ok(&call(&go, &node, "ADD", "ctr-go", &netns, &c));
+    assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &netns, &c));
     assert!(iptables_save(&node, false).contains(chain));
     let bare = conf("pmnet", json!([]), json!({"backend": "iptables"}), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-go", "", &bare));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &bare));
     for v6 in [false, true] {
         let saved = iptables_save(&node, v6);
         assert!(!saved.contains(chain), "v6={v6}: {saved}");
     }
     // Our ADD, Go's DEL.
-    ok(&call(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
     assert!(iptables_save(&node, true).contains(chain));
-    ok(&call(&go, &node, "DEL", "ctr-rs", &netns, &c));
+    assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
     for v6 in [false, true] {
         let saved = iptables_save(&node, v6);
         assert!(!saved.contains(chain), "v6={v6}: {saved}");
     }
     // The default (nftables) DEL still cleans up iptables rules Go left.
-    ok(&call(&go, &node, "ADD", "ctr-go2", &netns, &c));
+    assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go2", &netns, &c));
     let nft_del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
-    ok(&call(&ours(), &node, "DEL", "ctr-go2", "", &nft_del));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go2", "", &nft_del));
     assert!(!iptables_save(&node, false).contains(chain));
     assert!(!iptables_save(&node, true).contains(chain));
 }
@@ -962,10 +811,10 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
     if !require_root("portmap_iptables_forwards_traffic_and_checks_and_collects") {
         return;
     }
-    let node = node("pmipt-traffic");
+    let node = forwarding_node("pmipt-traffic");
     let a = Peer::attach(&node, "pmit-a", 1);
     let up = Peer::attach(&node, "pmit-up", 9);
-    let _srv = Server::start(&a.ns, "podA", 80);
+    let _srv = server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([
@@ -978,7 +827,7 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
         json!({"backend": "iptables", "cniVersion": "1.1.0"}),
         Some(&prev),
     );
-    ok(&call(&ours(), &node, "ADD", "ctr-i", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-i", &netns, &c));
     assert_eq!(
         nft_table(&node),
         "",
@@ -1006,7 +855,7 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
             Some(hairpin.as_str())
         );
     }
-    ok(&call(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
     // Remove the UDP DNAT rule by hand: CHECK names the mapping.
     let saved = iptables_save(&node, false);
     let dnat = saved
@@ -1016,14 +865,14 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
         .replacen("-A ", "-D ", 1);
     let args: Vec<&str> = dnat.split_whitespace().collect();
     run_ok(node.command("iptables").args(["-t", "nat"]).args(&args));
-    call(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
+    call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
         .assert_error(102, "mapping udp 8053 -> 80 has no DNAT rule");
     // GC with no valid attachment removes the container's chains.
     let gc =
         json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap", "backend": "iptables",
                     "cni.dev/valid-attachments": []})
         .to_string();
-    ok(&call_plugin(
+    assert_ok(&call_plugin(
         Some(&node),
         &ours(),
         &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
@@ -1041,18 +890,18 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
     if !require_root("portmap_nft_conditions_restrict_who_reaches_the_host_port") {
         return;
     }
-    let node = node("pmcond");
+    let node = forwarding_node("pmcond");
     let a = Peer::attach(&node, "pmcd-a", 1);
     let b = Peer::attach(&node, "pmcd-b", 2);
     let up = Peer::attach(&node, "pmcd-up", 9);
-    let _srv = Server::start(&a.ns, "podA", 80);
+    let _srv = server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
     let extra = json!({"conditionsV4": ["ip saddr 10.9.0.0/24", "iifname \"v9\""],
                        "conditionsV6": ["ip6 saddr != fd00:2::/64"]});
     let c = conf("pmnet", maps, extra, Some(&prev));
-    ok(&call(&ours(), &node, "ADD", "ctr-c", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-c", &netns, &c));
     let table = nft_table(&node);
     assert!(
         table.contains("ip saddr 10.9.0.0/24 iifname \"v9\" tcp dport 8080 dnat ip to 10.1.0.2:80 comment \"net=pmnet cid=ctr-c\""),
@@ -1083,11 +932,11 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
         None,
         "fd00:2::/64 is excluded"
     );
-    ok(&call(&ours(), &node, "CHECK", "ctr-c", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-c", &netns, &c));
     // ADD again replaces the rules instead of duplicating them.
-    ok(&call(&ours(), &node, "ADD", "ctr-c", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-c", &netns, &c));
     assert_eq!(nft_table(&node).matches("cid=ctr-c").count(), 2);
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "DEL",
@@ -1104,10 +953,10 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
     if !require_root("portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it") {
         return;
     }
-    let node = node("pmskel");
+    let node = forwarding_node("pmskel");
     let a = Peer::attach(&node, "pms-a", 1);
     let up = Peer::attach(&node, "pms-up", 9);
-    let _srv = Server::start(&a.ns, "podA", 80);
+    let _srv = server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let mk = |port: u16| {
@@ -1118,19 +967,40 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
             Some(&prev),
         )
     };
-    ok(&call(&ours(), &node, "ADD", "ctr-1", &netns, &mk(8080)));
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-1",
+        &netns,
+        &mk(8080),
+    ));
     run_ok(
         node.command("nft")
             .args(["flush", "chain", "inet", "cni_rs_hostport", "prerouting"]),
     );
-    call(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)).assert_error(
+    call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)).assert_error(
         102,
         "chain inet cni_rs_hostport prerouting has 0 rules, expected 1",
     );
     assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
     // The next ADD finds the skeleton incomplete and rewrites it whole.
-    ok(&call(&ours(), &node, "ADD", "ctr-2", &netns, &mk(8081)));
-    ok(&call(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)));
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-2",
+        &netns,
+        &mk(8081),
+    ));
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "CHECK",
+        "ctr-1",
+        &netns,
+        &mk(8080),
+    ));
     let seen = format!("podA {}", up.v4());
     assert_eq!(
         connect(&up.ns, "tcp", "10.9.0.1", 8080).as_deref(),
@@ -1149,7 +1019,7 @@ fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
     if !require_root("portmap_crash_around_the_commit_leaves_all_or_nothing") {
         return;
     }
-    let node = node("pmfault");
+    let node = forwarding_node("pmfault");
     let a = Peer::attach(&node, "pmf-a", 1);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
@@ -1184,7 +1054,7 @@ fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
         "tcp . 8080 comment \"net=pmnet cid=ctr-f\" : 10.1.0.2 . 80"
     );
     // The runtime's DEL after the failed ADD cleans up by container ID.
-    ok(&call(
+    assert_ok(&call_eth0(
         &ours(),
         &node,
         "DEL",

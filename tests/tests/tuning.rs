@@ -99,19 +99,16 @@ impl Net {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        let netns = pod
-            .map(|p| p.path().display().to_string())
-            .unwrap_or_default();
-        let path = self.path.path().display().to_string();
-        let mut env = vec![
-            ("CNI_COMMAND", cmd),
-            ("CNI_CONTAINERID", cid),
-            ("CNI_NETNS", netns.as_str()),
-            ("CNI_IFNAME", "eth0"),
-            ("CNI_PATH", path.as_str()),
-        ];
-        env.extend_from_slice(extra);
-        call_plugin(Some(&self.node.ns), plugin, &env, &conf.to_string())
+        call_in(
+            &self.node.ns,
+            plugin,
+            &self.path.path().display().to_string(),
+            cmd,
+            pod.map(|p| p.path()),
+            cid,
+            conf,
+            extra,
+        )
     }
 
     fn ours(&self, cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value) -> PluginOutput {
