@@ -13,6 +13,7 @@ use super::cache::{CacheEntry, CacheKey, Cached, ResultCache};
 use super::conf::NetworkConfigList;
 use crate::error::{Error, ErrorList, ErrorResult, Result};
 use crate::invoke::{exec_plugin, find_in_path};
+use crate::skel::Command;
 use crate::types::{Attachment, CniResult};
 use crate::version::Version;
 use serde_json::{Map, Value};
@@ -44,35 +45,15 @@ pub struct CniConfig {
     pub cache_dir: PathBuf,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verb {
-    Add,
-    Check,
-    Del,
-    Gc,
-    Status,
-}
-
-impl Verb {
-    fn command(self) -> &'static str {
-        match self {
-            Verb::Add => "ADD",
-            Verb::Check => "CHECK",
-            Verb::Del => "DEL",
-            Verb::Gc => "GC",
-            Verb::Status => "STATUS",
-        }
-    }
-
-    /// As in Go's error messages: `failed (add)`, `failed (delete)`.
-    fn label(self) -> &'static str {
-        match self {
-            Verb::Add => "add",
-            Verb::Check => "check",
-            Verb::Del => "delete",
-            Verb::Gc => "gc",
-            Verb::Status => "status",
-        }
+/// How Go's error messages name a verb: `failed (add)`, `failed (delete)`.
+fn label(verb: Command) -> &'static str {
+    match verb {
+        Command::Add => "add",
+        Command::Check => "check",
+        Command::Del => "delete",
+        Command::Gc => "gc",
+        Command::Status => "status",
+        Command::Version => "version",
     }
 }
 
@@ -107,10 +88,11 @@ impl CniConfig {
         for plugin in &list.plugins {
             let prev = last.as_ref().map(|(_, json)| json);
             let stdin = plugin_stdin(list, plugin, prev, Some(rt));
-            let out = self.run(list, plugin, Verb::Add, Some(rt), &stdin)?;
+            let out = self.run(list, plugin, Command::Add, Some(rt), &stdin)?;
             let parsed = CniResult::from_slice(&out, version)
                 .and_then(|(result, _)| Ok((result.to_json(version)?, result)));
-            let (json, result) = parsed.map_err(|e| plugin_failed(list, plugin, Verb::Add, e))?;
+            let (json, result) =
+                parsed.map_err(|e| plugin_failed(list, plugin, Command::Add, e))?;
             last = Some((result, json));
         }
         let Some((result, json)) = last else {
@@ -163,7 +145,7 @@ impl CniConfig {
         })?;
         for plugin in &list.plugins {
             let stdin = plugin_stdin(list, plugin, prev.as_ref(), Some(rt));
-            self.run(list, plugin, Verb::Check, Some(rt), &stdin)?;
+            self.run(list, plugin, Command::Check, Some(rt), &stdin)?;
         }
         Ok(())
     }
@@ -188,7 +170,7 @@ impl CniConfig {
         }
         for plugin in list.plugins.iter().rev() {
             let stdin = plugin_stdin(list, plugin, prev.as_ref(), Some(rt));
-            self.run(list, plugin, Verb::Del, Some(rt), &stdin)?;
+            self.run(list, plugin, Command::Del, Some(rt), &stdin)?;
         }
         // As Go: a cache that cannot be removed does not fail the DEL.
         let _ = cache.remove(&key);
@@ -261,7 +243,7 @@ impl CniConfig {
                     stdin.insert("cni.dev/valid-attachments".into(), a.clone());
                     stdin.insert("cni.dev/attachments".into(), a.clone());
                 }
-                if let Err(e) = self.run(list, plugin, Verb::Gc, None, &stdin) {
+                if let Err(e) = self.run(list, plugin, Command::Gc, None, &stdin) {
                     errors.push(e);
                 }
             }
@@ -279,7 +261,7 @@ impl CniConfig {
         ensure_plugins(list)?;
         for plugin in &list.plugins {
             let stdin = plugin_stdin(list, plugin, None, None);
-            self.run(list, plugin, Verb::Status, None, &stdin)?;
+            self.run(list, plugin, Command::Status, None, &stdin)?;
         }
         Ok(())
     }
@@ -326,7 +308,7 @@ impl CniConfig {
         &self,
         list: &NetworkConfigList,
         plugin: &Map<String, Value>,
-        verb: Verb,
+        verb: Command,
         rt: Option<&RuntimeConf>,
         stdin: &Map<String, Value>,
     ) -> Result<Vec<u8>> {
@@ -349,7 +331,7 @@ impl CniConfig {
             .collect::<Vec<_>>()
             .join(":");
         let env = [
-            ("CNI_COMMAND", verb.command()),
+            ("CNI_COMMAND", verb.as_str()),
             ("CNI_CONTAINERID", rt.container_id.as_str()),
             ("CNI_NETNS", rt.netns.as_str()),
             ("CNI_IFNAME", rt.ifname.as_str()),
@@ -441,7 +423,7 @@ fn prev_result(cached: &Cached, version: Version) -> Result<Option<Value>> {
 fn plugin_failed(
     list: &NetworkConfigList,
     plugin: &Map<String, Value>,
-    verb: Verb,
+    verb: Command,
     e: Error,
 ) -> Error {
     with_context(
@@ -450,7 +432,7 @@ fn plugin_failed(
             "plugin type={:?} name={:?} failed ({})",
             plugin_type(plugin),
             list.name,
-            verb.label()
+            label(verb)
         ),
     )
 }
