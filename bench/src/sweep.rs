@@ -18,11 +18,15 @@
 //! level-0 run made earlier would measure the neighbours' load as much as
 //! the pods.
 //!
-//! Leases: host-local alone on its own `dataDir`, filled with lease files
-//! in the Go format (`<dataDir>/bench-hl/<ip>` holding `<cid>\r\n<ifname>`,
-//! consecutive from 10.220.0.2, `last_reserved_ip.0` at the last one, as
-//! the plugin leaves it), measured through the runtime, alternating with
-//! the same config on an empty `dataDir`.
+//! Leases: host-local alone, each side on its own `dataDir` holding the
+//! leases its own plugin leaves there, consecutive from 10.220.0.2: ours
+//! filled by real ADDs of our host-local (so each lease has the index link
+//! it writes), the reference's written by hand in the Go format
+//! (`<dataDir>/bench-hl/<ip>` holding `<cid>\r\n<ifname>`,
+//! `last_reserved_ip.0` at the last one, as the Go plugin leaves it; 10,000
+//! real Go ADDs would take many minutes as each reads every lease). Measured
+//! through the runtime, alternating with the same config on an empty
+//! `dataDir`.
 
 use crate::chains::{self, Side};
 use crate::diagnose;
@@ -490,24 +494,28 @@ pub fn leases(
     iterations: usize,
     strace: Option<&Path>,
 ) -> Result<(Sweep, Vec<Traced>), String> {
-    let filled_dir = data_dir.join("filled");
-    let missing = measure::missing(set.ours_dir, &host_local_list(&filled_dir));
+    let ours_dir = data_dir.join("filled-ours");
+    let reference_dir = data_dir.join("filled-reference");
+    let missing = measure::missing(set.ours_dir, &host_local_list(&ours_dir));
     if !missing.is_empty() {
         let why = format!("not built yet: {} missing", missing.join(", "));
         return Ok((Sweep::skipped(HOST_LOCAL_TITLE, "leases", why), Vec::new()));
     }
-    let filled = host_local_sides(set, &filled_dir, "scale-hl-filled")?;
+    let [ours, _] = host_local_sides(set, &ours_dir, "scale-hl-filled-ours")?;
+    let [_, reference] = host_local_sides(set, &reference_dir, "scale-hl-filled-ref")?;
+    let filled = [ours, reference];
     let empty = host_local_sides(set, &data_dir.join("empty"), "scale-hl-empty")?;
     let pod = ns
         .add_pods(1)
         .map_err(|e| e.to_string())?
         .pop()
         .ok_or("no pod")?;
-    let dir = filled_dir.join("bench-hl");
+    let dir = reference_dir.join("bench-hl");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut sweep = Sweep::new(HOST_LOCAL_TITLE, "leases");
     let mut present = 0;
     for &level in levels {
+        add_leases(&filled[0], &pod, present, level)?;
         write_leases(&dir, present, level)?;
         present = present.max(level);
         eprintln!("  {present} leases present: measuring, alternating with an empty dataDir");
@@ -560,6 +568,20 @@ pub fn leases(
 /// The `n`th filled address: 10.220.0.2 onwards.
 fn lease_ip(n: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 220, 0, 2)) + n as u32)
+}
+
+/// Leases `from..to` taken by real ADDs of `ours` (container `fill-<n>`).
+fn add_leases(ours: &SideSetup, pod: &str, from: usize, to: usize) -> Result<(), String> {
+    if to > from {
+        eprintln!("  filling: {} ADDs of our host-local", to - from);
+    }
+    for n in from..to {
+        interrupt::check()?;
+        let rt = runtime_conf(format!("fill-{n}"), pod, "eth0", &Map::new());
+        ours.run_plugin(0, "ADD", None, &rt)
+            .map_err(|e| format!("filling lease {n} with our host-local: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Writes leases `from..to` in the Go format and points

@@ -12,7 +12,7 @@
 
 use crate::config::{IpamConfig, Requested, SetConf};
 use crate::range::Range;
-use crate::store::{Holder, Store};
+use crate::store::{self, Holder, Store};
 use libcni::fault;
 use libcni::types::{Attachment, IpConfig};
 use libcni::Error;
@@ -27,8 +27,12 @@ pub fn allocate(
     who: &Attachment,
 ) -> Result<Vec<IpConfig>, Error> {
     let wanted = match_requests(conf)?;
-    let in_any_set = |a: IpAddr| conf.sets.iter().any(|s| s.set.contains(a));
-    let scan = store.scan(&in_any_set)?;
+    // Read only the leases that can be `who`'s: its own index links and
+    // unindexed leases, in the sets of this config.
+    let maybe_ours = store::maybe_held_by(who);
+    let scan = store.scan(&|a, indexed_as| {
+        maybe_ours(a, indexed_as) && conf.sets.iter().any(|s| s.set.contains(a))
+    })?;
     if let Some(name) = scan.refused.first() {
         return Err(Error::io(
             format!("refusing {}", store.path().join(name).display()),
@@ -57,8 +61,10 @@ pub fn allocate(
     let mut created: Vec<IpAddr> = Vec::new();
     let result = allocate_sets(store, conf, who, &wanted, &mut taken, &mut created);
     if result.is_err() {
+        let key = store::attachment_hash(who);
         for addr in &created {
-            if let Err(e) = store.release(&addr.to_string()) {
+            let link = store::index_name(key, *addr);
+            if let Err(e) = store.release(&addr.to_string(), &[link]) {
                 eprintln!("host-local: releasing {addr} after a failed ADD: {e}");
             }
         }
@@ -188,45 +194,47 @@ fn match_requests(conf: &IpamConfig) -> Result<Vec<Option<&Requested>>, Error> {
 pub fn release(store: &Store, who: &Attachment, hint: &[IpAddr]) -> Result<(), Error> {
     let mut errors: Vec<String> = Vec::new();
     let mut removed = 0usize;
-    let mut remove = |name: &str, errors: &mut Vec<String>| match store.release(name) {
-        Ok(true) => {
-            removed += 1;
-            if removed == 1 {
-                fault::point("host-local/released");
+    let mut remove =
+        |name: &str, links: &[String], errors: &mut Vec<String>| match store.release(name, links) {
+            Ok(true) => {
+                removed += 1;
+                if removed == 1 {
+                    fault::point("host-local/released");
+                }
+                true
             }
-            true
-        }
-        Ok(false) => false,
-        Err(e) => {
-            errors.push(e.to_string());
-            false
-        }
-    };
+            Ok(false) => false,
+            Err(e) => {
+                errors.push(e.to_string());
+                false
+            }
+        };
     let mut direct = 0;
+    let key = store::attachment_hash(who);
     for addr in hint {
         // A symlink or other odd entry cannot be our lease: leave it.
         if let Ok(Some(h)) = store.read_lease(*addr) {
-            if h.is(who) && remove(&addr.to_string(), &mut errors) {
+            let link = store::index_name(key, *addr);
+            if h.is(who) && remove(&addr.to_string(), &[link], &mut errors) {
                 direct += 1;
             }
         }
     }
     if direct == 0 {
-        match store.scan(&|_| true) {
+        match store.scan(&store::maybe_held_by(who)) {
             Ok(scan) => {
-                let held = |f: &dyn Fn(&Holder) -> bool| -> Vec<&str> {
+                let held = |f: &dyn Fn(&Holder) -> bool| -> Vec<&store::Lease> {
                     scan.leases
                         .iter()
                         .filter(|l| l.holder.as_ref().is_some_and(f))
-                        .map(|l| l.name.as_str())
                         .collect()
                 };
-                let mut names = held(&|h| h.is(who));
-                if names.is_empty() {
-                    names = held(&|h| h.is_legacy_of(&who.container_id));
+                let mut leases = held(&|h| h.is(who));
+                if leases.is_empty() {
+                    leases = held(&|h| h.is_legacy_of(&who.container_id));
                 }
-                for name in names {
-                    remove(name, &mut errors);
+                for lease in leases {
+                    remove(&lease.name, &lease.links, &mut errors);
                 }
             }
             Err(e) => errors.push(e.to_string()),
@@ -265,7 +273,7 @@ pub fn check(
         )));
     };
     if prev.is_empty() {
-        let scan = store.scan(&|_| true)?;
+        let scan = store.scan(&store::maybe_held_by(who))?;
         if scan
             .leases
             .iter()
@@ -324,7 +332,7 @@ fn describe_holder(h: &Holder) -> String {
 pub fn gc(store: &Store, valid: &[Attachment]) -> Result<(), Error> {
     let keys: HashSet<String> = valid.iter().map(Holder::content_for).collect();
     let ids: HashSet<&str> = valid.iter().map(|a| a.container_id.trim()).collect();
-    let scan = store.scan(&|_| true)?;
+    let scan = store.scan(&|_, _| true)?;
     let mut errors: Vec<String> = scan
         .refused
         .iter()
@@ -342,7 +350,7 @@ pub fn gc(store: &Store, valid: &[Attachment]) -> Result<(), Error> {
             Some(Holder::Unknown) | None => false,
         };
         if !keep {
-            if let Err(e) = store.release(&lease.name) {
+            if let Err(e) = store.release(&lease.name, &lease.links) {
                 errors.push(e.to_string());
             }
         }
@@ -360,7 +368,12 @@ pub fn gc(store: &Store, valid: &[Attachment]) -> Result<(), Error> {
 /// STATUS: code 50 naming the first range set with no free address.
 pub fn status(store: Option<&Store>, conf: &IpamConfig) -> Result<(), Error> {
     let taken: HashSet<IpAddr> = match store {
-        Some(s) => s.scan(&|_| false)?.leases.iter().map(|l| l.addr).collect(),
+        Some(s) => s
+            .scan(&|_, _| false)?
+            .leases
+            .iter()
+            .map(|l| l.addr)
+            .collect(),
         None => HashSet::new(),
     };
     for (i, sc) in conf.sets.iter().enumerate() {

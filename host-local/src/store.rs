@@ -21,6 +21,20 @@
 //! scan under the lock. `last_reserved_ip.*` is replaced the same way, by
 //! `rename()`.
 //!
+//! Each lease we write gets a second name, an *index link*
+//! `.held-by-<hash>-<address>` (a hard link: same file, same content),
+//! where `<hash>` is [`attachment_hash`] of the holder. An ADD must find
+//! every lease of its attachment (the reference refuses a duplicate
+//! allocation), and without the index that means opening every lease; with
+//! it, one directory listing tells which leases are ours to read: those
+//! linked under our hash, and those with no index link at all (written by
+//! the Go plugin or by a version of ours before the index). An index link
+//! counts only while it is the same inode as its lease (`d_ino` in the
+//! listing, no extra syscall); anything else is stale and removed under the
+//! lock. The Go plugin ignores the links on ADD (not an address) and
+//! removes them on DEL (it removes every file holding `id\r\nifname`), so a
+//! node still switches either way.
+//!
 //! Nothing is fsynced ([`LEASE_DURABILITY`]), as the Go plugin does not: a
 //! killed plugin never leaves a partial lease, and what a power loss can
 //! leave (an empty lease file, blocking only its own address) is harmless
@@ -36,6 +50,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::Mode;
 use nix::unistd::{linkat, unlinkat, UnlinkatFlags};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
 use std::net::IpAddr;
@@ -52,6 +67,36 @@ pub const LOCK_FILE: &str = "lock";
 pub const LAST_RESERVED_PREFIX: &str = "last_reserved_ip.";
 /// Temp files: never an address, so neither plugin takes one for a lease.
 pub const TEMP_PREFIX: &str = ".tmp-host-local-";
+
+/// Index links: `.held-by-<attachment hash, 16 hex digits>-<address>`.
+pub const INDEX_PREFIX: &str = ".held-by-";
+
+/// The hash naming `who`'s index links: 64-bit FNV-1a of the lease content,
+/// a fixed function so every version of the plugin computes the same name.
+pub fn attachment_hash(who: &Attachment) -> u64 {
+    fnv1a64(Holder::content_for(who).as_bytes())
+}
+
+fn fnv1a64(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The index link of `addr` held by the attachment hashing to `hash`.
+pub fn index_name(hash: u64, addr: IpAddr) -> String {
+    format!("{INDEX_PREFIX}{hash:016x}-{addr}")
+}
+
+/// The hash and address of an index link's name.
+fn parse_index_name(name: &str) -> Option<(u64, IpAddr)> {
+    let rest = name.strip_prefix(INDEX_PREFIX)?;
+    let (hash, addr) = rest.split_once('-')?;
+    if hash.len() != 16 {
+        return None;
+    }
+    Some((u64::from_str_radix(hash, 16).ok()?, addr.parse().ok()?))
+}
 
 /// A lease file is `<id>\r\n<ifname>`: a few dozen bytes. Anything longer
 /// is garbage (and not read to the end).
@@ -120,8 +165,24 @@ pub struct Lease {
     /// The file name, as found (the address in the reference's spelling).
     pub name: String,
     pub addr: IpAddr,
+    /// The attachment hash its index link names; `None` when the lease has
+    /// no index link (the holder is then known only by reading it).
+    pub indexed_as: Option<u64>,
+    /// Its index links, removed with it.
+    pub links: Vec<String>,
     /// The content, when the scan was asked to read it.
     pub holder: Option<Holder>,
+}
+
+/// What a scan is told of a lease when deciding whether to read it: the
+/// address and the attachment hash of its index link, if any.
+pub type ReadFilter<'a> = &'a dyn Fn(IpAddr, Option<u64>) -> bool;
+
+/// A read filter for the leases that can belong to `who`: those indexed
+/// under its hash and those with no index (their holder is unknown).
+pub fn maybe_held_by(who: &Attachment) -> impl Fn(IpAddr, Option<u64>) -> bool {
+    let key = attachment_hash(who);
+    move |_, indexed_as| indexed_as.is_none_or(|h| h == key)
 }
 
 /// What one pass over the directory found.
@@ -230,15 +291,18 @@ impl Store {
         &self.path
     }
 
-    /// One pass over the directory. Lists every lease, reads the content of
-    /// those for which `read(addr)` is true, and (under the lock) removes
-    /// temp files left by a crash: no ADD of ours is running, so they are
-    /// stale. Nothing else is touched.
-    pub fn scan(&self, read: &dyn Fn(IpAddr) -> bool) -> Result<Scan, Error> {
+    /// One pass over the directory. Lists every lease with its index links,
+    /// reads the content of those for which `read(addr, indexed_as)` is
+    /// true, and (under the lock) removes temp files left by a crash (no ADD
+    /// of ours is running, so they are stale) and stale index links. Nothing
+    /// else is touched.
+    pub fn scan(&self, read: ReadFilter) -> Result<Scan, Error> {
         let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
         let mut dir = Dir::openat(&self.dir, ".", flags, Mode::empty())
             .map_err(|e| self.io_error("listing", e))?;
         let mut scan = Scan::default();
+        let mut inodes: HashMap<IpAddr, (usize, u64)> = HashMap::new();
+        let mut links: Vec<(String, u64, IpAddr, u64)> = Vec::new();
         for entry in dir.iter() {
             let entry = entry.map_err(|e| self.io_error("listing", e))?;
             let Ok(name) = entry.file_name().to_str() else {
@@ -246,8 +310,12 @@ impl Store {
             };
             if name.starts_with(TEMP_PREFIX) {
                 if self.lock.is_some() {
-                    self.remove_stale_temp(name);
+                    self.remove_stale(name);
                 }
+                continue;
+            }
+            if let Some((hash, addr)) = parse_index_name(name) {
+                links.push((name.to_string(), hash, addr, entry.ino()));
                 continue;
             }
             let Ok(addr) = name.parse::<IpAddr>() else {
@@ -266,23 +334,43 @@ impl Store {
                     continue;
                 }
             }
-            let holder = if read(addr) {
-                match self.read_lease_file(name)? {
-                    LeaseRead::Content(h) => Some(h),
-                    LeaseRead::Missing => continue,
-                    LeaseRead::NotRegular => {
-                        scan.refused.push(name.to_string());
-                        continue;
-                    }
-                }
-            } else {
-                None
-            };
+            inodes.insert(addr, (scan.leases.len(), entry.ino()));
             scan.leases.push(Lease {
                 name: name.to_string(),
                 addr,
-                holder,
+                indexed_as: None,
+                links: Vec::new(),
+                holder: None,
             });
+        }
+        for (name, hash, addr, ino) in links {
+            match inodes.get(&addr) {
+                Some(&(i, lease_ino)) if lease_ino == ino => {
+                    let lease = &mut scan.leases[i];
+                    lease.indexed_as = Some(hash);
+                    lease.links.push(name);
+                }
+                // Its lease is gone, or the address was leased again since.
+                _ if self.lock.is_some() => self.remove_stale(&name),
+                _ => {}
+            }
+        }
+        let mut gone = Vec::new();
+        for (i, lease) in scan.leases.iter_mut().enumerate() {
+            if !read(lease.addr, lease.indexed_as) {
+                continue;
+            }
+            match self.read_lease_file(&lease.name)? {
+                LeaseRead::Content(h) => lease.holder = Some(h),
+                LeaseRead::Missing => gone.push(i),
+                LeaseRead::NotRegular => {
+                    scan.refused.push(lease.name.clone());
+                    gone.push(i);
+                }
+            }
+        }
+        for i in gone.into_iter().rev() {
+            scan.leases.remove(i);
         }
         Ok(scan)
     }
@@ -293,11 +381,13 @@ impl Store {
             .map_err(|e| self.io_error(&format!("inspecting {name}"), e))
     }
 
-    fn remove_stale_temp(&self, name: &str) {
+    /// Removes a stale temp file or index link; a failure only costs speed
+    /// (the next scan under the lock tries again), so it is only logged.
+    fn remove_stale(&self, name: &str) {
         match unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => {}
             Err(e) => eprintln!(
-                "host-local: cannot remove stale temp file {}: {e}",
+                "host-local: cannot remove stale {}: {e}",
                 self.path.join(name).display()
             ),
         }
@@ -337,7 +427,9 @@ impl Store {
     }
 
     /// Takes `addr` for `who`; false if it is already taken. The lease
-    /// appears whole or not at all.
+    /// appears whole or not at all, then gets its index link (a lease left
+    /// without one by a crash is read by every scan instead: slower, never
+    /// wrong).
     pub fn reserve(&self, addr: IpAddr, who: &Attachment) -> Result<bool, Error> {
         let name = addr.to_string();
         let temp = files::write_temp_at(
@@ -361,14 +453,37 @@ impl Store {
         };
         if matches!(linked, Ok(true)) {
             fault::point("host-local/linked");
+            self.link_index(&temp, index_name(attachment_hash(who), addr));
         }
         // If this fails the temp file stays until the next scan under the lock.
-        self.remove_stale_temp(&temp);
+        self.remove_stale(&temp);
         linked
     }
 
-    /// Removes the lease file `name`; false if it was already gone.
-    pub fn release(&self, name: &str) -> Result<bool, Error> {
+    /// Links the just written lease (still under its temp name) as `link`.
+    /// A stale link of that name (a lease of `who` at that address released
+    /// by someone who left the link) is replaced.
+    fn link_index(&self, temp: &str, link: String) {
+        for _ in 0..2 {
+            match linkat(&self.dir, temp, &self.dir, link.as_str(), AtFlags::empty()) {
+                Err(Errno::EEXIST) => self.remove_stale(&link),
+                Ok(()) => return,
+                // No index for this lease: scans read it instead.
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Removes the lease file `name` and its index `links` (the links
+    /// first: a crash between leaves an unindexed lease, which scans read,
+    /// rather than a stale link); false if the lease was already gone.
+    pub fn release(&self, name: &str, links: &[String]) -> Result<bool, Error> {
+        for link in links {
+            match unlinkat(&self.dir, link.as_str(), UnlinkatFlags::NoRemoveDir) {
+                Ok(()) | Err(Errno::ENOENT) => {}
+                Err(e) => return Err(self.io_error(&format!("removing the index link {link}"), e)),
+            }
+        }
         match unlinkat(&self.dir, name, UnlinkatFlags::NoRemoveDir) {
             Ok(()) => Ok(true),
             Err(Errno::ENOENT) => Ok(false),
@@ -530,10 +645,23 @@ mod tests {
         );
         assert!(s.reserve(ip("2001:db8::5"), &who("c1", "eth0")).unwrap());
         s.set_last_reserved(0, ip("10.1.0.5")).unwrap();
-        assert_eq!(
-            t.names(),
-            ["10.1.0.5", "2001:db8::5", "last_reserved_ip.0", "lock"]
+        let key = attachment_hash(&who("c1", "eth0"));
+        let (link4, link6) = (
+            index_name(key, ip("10.1.0.5")),
+            index_name(key, ip("2001:db8::5")),
         );
+        let mut expected = vec![
+            "10.1.0.5".to_string(),
+            "2001:db8::5".into(),
+            "last_reserved_ip.0".into(),
+            "lock".into(),
+            link4.clone(),
+            link6.clone(),
+        ];
+        expected.sort();
+        assert_eq!(t.names(), expected);
+        // The index link is the lease itself under a second name.
+        assert_eq!(std::fs::read(t.dir().join(&link4)).unwrap(), b"c1\r\neth0");
         assert_eq!(
             std::fs::read(t.dir().join("10.1.0.5")).unwrap(),
             b"c1\r\neth0"
@@ -554,8 +682,12 @@ mod tests {
             Some(Holder::Attachment(who("c1", "eth0")))
         );
         assert_eq!(s.read_lease(ip("10.1.0.6")).unwrap(), None);
-        assert!(s.release("10.1.0.5").unwrap());
-        assert!(!s.release("10.1.0.5").unwrap(), "already gone");
+        assert!(s.release("10.1.0.5", std::slice::from_ref(&link4)).unwrap());
+        assert!(
+            !t.dir().join(&link4).exists(),
+            "the link goes with its lease"
+        );
+        assert!(!s.release("10.1.0.5", &[link4]).unwrap(), "already gone");
     }
 
     #[test]
@@ -569,7 +701,7 @@ mod tests {
         std::fs::write(t.dir().join("notes.txt"), "ignored").unwrap();
         symlink("/etc/passwd", t.dir().join("10.1.0.9")).unwrap();
         std::fs::create_dir(t.dir().join("10.1.0.10")).unwrap();
-        let scan = s.scan(&|a| a != ip("10.1.0.3")).unwrap();
+        let scan = s.scan(&|a, _| a != ip("10.1.0.3")).unwrap();
         let mut leases: Vec<(String, Option<Holder>)> = scan
             .leases
             .iter()
@@ -603,8 +735,100 @@ mod tests {
         drop(Store::create_locked(&t.loc()).unwrap());
         std::fs::write(t.dir().join(format!("{TEMP_PREFIX}1-1")), "x").unwrap();
         let s = Store::open_unlocked(&t.loc()).unwrap().unwrap();
-        s.scan(&|_| true).unwrap();
+        s.scan(&|_, _| true).unwrap();
         assert!(t.dir().join(format!("{TEMP_PREFIX}1-1")).exists());
+    }
+
+    #[test]
+    fn attachment_hash_is_fnv1a_of_the_lease_content() {
+        // Fixed forever: every version must name the same links.
+        // The published FNV-1a 64 test vectors.
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+        assert_eq!(attachment_hash(&who("c1", "eth0")), fnv1a64(b"c1\r\neth0"));
+        assert_ne!(
+            attachment_hash(&who("c1", "eth0")),
+            attachment_hash(&who("c1", "eth1"))
+        );
+        let name = index_name(0xab, ip("2001:db8::5"));
+        assert_eq!(name, ".held-by-00000000000000ab-2001:db8::5");
+        assert_eq!(parse_index_name(&name), Some((0xab, ip("2001:db8::5"))));
+        assert_eq!(parse_index_name(".held-by-ab-10.1.0.1"), None);
+        assert_eq!(parse_index_name(".held-by-00000000000000ab-lock"), None);
+        assert!(name.parse::<IpAddr>().is_err(), "never taken for a lease");
+    }
+
+    #[test]
+    fn scan_reads_only_what_the_index_cannot_rule_out() {
+        let t = Tmp::new("index");
+        let s = Store::create_locked(&t.loc()).unwrap();
+        let (a, b) = (who("a", "eth0"), who("b", "eth0"));
+        assert!(s.reserve(ip("10.1.0.2"), &a).unwrap());
+        assert!(s.reserve(ip("10.1.0.3"), &b).unwrap());
+        // Written by the Go plugin: no index link.
+        std::fs::write(t.dir().join("10.1.0.4"), "c\r\neth0").unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let scan = s
+            .scan(&|addr, indexed_as| {
+                seen.borrow_mut().push(addr);
+                maybe_held_by(&a)(addr, indexed_as)
+            })
+            .unwrap();
+        assert_eq!(seen.borrow().len(), 3);
+        let holder = |addr: &str| {
+            let l = scan.leases.iter().find(|l| l.name == addr).unwrap();
+            (l.indexed_as, l.holder.clone())
+        };
+        assert_eq!(
+            holder("10.1.0.2"),
+            (
+                Some(attachment_hash(&a)),
+                Some(Holder::Attachment(a.clone()))
+            )
+        );
+        assert_eq!(holder("10.1.0.3"), (Some(attachment_hash(&b)), None));
+        assert_eq!(
+            holder("10.1.0.4"),
+            (None, Some(Holder::Attachment(who("c", "eth0"))))
+        );
+    }
+
+    #[test]
+    fn stale_index_links_are_ignored_and_removed_under_the_lock() {
+        let t = Tmp::new("stale");
+        let s = Store::create_locked(&t.loc()).unwrap();
+        let (a, b) = (who("a", "eth0"), who("b", "eth0"));
+        assert!(s.reserve(ip("10.1.0.2"), &a).unwrap());
+        let link_a = index_name(attachment_hash(&a), ip("10.1.0.2"));
+        // Released by something that left the link (an older version of
+        // ours), then leased again by the Go plugin to b.
+        std::fs::remove_file(t.dir().join("10.1.0.2")).unwrap();
+        std::fs::write(t.dir().join("10.1.0.2"), "b\r\neth0").unwrap();
+        // And a link whose lease is gone altogether.
+        let link_gone = index_name(attachment_hash(&a), ip("10.1.0.9"));
+        std::fs::write(t.dir().join(&link_gone), "a\r\neth0").unwrap();
+
+        let unlocked = Store::open_unlocked(&t.loc()).unwrap().unwrap();
+        let scan = unlocked.scan(&maybe_held_by(&a)).unwrap();
+        assert_eq!(scan.leases.len(), 1);
+        assert_eq!(scan.leases[0].indexed_as, None, "not the same inode");
+        assert_eq!(scan.leases[0].holder, Some(Holder::Attachment(b.clone())));
+        assert!(
+            t.dir().join(&link_a).exists(),
+            "an unlocked scan removes nothing"
+        );
+
+        s.scan(&|_, _| false).unwrap();
+        assert!(!t.dir().join(&link_a).exists());
+        assert!(!t.dir().join(&link_gone).exists());
+        // A new lease of a at that address replaces a stale link of the same name.
+        std::fs::write(t.dir().join(&link_a), "a\r\neth0").unwrap();
+        assert!(s.release("10.1.0.2", &[]).unwrap());
+        assert!(s.reserve(ip("10.1.0.2"), &a).unwrap());
+        let scan = s.scan(&|_, _| false).unwrap();
+        assert_eq!(scan.leases[0].indexed_as, Some(attachment_hash(&a)));
+        assert_eq!(scan.leases[0].links, [link_a]);
     }
 
     #[test]

@@ -349,16 +349,58 @@ pub fn assert_ok(out: &PluginOutput) {
 /// The addresses host-local holds in its network directory `dir`, sorted
 /// (none when `dir` does not exist).
 pub fn leases_in(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(dir)
+    lease_files_in(dir)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect()
+}
+
+/// host-local's lease files in `dir` with their content, sorted: neither
+/// `lock`, `last_reserved_ip.*` nor the index links (checked on the way:
+/// see [`index_links_in`]).
+pub fn lease_files_in(dir: &Path) -> Vec<(String, String)> {
+    let links = index_links_in(dir);
+    let mut v: Vec<(String, String)> = std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
                 .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
+                .filter(|n| !links.contains(n))
+                .map(|n| {
+                    let content = std::fs::read_to_string(dir.join(&n)).unwrap_or_default();
+                    (n, content)
+                })
                 .collect()
         })
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// Our host-local's index links in `dir` (`.held-by-<hash>-<address>`),
+/// sorted, asserting that each is its lease under a second name (a hard
+/// link), never a stale one: what the plugin guarantees after any verb.
+pub fn index_links_in(dir: &Path) -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mut links: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(".held-by-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    links.sort();
+    let ino = |n: &str| std::fs::symlink_metadata(dir.join(n)).map(|m| m.ino()).ok();
+    for link in &links {
+        let addr = link.rsplit_once('-').expect("-<address>").1;
+        assert!(
+            ino(addr).is_some() && ino(addr) == ino(link),
+            "index link {link} is not the lease {addr} in {}",
+            dir.display()
+        );
+    }
+    links
 }
 
 /// Sets each key of the object `extra` on the object `base`.

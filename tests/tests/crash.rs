@@ -139,20 +139,9 @@ impl Site {
         }
     }
 
-    /// The lease files (neither `lock` nor `last_reserved_ip.*`) of the
-    /// network under the lease dir.
+    /// The lease files of the network under the lease dir, with content.
     fn leases(&self) -> Vec<(String, String)> {
-        let dir = self.path("leases").join(&self.net);
-        let mut v: Vec<(String, String)> = tree(&dir)
-            .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip."))
-            .map(|n| {
-                let c = std::fs::read_to_string(dir.join(&n)).unwrap_or_default();
-                (n, c)
-            })
-            .collect();
-        v.sort();
-        v
+        lease_files_in(&self.path("leases").join(&self.net))
     }
 
     fn cache_file(&self, cid: &str) -> PathBuf {

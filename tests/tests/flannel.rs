@@ -235,17 +235,7 @@ impl Site {
     /// The lease files of the network (address → content), without the
     /// lock and last_reserved bookkeeping.
     fn leases(&self) -> Vec<(String, String)> {
-        let dir = self.leases.path().join(NET);
-        let mut v: Vec<(String, String)> = names_in(&dir)
-            .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip"))
-            .map(|n| {
-                let c = std::fs::read_to_string(dir.join(&n)).unwrap_or_default();
-                (n, c)
-            })
-            .collect();
-        v.sort();
-        v
+        lease_files_in(&self.leases.path().join(NET))
     }
 
     /// The host ends of the veths enslaved to `bridge` in the node.

@@ -119,13 +119,23 @@ fn host_local_creates_0600_leases_and_refuses_planted_symlinks() {
     assert_eq!(tree(&dir).len(), 2, "{:?}", tree(&dir)); // lock and the link
     std::fs::remove_file(dir.join("last_reserved_ip.0")).unwrap();
 
-    // Nothing planted: the files and their modes, nothing else.
+    // The lease's index link (FNV-1a 64 of "c1\r\neth0") planted as a
+    // symlink: replaced by the link, never followed.
+    let index = ".held-by-44ee69187b69bb13-10.88.0.2";
+    symlink(victim.join("precious"), dir.join(index)).unwrap();
+
+    // Then: the files and their modes, nothing else.
     let out = hl("ADD", "c1", &conf);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert_eq!(out.json()["ips"][0]["address"], "10.88.0.2/24");
-    assert_eq!(tree(&dir), ["10.88.0.2", "last_reserved_ip.0", "lock"]);
+    assert_eq!(victim_state(&victim), before);
+    assert_eq!(
+        tree(&dir),
+        [index, "10.88.0.2", "last_reserved_ip.0", "lock"]
+    );
     assert_eq!(std::fs::read(dir.join("10.88.0.2")).unwrap(), b"c1\r\neth0");
     for (name, mode) in [
+        (index, 0o600),
         ("10.88.0.2", 0o600),
         ("last_reserved_ip.0", 0o600),
         ("lock", 0o600),
@@ -156,6 +166,7 @@ fn host_local_creates_0600_leases_and_refuses_planted_symlinks() {
         tree(&real),
         [
             "fsnet/",
+            "fsnet/.held-by-22deb3e65223ccfe-10.88.0.2",
             "fsnet/10.88.0.2",
             "fsnet/last_reserved_ip.0",
             "fsnet/lock"
@@ -215,10 +226,7 @@ impl Runtime {
     }
 
     fn leases(&self) -> Vec<String> {
-        tree(&self.t.path().join("data/fsnet"))
-            .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip."))
-            .collect()
+        leases_in(&self.t.path().join("data/fsnet"))
     }
 }
 
@@ -354,10 +362,7 @@ impl Flannel {
     }
 
     fn leases(&self) -> Vec<String> {
-        tree(&self.t.path().join("leases/fsfl"))
-            .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip."))
-            .collect()
+        leases_in(&self.t.path().join("leases/fsfl"))
     }
 }
 

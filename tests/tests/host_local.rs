@@ -46,9 +46,15 @@ impl Net {
         json!({"cniVersion": version, "name": NET, "type": "host-local", "ipam": self.ipam})
     }
 
-    /// Every file of the lease directory with its bytes.
+    /// Every file of the lease directory with its bytes, but our index
+    /// links (checked here: each is its lease under a second name): what
+    /// the Go plugin would have written.
     fn files(&self) -> BTreeMap<String, Vec<u8>> {
-        files_of(&self.dir())
+        let mut files = files_of(&self.dir());
+        for link in index_links_in(&self.dir()) {
+            files.remove(&link);
+        }
+        files
     }
 
     fn names(&self) -> Vec<String> {
@@ -1054,6 +1060,16 @@ fn go_and_rust_share_one_data_dir_both_ways() {
         ],
         "one round robin, whoever writes"
     );
+    // Ours index their leases (a second name, same file); Go's have none.
+    let mut links: Vec<String> = index_links_in(&net.dir())
+        .iter()
+        .map(|l| l.rsplit_once('-').unwrap().1.to_string())
+        .collect();
+    links.sort();
+    assert_eq!(
+        links,
+        ["10.32.0.3", "10.32.0.5", "2001:db8:32::3", "2001:db8:32::5"]
+    );
     // Each one sees the other's leases as taken and as duplicates.
     call(&go, "ADD", "rs-1", "eth0", &conf, &[])
         .assert_error(999, "duplicate allocation is not allowed");
@@ -1090,6 +1106,11 @@ fn go_and_rust_share_one_data_dir_both_ways() {
     assert_eq!(
         net.names(),
         ["last_reserved_ip.0", "last_reserved_ip.1", "lock"]
+    );
+    assert_eq!(
+        index_links_in(&net.dir()),
+        Vec::<String>::new(),
+        "Go's DEL removes our index links with the leases"
     );
     // A stale temp file of ours is no lease to Go, and ours removes it.
     std::fs::write(net.dir().join(".tmp-host-local-1-1"), "x\r\neth0").unwrap();

@@ -49,10 +49,7 @@ impl Soak {
     }
 
     fn leases(&self) -> Vec<String> {
-        tree(&self.lease_dir())
-            .into_iter()
-            .filter(|n| n != "lock" && !n.starts_with("last_reserved_ip."))
-            .collect()
+        leases_in(&self.lease_dir())
     }
 
     fn cache_dir(&self) -> PathBuf {
