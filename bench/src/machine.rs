@@ -151,6 +151,34 @@ impl CpuSnapshot {
     }
 }
 
+/// Waits until the whole machine is quiet, at most `limit`: new pods keep
+/// the kernel busy for seconds after their ADD (IPv6 DAD, router
+/// solicitations and MLD reports flooded to every bridge port), which
+/// would slow whatever runs next, the empty twin included. Quiet: under 5%
+/// of all CPUs busy over two 250 ms samples in a row. Returns the seconds
+/// waited and whether it got quiet.
+pub fn settle(limit: std::time::Duration) -> (f64, bool) {
+    let start = std::time::Instant::now();
+    let mut quiet_in_a_row = 0;
+    let mut before = CpuSnapshot::take();
+    while start.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let now = CpuSnapshot::take();
+        let total = now.total_s - before.total_s;
+        let busy = now.busy_s - before.busy_s;
+        before = now;
+        quiet_in_a_row = if total > 0.0 && busy / total < 0.05 {
+            quiet_in_a_row + 1
+        } else {
+            0
+        };
+        if quiet_in_a_row == 2 {
+            return (start.elapsed().as_secs_f64(), true);
+        }
+    }
+    (start.elapsed().as_secs_f64(), false)
+}
+
 fn rusage_s(who: libc::c_int) -> f64 {
     // SAFETY: all-zero is a valid rusage; getrusage fills it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };

@@ -278,12 +278,14 @@ impl Report<'_> {
                 );
             }
         }
-        for (title, big) in [
-            (crate::sweep::CHAIN_TITLE, 1000usize),
-            (crate::sweep::PORTMAP_TITLE, 1000),
-            (crate::sweep::PORTMAP_ALONE_TITLE, 1000),
-            (crate::sweep::HOST_LOCAL_TITLE, 1000),
-            (crate::sweep::HOST_LOCAL_TITLE, 10000),
+        // The growth target is at 1,000; 10,000 leases is reported
+        // beside it, judged by the same bound but not a target.
+        for (title, big, is_target) in [
+            (crate::sweep::CHAIN_TITLE, 1000usize, true),
+            (crate::sweep::PORTMAP_TITLE, 1000, true),
+            (crate::sweep::PORTMAP_ALONE_TITLE, 1000, true),
+            (crate::sweep::HOST_LOCAL_TITLE, 1000, true),
+            (crate::sweep::HOST_LOCAL_TITLE, 10000, false),
         ] {
             let Some(sw) = self.sweep(title) else {
                 continue;
@@ -301,15 +303,23 @@ impl Report<'_> {
                 match (zero, at) {
                     (Some(z), Some(a)) => {
                         let g = a.growth(z, Side::Ours, add);
+                        let judged = verdict(g.map(|v| v <= GROWTH_TARGET));
+                        let judged = if is_target {
+                            judged.to_string()
+                        } else {
+                            format!(
+                                "{} (reported; the target is at 1,000)",
+                                judged.replace('*', "")
+                            )
+                        };
                         let _ = writeln!(
                             s,
-                            "| {what} | {} ({} ms vs {} ms; reference {}; against the empty twin in the same minutes {}) | {} |",
+                            "| {what} | {} ({} ms vs {} ms; reference {}; against the empty twin in the same minutes {}) | {judged} |",
                             x(g),
                             ms(a.here(Side::Ours, add).p50()),
                             ms(z.here(Side::Ours, add).p50()),
                             x(a.growth(z, Side::Reference, add)),
                             x(a.growth_vs_twin(Side::Ours, add)),
-                            verdict(g.map(|v| v <= GROWTH_TARGET))
                         );
                     }
                     _ => {
@@ -597,11 +607,20 @@ impl Report<'_> {
             if !f.steps.is_empty() {
                 let _ = writeln!(s, "Filling the node (real ADDs):\n");
                 let mut from = 0;
-                for (to, ours, reference) in &f.steps {
+                for (i, (to, ours, reference)) in f.steps.iter().enumerate() {
                     let n = (to - from).max(1) as f64;
+                    let settled = match f.settled.get(i) {
+                        Some((waited, true)) => {
+                            format!("; then {waited:.1} s until the machine was quiet")
+                        }
+                        Some((waited, false)) => {
+                            format!("; the machine was still busy {waited:.0} s later")
+                        }
+                        None => String::new(),
+                    };
                     let _ = writeln!(
                         s,
-                        "- pods {from}..{to}: our chain ADDs {ours:.1} s ({:.1} ms each); reference portmap ADDs {reference:.1} s ({:.1} ms each)",
+                        "- pods {from}..{to}: our chain ADDs {ours:.1} s ({:.1} ms each); reference portmap ADDs {reference:.1} s ({:.1} ms each){settled}",
                         ours * 1e3 / n,
                         reference * 1e3 / n
                     );

@@ -137,6 +137,9 @@ impl Sweep {
 pub struct Filling {
     /// (pods reached, seconds of our chain ADDs, seconds of reference portmap ADDs)
     pub steps: Vec<(usize, f64, f64)>,
+    /// After each step: seconds waited for the machine to be quiet, and
+    /// whether it got quiet within the limit.
+    pub settled: Vec<(f64, bool)>,
 }
 
 /// Syscall summaries taken in the sweep, with where they were taken.
@@ -318,6 +321,12 @@ pub fn pods(
             let (ours_s, ref_s) = fill(ns, &filled, with_portmap, present, level)
                 .map_err(|e| format!("filling the node to {level} pods: {e}"))?;
             filling.steps.push((level, ours_s, ref_s));
+            let (waited, quiet) = crate::machine::settle(std::time::Duration::from_secs(60));
+            eprintln!(
+                "  waited {waited:.1} s for the machine to be quiet{}",
+                if quiet { "" } else { " (it never was)" }
+            );
+            filling.settled.push((waited, quiet));
             present = level;
         }
         eprintln!("  {present} pods present: measuring, alternating with the empty twin");
