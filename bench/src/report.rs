@@ -1033,11 +1033,14 @@ impl Report<'_> {
              with the filled node in every iteration; growth against the twin is what the node's \
              own state costs, free of drift, but it misses machine-wide costs of the namespaces \
              and devices present (the twin pays them too), which the kernel veth floor measured \
-             at each level shows. host-local alone: its own `dataDir` filled with lease files in the Go \
-             format (`<ip>` holding `<cid>\\r\\n<ifname>`, consecutive from 10.220.0.2, \
-             `last_reserved_ip.0` at the last one as the plugin leaves it), run through the runtime \
-             (DEL gets the cached result as `prevResult`), alternating with the same config on an \
-             empty `dataDir`.\n\
+             at each level shows. After each fill the bench waits until the machine is quiet \
+             (new pods keep the kernel busy for a moment). host-local alone: each side on a \
+             `dataDir` holding the leases its own plugin leaves, consecutive from 10.220.0.2: ours \
+             filled by real ADDs of our host-local (each lease with its index link), the \
+             reference's written in the Go format (`<ip>` holding `<cid>\\r\\n<ifname>`, \
+             `last_reserved_ip.0` at the last one as the Go plugin leaves it), run through the \
+             runtime (DEL gets the cached result as `prevResult`), alternating with the same \
+             config on an empty `dataDir`.\n\
              - **Where the time goes.** `VERSION` runs of each binary (process start + init only), \
              `/bin/true` as the floor of any process, and `strace -f -c` of one ADD and one DEL of \
              each of our plugins.\n"
