@@ -179,23 +179,6 @@ pub fn settle(limit: std::time::Duration) -> (f64, bool) {
     (start.elapsed().as_secs_f64(), false)
 }
 
-/// Lets the kernel finish what the previous run left behind before the
-/// next one is timed: objects a run deleted (devices, nf_tables rules: the
-/// reference's `iptables-restore` replaces whole chains) are freed after an
-/// RCU grace period by callbacks and workers that would otherwise run, and
-/// make a `rcu_barrier()` wait, inside whichever run comes next, the other
-/// side's included. Two global membarriers are two grace periods
-/// (`synchronize_rcu`): the first ends the grace period the freed objects
-/// wait for, the second lets their callbacks run. Pods in real life come
-/// seconds apart, not back to back.
-pub fn quiesce() {
-    const MEMBARRIER_CMD_GLOBAL: libc::c_long = 1;
-    for _ in 0..2 {
-        // SAFETY: membarrier takes no pointers; a kernel without it says so.
-        unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) };
-    }
-}
-
 fn rusage_s(who: libc::c_int) -> f64 {
     // SAFETY: all-zero is a valid rusage; getrusage fills it.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };

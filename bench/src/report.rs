@@ -1007,12 +1007,7 @@ impl Report<'_> {
              `del_network_list`, as `cnitool` and a container runtime call it, result cache \
              written and read), so the only processes are the plugins; wall time around each call. \
              Per iteration: ours ADD, ours DEL, reference ADD, reference DEL (which side goes \
-             first alternates), then the same plugin by plugin. One untimed warm-up round per side. \
-             Before every timed ADD and DEL the bench waits two RCU grace periods (two global \
-             `membarrier`s) untimed, so the kernel has freed what the previous run deleted: \
-             otherwise one side's leftovers (the reference's `iptables-restore` replaces whole \
-             chains) are paid inside the other side's next run, as pods coming seconds apart \
-             never pay them.\n\
+             first alternates), then the same plugin by plugin. One untimed warm-up round per side.\n\
              - **Per plugin.** Each plugin spawned directly the way a runtime spawns it \
              (`posix_spawn`, stdin/stdout/stderr piped, the six `CNI_*` variables), with the stdin \
              libcni builds (`prevResult` from the previous plugin's output; DEL in reverse with the \

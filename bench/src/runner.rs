@@ -66,7 +66,6 @@ impl SideSetup {
     /// ADD then DEL through the runtime; returns both wall times in ms.
     /// After a failed ADD the DEL still runs (as a runtime must), untimed.
     pub fn runtime_add_del(&self, rt: &RuntimeConf) -> Result<(f64, f64), String> {
-        crate::machine::quiesce();
         let start = Instant::now();
         let added = self.cni.add_network_list(&self.list, rt);
         let add_ms = elapsed_ms(start);
@@ -74,7 +73,6 @@ impl SideSetup {
             let _ = self.cni.del_network_list(&self.list, rt);
             return Err(format!("ADD: {e}"));
         }
-        crate::machine::quiesce();
         let start = Instant::now();
         self.cni
             .del_network_list(&self.list, rt)
@@ -105,7 +103,6 @@ impl SideSetup {
         };
         let mut prev: Option<Value> = None;
         let mut failure = None;
-        crate::machine::quiesce();
         for plugin in &self.list.plugins {
             let exit = self.call(plugin, "ADD", prev.as_ref(), rt, mode, &mut run.peaks)?;
             if !exit.success {
@@ -129,7 +126,6 @@ impl SideSetup {
             run.add.push(exit);
         }
         let mut del_failure = None;
-        crate::machine::quiesce();
         for plugin in self.list.plugins.iter().rev() {
             let exit = self.call(plugin, "DEL", prev.as_ref(), rt, mode, &mut run.peaks)?;
             if !exit.success && del_failure.is_none() {
