@@ -196,6 +196,14 @@ impl TempDir {
         std::fs::write(&p, contents).expect("write");
         p
     }
+
+    /// Writes `name` inside the directory, mode 0755 (a script plugin).
+    pub fn write_executable(&self, name: &str, contents: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = self.write(name, contents);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        p
+    }
 }
 
 impl Drop for TempDir {
@@ -230,6 +238,21 @@ impl PluginOutput {
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {:?}", self.stdout))
+    }
+
+    /// Asserts success with nothing on stdout (DEL, CHECK, GC, STATUS).
+    pub fn assert_silent_ok(&self) {
+        assert_eq!(
+            (self.exit_code, self.stdout.as_str()),
+            (0, ""),
+            "expected success without output: {self:?}"
+        );
+    }
+
+    /// Asserts success and returns the result JSON (ADD).
+    pub fn result(&self) -> Value {
+        assert_eq!(self.exit_code, 0, "expected success: {self:?}");
+        self.json()
     }
 
     /// Asserts a spec error with `code` whose message contains `needle`.

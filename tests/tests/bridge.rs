@@ -71,18 +71,11 @@ impl Net {
 
     /// ADD that must succeed; returns the result.
     fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
-        let out = self.call("ADD", Some(pod), cid, conf);
-        assert_eq!(out.exit_code, 0, "ADD failed: {out:?}");
-        out.json()
+        self.call("ADD", Some(pod), cid, conf).result()
     }
 
     fn del(&self, pod: Option<&Netns>, cid: &str, conf: &Value) {
-        let out = self.call("DEL", pod, cid, conf);
-        assert_eq!(
-            (out.exit_code, out.stdout.as_str()),
-            (0, ""),
-            "DEL failed: {out:?}"
-        );
+        self.call("DEL", pod, cid, conf).assert_silent_ok();
     }
 
     /// The addresses host-local holds for network `net`.
@@ -97,10 +90,8 @@ impl Net {
 
     /// Writes an executable script plugin `name` into CNI_PATH.
     fn script(&self, name: &str, body: &str) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let p = self.path.write(name, &format!("#!/bin/sh\n{body}\n"));
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        p
+        self.path
+            .write_executable(name, &format!("#!/bin/sh\n{body}\n"))
     }
 }
 
@@ -710,7 +701,7 @@ fn del_after_the_namespace_is_gone_and_del_twice() {
     ];
     for _ in 0..2 {
         let out = call_plugin(Some(&net.node.ns), &bin("bridge"), &env, &conf.to_string());
-        assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+        out.assert_silent_ok();
         assert_eq!(net.leases("del"), Vec::<String>::new());
     }
     // The kernel removes the pair with the namespace, asynchronously.
@@ -761,7 +752,7 @@ fn check_fails_once_the_container_address_is_deleted() {
     let r = net.add(&pod, "ctr-k", &conf);
     let checked = with_prev(&conf, &r);
     let out = net.call("CHECK", Some(&pod), "ctr-k", &checked);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
 
     // CHECK without prevResult is a config error.
     net.call("CHECK", Some(&pod), "ctr-k", &conf)

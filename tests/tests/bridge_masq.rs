@@ -110,18 +110,11 @@ impl Site {
     }
 
     fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
-        let out = self.call("ADD", Some(pod), cid, conf);
-        assert_eq!(out.exit_code, 0, "ADD {cid} failed: {out:?}");
-        out.json()
+        self.call("ADD", Some(pod), cid, conf).result()
     }
 
     fn del(&self, pod: Option<&Netns>, cid: &str, conf: &Value) {
-        let out = self.call("DEL", pod, cid, conf);
-        assert_eq!(
-            (out.exit_code, out.stdout.as_str()),
-            (0, ""),
-            "DEL {cid} failed: {out:?}"
-        );
+        self.call("DEL", pod, cid, conf).assert_silent_ok();
     }
 
     /// GC of `conf`'s network with these container IDs (on eth0) valid.
@@ -152,9 +145,8 @@ impl Site {
 
     /// Writes an executable script plugin `name` into CNI_PATH.
     fn script(&self, name: &str, body: &str) {
-        use std::os::unix::fs::PermissionsExt;
-        let p = self.path.write(name, &format!("#!/bin/sh\n{body}\n"));
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        self.path
+            .write_executable(name, &format!("#!/bin/sh\n{body}\n"));
     }
 }
 
@@ -387,7 +379,7 @@ fn masquerade_to_upstream(backend: &str) {
     let mut checked = conf.clone();
     checked["prevResult"] = rb.clone();
     let out = site.call("CHECK", Some(&b), "ctr-b", &checked);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     if backend == "nftables" {
         run_ok(site.node.ns.command("nft").args([
             "delete",
@@ -438,7 +430,7 @@ fn masquerade_to_upstream(backend: &str) {
         &conf,
         &[],
     );
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     assert_eq!(masqueraded(&site.node.ns, backend), ["10.88.0.3 ctr-b"]);
     nothing_for(&site.node.ns, &["ctr-a"]);
     // DEL with an empty CNI_NETNS (the Go plugin leaks the rules there).
@@ -625,7 +617,7 @@ fn same_rules_as_the_go_reference_and_each_deletes_the_others() {
         &conf_go,
         &[],
     );
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     // The Go DEL on our node removes ours.
     let out = go_call("DEL", &ours, &pod_ours, &conf_ours);
     assert_eq!(
@@ -751,7 +743,7 @@ fn macspoofchk_drops_spoofed_frames_and_del_and_gc_remove_it() {
     let a_path = a.path();
     drop(a);
     for _ in 0..2 {
-        let out = call_in(
+        call_in(
             node,
             &bin("bridge"),
             &site.path.path().display().to_string(),
@@ -760,8 +752,8 @@ fn macspoofchk_drops_spoofed_frames_and_del_and_gc_remove_it() {
             "ctr-s",
             &conf,
             &[],
-        );
-        assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+        )
+        .assert_silent_ok();
     }
     assert_eq!(spoofchecked(node), ["ctr-o-eth0"]);
     assert!(!nft_ruleset(node).contains("cni-br-iface-ctr-s"));

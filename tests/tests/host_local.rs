@@ -120,8 +120,7 @@ fn addrs(result: &Value) -> Vec<String> {
 }
 
 fn ok(out: PluginOutput) {
-    assert_eq!(out.exit_code, 0, "{out:?}");
-    assert_eq!(out.stdout, "", "no output on success");
+    out.assert_silent_ok();
 }
 
 /// `conf` with the `prevResult` of an ADD.

@@ -180,10 +180,10 @@ fn add_check_del_in_a_pod_namespace() {
     );
 
     let out = call_plugin(Some(&node), &plugin, &env("CHECK", &netns), &conf("1.0.0"));
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
 
     let out = call_plugin(Some(&node), &plugin, &env("DEL", &netns), &conf("1.0.0"));
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     assert!(!pod.link_is_up("lo"));
     call_plugin(Some(&node), &plugin, &env("CHECK", &netns), &conf("1.0.0"))
         .assert_error(102, "down");
@@ -304,11 +304,11 @@ fn cnitool_add_check_del_a_loopback_conflist() {
     assert_eq!(cached["result"], expected_result("1.1.0", &netns));
 
     let out = run(&["check", "lo-net", &netns]);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     let out = run(&["status", "lo-net", &netns]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     let out = run(&["del", "lo-net", &netns]);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     assert!(!pod.link_is_up("lo"));
     assert!(
         !cache_file(&node, "ctr-7").exists(),

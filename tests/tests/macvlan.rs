@@ -106,18 +106,11 @@ impl Lan {
     }
 
     fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
-        let out = self.call("ADD", Some(pod), cid, conf);
-        assert_eq!(out.exit_code, 0, "ADD failed: {out:?}");
-        out.json()
+        self.call("ADD", Some(pod), cid, conf).result()
     }
 
     fn del(&self, pod: Option<&Netns>, cid: &str, conf: &Value) {
-        let out = self.call("DEL", pod, cid, conf);
-        assert_eq!(
-            (out.exit_code, out.stdout.as_str()),
-            (0, ""),
-            "DEL failed: {out:?}"
-        );
+        self.call("DEL", pod, cid, conf).assert_silent_ok();
     }
 
     /// The addresses host-local holds for network `net`.
@@ -127,10 +120,8 @@ impl Lan {
 
     /// Writes an executable script plugin `name` into CNI_PATH.
     fn script(&self, name: &str, body: &str) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let p = self.path.write(name, &format!("#!/bin/sh\n{body}\n"));
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
-        p
+        self.path
+            .write_executable(name, &format!("#!/bin/sh\n{body}\n"))
     }
 
     fn ifindex(&self, ns: &Netns, dev: &str) -> Value {
@@ -361,7 +352,7 @@ fn a_multus_style_pod_has_eth0_on_the_bridge_and_net1_on_macvlan() {
     // CHECK of both, then DEL in reverse order.
     let checked = with_prev(&second, &r);
     let out = lan.call_env("CHECK", Some(&pod), "ctr-m", "net1", &checked, &[]);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     let out = lan.call_env("DEL", Some(&pod), "ctr-m", "net1", &second, &[]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert_eq!(links(&pod), ["eth0"]);
@@ -555,7 +546,7 @@ fn link_in_container_takes_the_master_from_the_pod() {
     assert_eq!(links(&lan.node.ns), ["up0"]);
     ping(&pod, "10.72.0.1");
     let out = lan.call("CHECK", Some(&pod), "ctr-c", &with_prev(&conf, &r));
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     // The same config without linkInContainer: up0's index is another link.
     let mut other = with_prev(&conf, &r);
     other["master"] = json!("up0");
@@ -595,7 +586,7 @@ fn del_without_the_namespace_twice_and_without_netns() {
             ],
             &conf.to_string(),
         );
-        assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+        out.assert_silent_ok();
         assert_eq!(lan.leases("del"), Vec::<String>::new());
     }
     // An empty CNI_NETNS releases the lease only; the link stays until a
@@ -630,7 +621,7 @@ fn check_fails_once_the_address_is_removed() {
     let r = lan.add(&pod, "ctr-k", &conf);
     let checked = with_prev(&conf, &r);
     let out = lan.call("CHECK", Some(&pod), "ctr-k", &checked);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     lan.call("CHECK", Some(&pod), "ctr-k", &conf)
         .assert_error(7, "prevResult");
     // Another mode than the link's.

@@ -116,18 +116,11 @@ impl Net {
     }
 
     fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
-        let out = self.ours("ADD", Some(pod), cid, conf);
-        assert_eq!(out.exit_code, 0, "ADD failed: {out:?}");
-        out.json()
+        self.ours("ADD", Some(pod), cid, conf).result()
     }
 
     fn del(&self, pod: Option<&Netns>, cid: &str, conf: &Value) {
-        let out = self.ours("DEL", pod, cid, conf);
-        assert_eq!(
-            (out.exit_code, out.stdout.as_str()),
-            (0, ""),
-            "DEL failed: {out:?}"
-        );
+        self.ours("DEL", pod, cid, conf).assert_silent_ok();
     }
 
     /// The names in the backup directory.
@@ -262,7 +255,7 @@ fn everything_is_applied_passed_through_and_restored_exactly() {
     // CHECK agrees, and then finds what is changed by hand.
     let checked = net.conf(&r, everything());
     let out = net.ours("CHECK", Some(&pod), "ctr-1", &checked);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
     set_sysctl(&pod, "net/core/somaxconn", "100");
     net.ours("CHECK", Some(&pod), "ctr-1", &checked)
         .assert_error(
@@ -286,7 +279,7 @@ fn everything_is_applied_passed_through_and_restored_exactly() {
         .assert_error(102, "\"eth0\" promiscuous mode is false, configured true");
     pod.ip(&["link", "set", "eth0", "promisc", "on"]);
     let out = net.ours("CHECK", Some(&pod), "ctr-1", &checked);
-    assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+    out.assert_silent_ok();
 
     // DEL puts back exactly what was there, and removes the backup.
     net.del(Some(&pod), "ctr-1", &conf);
@@ -325,7 +318,7 @@ fn del_succeeds_without_the_namespace_and_removes_the_backup() {
             ],
             &conf.to_string(),
         );
-        assert_eq!((out.exit_code, out.stdout.as_str()), (0, ""), "{out:?}");
+        out.assert_silent_ok();
         assert_eq!(net.backups(), Vec::<String>::new());
     }
     // An empty CNI_NETNS, and the interface gone from a live namespace.
