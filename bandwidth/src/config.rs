@@ -43,10 +43,18 @@ struct RuntimeConfig {
     bandwidth: Option<Keys>,
 }
 
+/// The top-level keys are spelled out (no `flatten`): Go's decoding rules
+/// apply only to the fields of a struct.
 #[derive(Debug, Default, Deserialize)]
 struct Raw {
-    #[serde(flatten)]
-    top: Keys,
+    #[serde(rename = "ingressRate")]
+    ingress_rate: Option<Value>,
+    #[serde(rename = "ingressBurst")]
+    ingress_burst: Option<Value>,
+    #[serde(rename = "egressRate")]
+    egress_rate: Option<Value>,
+    #[serde(rename = "egressBurst")]
+    egress_burst: Option<Value>,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RuntimeConfig>,
 }
@@ -136,8 +144,14 @@ fn parse_bytes(stdin: &[u8]) -> Result<Bandwidth, Error> {
     let raw: Raw = libcni::skel::parse_config(stdin)?;
     // Go's config embeds the top-level keys through a pointer that any of
     // them sets: then runtimeConfig is not looked at.
-    let (keys, prefix) = if raw.top.any_present() {
-        (raw.top, "")
+    let top = Keys {
+        ingress_rate: raw.ingress_rate,
+        ingress_burst: raw.ingress_burst,
+        egress_rate: raw.egress_rate,
+        egress_burst: raw.egress_burst,
+    };
+    let (keys, prefix) = if top.any_present() {
+        (top, "")
     } else {
         match raw.runtime_config.and_then(|r| r.bandwidth) {
             Some(keys) => (keys, "runtimeConfig.bandwidth."),

@@ -125,7 +125,7 @@ impl Plugin for BandwidthPlugin {
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let valid: HashSet<(String, String)> = args
             .conf
-            .gc_valid_attachments()
+            .gc_valid_attachments()?
             .into_iter()
             .map(|a| (a.container_id, a.ifname))
             .collect();

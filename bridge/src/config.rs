@@ -6,10 +6,9 @@ use libcni::mac::{self, MacSource};
 use libcni::netfilter::Backend;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::Dns;
+use libcni::types::{Dns, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
-use serde_json::{Map, Value};
 
 /// The bridge's name when the config has none.
 pub const DEFAULT_BRIDGE: &str = "cni0";
@@ -51,7 +50,27 @@ struct Raw {
     #[serde(rename = "portIsolation", default)]
     port_isolation: bool,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: Map<String, Value>,
+    runtime_config: RawRuntimeConfig,
+    #[serde(default)]
+    args: RawArgs,
+    #[serde(default)]
+    ipam: Option<IpamConf>,
+    #[serde(default)]
+    dns: Option<Dns>,
+}
+
+/// `runtimeConfig`: the capabilities the bridge reads.
+#[derive(Debug, Default, Deserialize)]
+struct RawRuntimeConfig {
+    #[serde(default)]
+    mac: Option<String>,
+}
+
+/// `args`: `args.cni.mac`.
+#[derive(Debug, Default, Deserialize)]
+struct RawArgs {
+    #[serde(default)]
+    cni: RawRuntimeConfig,
 }
 
 /// One `vlanTrunk` entry: `{"id": 5}` or `{"minID": 10, "maxID": 20}`.
@@ -106,24 +125,19 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         let raw: Raw = args.config()?;
-        args.args.check_known(&["MAC"])?;
-        let env_mac = args.args.get("MAC").filter(|m| !m.is_empty());
-        let args_mac = args
-            .conf
-            .args_cni("mac")
-            .map(|v| mac_string(v, "args.cni.mac"))
-            .transpose()?;
-        let ipam = args.conf.ipam_type().map(str::to_string);
-        Conf::from_raw(raw, env_mac, args_mac, ipam, args.conf.dns.clone())
+        let cni_args = args.cni_args()?;
+        cni_args.check_known(&["MAC"])?;
+        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
+        Conf::from_raw(raw, env_mac)
     }
 
-    fn from_raw(
-        raw: Raw,
-        env_mac: Option<&str>,
-        args_mac: Option<String>,
-        ipam: Option<String>,
-        dns: Option<Dns>,
-    ) -> Result<Conf, Error> {
+    fn from_raw(raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {
+        let ipam = raw
+            .ipam
+            .as_ref()
+            .map(|i| i.plugin_type.clone())
+            .filter(|t| !t.is_empty());
+        let dns = raw.dns.clone();
         let bridge = raw.bridge.unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
         validate_link_name("bridge", &bridge)?;
 
@@ -187,16 +201,11 @@ impl Conf {
             validate_link_name("bridge, vlan", &format!("{bridge}.{vlan}"))?;
         }
 
-        let runtime_mac = raw
-            .runtime_config
-            .get("mac")
-            .map(|v| mac_string(v, "runtimeConfig.mac"))
-            .transpose()?;
         // Lowest to highest precedence; only the one that wins is parsed.
         let mac = mac::choose([
             (MacSource::CniArgs, env_mac),
-            (MacSource::ArgsCni, args_mac.as_deref()),
-            (MacSource::RuntimeConfig, runtime_mac.as_deref()),
+            (MacSource::ArgsCni, raw.args.cni.mac.as_deref()),
+            (MacSource::RuntimeConfig, raw.runtime_config.mac.as_deref()),
         ])?;
 
         Ok(Conf {
@@ -252,12 +261,6 @@ impl Conf {
             ("vlanTrunk", format!("[{}]", ranges.join(", ")))
         }
     }
-}
-
-fn mac_string(v: &Value, key: &str) -> Result<String, Error> {
-    v.as_str()
-        .map(str::to_string)
-        .ok_or_else(|| Error::config(key, format!("{v} is not a string")))
 }
 
 /// `vlanTrunk` as Go's `collectVlanTrunk` reads it (IDs 1-4094, `minID`
@@ -322,19 +325,22 @@ fn collect_trunk(items: &[RawTrunk]) -> Result<Vec<(u16, u16)>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn conf(v: Value) -> Result<Conf, Error> {
         conf_with(v, None, None)
     }
 
-    fn conf_with(v: Value, env_mac: Option<&str>, args_mac: Option<&str>) -> Result<Conf, Error> {
+    fn conf_with(
+        mut v: Value,
+        env_mac: Option<&str>,
+        args_mac: Option<&str>,
+    ) -> Result<Conf, Error> {
+        if let Some(m) = args_mac {
+            v["args"] = json!({"cni": {"mac": m}});
+        }
         let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes())?;
-        let ipam = v["ipam"]["type"].as_str().map(str::to_string);
-        let dns = v
-            .get("dns")
-            .map(|d| serde_json::from_value(d.clone()).unwrap());
-        Conf::from_raw(raw, env_mac, args_mac.map(str::to_string), ipam, dns)
+        Conf::from_raw(raw, env_mac)
     }
 
     fn err(v: Value) -> (u32, String) {
@@ -551,7 +557,7 @@ mod tests {
         let e = conf_with(json!({"runtimeConfig": {"mac": 5}}), None, None).unwrap_err();
         assert!(
             e.to_string()
-                .contains("runtimeConfig.mac: 5 is not a string"),
+                .contains("runtimeConfig.mac: invalid type: integer `5`, expected a string"),
             "{e}"
         );
     }

@@ -31,10 +31,10 @@ pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = ErrorList::new();
     std::thread::scope(|s| {
         let link = s.spawn(|| delete_container_link(args));
-        if let Some(plugin) = args.conf.ipam_type() {
-            errors.record(ipam::exec_del(plugin, &args.stdin));
+        if let Some(plugin) = args.teardown_ipam_type() {
+            errors.record(ipam::exec_del(&plugin, &args.stdin));
         }
-        errors.extend(firewall::del(args, &firewall::Keys::lenient(&args.stdin)));
+        errors.extend(firewall::del(args, &firewall::Keys::lenient(args)));
         errors.record(link.join().unwrap_or_else(|_| {
             Err(Error::Internal(
                 "deleting the container link panicked".into(),

@@ -7,17 +7,18 @@
 
 use std::collections::BTreeSet;
 
+use libcni::gojson::Lenient;
 use libcni::netfilter::{masq, spoofcheck, Backend, Owner};
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
 use libcni::{Error, ErrorList};
-use serde_json::Value;
+use serde::Deserialize;
 
 use crate::config::DEFAULT_BRIDGE;
 
 /// The keys DEL and GC act on, read leniently: DEL must work for a config
-/// ADD refused (runtimes DEL failed ADDs), so a key of the wrong type
-/// reads as absent instead of failing the DEL.
+/// ADD refused (runtimes DEL failed ADDs), so a key that cannot be read is
+/// said on stderr and counts as absent instead of failing the DEL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Keys {
     /// `bridge`.
@@ -30,22 +31,32 @@ pub struct Keys {
     pub macspoofchk: bool,
 }
 
+#[derive(Debug, Default, Deserialize)]
+struct RawKeys {
+    #[serde(default)]
+    bridge: Lenient<String>,
+    #[serde(rename = "ipMasq", default)]
+    ip_masq: Lenient<bool>,
+    #[serde(rename = "ipMasqBackend", default)]
+    backend: Lenient<String>,
+    #[serde(default)]
+    macspoofchk: Lenient<bool>,
+}
+
 impl Keys {
-    pub fn lenient(stdin: &[u8]) -> Keys {
-        let v: Value = serde_json::from_slice(stdin).unwrap_or(Value::Null);
-        let flag = |k: &str| v.get(k).and_then(Value::as_bool).unwrap_or(false);
+    pub fn lenient(args: &CmdArgs) -> Keys {
+        let raw: RawKeys = args.config().unwrap_or_default();
         Keys {
-            bridge: v
-                .get("bridge")
-                .and_then(Value::as_str)
-                .unwrap_or(DEFAULT_BRIDGE)
-                .to_string(),
-            ip_masq: flag("ipMasq"),
-            backend: v
-                .get("ipMasqBackend")
-                .and_then(Value::as_str)
-                .and_then(|b| Backend::parse("ipMasqBackend", b).ok()),
-            macspoofchk: flag("macspoofchk"),
+            bridge: raw
+                .bridge
+                .usable("bridge")
+                .unwrap_or_else(|| DEFAULT_BRIDGE.to_string()),
+            ip_masq: raw.ip_masq.usable("ipMasq").unwrap_or(false),
+            backend: raw
+                .backend
+                .usable("ipMasqBackend")
+                .and_then(|b| Backend::parse("ipMasqBackend", &b).ok()),
+            macspoofchk: raw.macspoofchk.usable("macspoofchk").unwrap_or(false),
         }
     }
 
@@ -80,8 +91,10 @@ pub fn del(args: &CmdArgs, keys: &Keys) -> ErrorList {
 /// it whose host veth is a port of this network's bridge or is gone (the
 /// spoof check's names carry no network, so the port says whose it is).
 pub fn gc(args: &CmdArgs, keys: &Keys) -> ErrorList {
-    let valid = args.conf.gc_valid_attachments();
     let mut errors = ErrorList::new();
+    let Some(valid) = errors.record(args.conf.gc_valid_attachments()) else {
+        return errors;
+    };
     if keys.ip_masq {
         errors.record(masq::gc(keys.masq_backend(), &args.conf.name, &valid));
     }
@@ -116,10 +129,14 @@ fn ports_of(bridge: &str) -> Result<(BTreeSet<String>, BTreeSet<String>), Error>
 mod tests {
     use super::*;
 
+    fn keys(stdin: &str) -> Keys {
+        Keys::lenient(&libcni::skel::test_args(stdin))
+    }
+
     #[test]
     fn del_and_gc_read_their_keys_leniently() {
-        let k = Keys::lenient(
-            br#"{"ipMasq": true, "ipMasqBackend": "iptables", "macspoofchk": true, "bridge": "br9"}"#,
+        let k = keys(
+            r#"{"name": "n", "IPMasq": true, "ipMasqBackend": "iptables", "macSpoofChk": true, "Bridge": "br9"}"#,
         );
         assert_eq!(
             k,
@@ -131,14 +148,16 @@ mod tests {
             }
         );
         assert_eq!(k.masq_backend(), Backend::Iptables);
-        let k = Keys::lenient(br#"{"ipMasq": "yes", "ipMasqBackend": "pf", "bridge": 5}"#);
+        let k = keys(
+            r#"{"name": "n", "ipMasq": "yes", "ipMasqBackend": "pf", "bridge": 5, "macspoofchk": true}"#,
+        );
         assert_eq!(
             k,
             Keys {
                 bridge: "cni0".into(),
                 ip_masq: false,
                 backend: None,
-                macspoofchk: false
+                macspoofchk: true
             }
         );
     }

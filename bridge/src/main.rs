@@ -36,18 +36,18 @@ impl Plugin for BridgePlugin {
     /// `cni.dev/valid-attachments`, then IPAM's GC with the same stdin;
     /// best effort, the errors reported together.
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        let keys = firewall::Keys::lenient(&args.stdin);
+        let keys = firewall::Keys::lenient(args);
         let mut errors = firewall::gc(args, &keys);
-        if let Some(plugin) = args.conf.ipam_type() {
-            errors.record(ipam::exec_gc(plugin, &args.stdin));
+        if let Some(plugin) = args.teardown_ipam_type() {
+            errors.record(ipam::exec_gc(&plugin, &args.stdin));
         }
         errors.finish()
     }
 
     /// The bridge can always serve ADD; STATUS is IPAM's answer.
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        match args.conf.ipam_type() {
-            Some(plugin) => ipam::exec_status(plugin, &args.stdin),
+        match args.conf.ipam_type()? {
+            Some(plugin) => ipam::exec_status(&plugin, &args.stdin),
             None => Ok(()),
         }
     }

@@ -12,6 +12,7 @@
 //! `null` counts as absent for every key, as in the Go plugin.
 
 use crate::subnet_env;
+use libcni::gojson;
 use libcni::types::IpPrefix;
 use libcni::Error;
 use serde_json::{Map, Value};
@@ -48,12 +49,12 @@ impl FlannelConf {
     /// Parses and validates the whole config (ADD, CHECK, GC, STATUS).
     pub fn parse(stdin: &[u8]) -> Result<FlannelConf, Error> {
         let top = object_of(stdin)?;
-        let name = match top.get("name") {
-            Some(Value::String(s)) => s.clone(),
+        let name = match key_of(&top, "name") {
+            Some(Value::String(s)) => s,
             _ => String::new(), // skel has validated the name already
         };
-        let cni_version = match top.get("cniVersion") {
-            Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        let cni_version = match key_of(&top, "cniVersion") {
+            Some(Value::String(s)) if !s.is_empty() => Some(s),
             _ => None,
         };
         let subnet_file = path_key(&top, "subnetFile", subnet_env::DEFAULT_PATH)?;
@@ -94,21 +95,28 @@ impl FlannelConf {
 }
 
 fn object_of(stdin: &[u8]) -> Result<Map<String, Value>, Error> {
-    match serde_json::from_slice(stdin) {
+    match gojson::parse_value(stdin) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => Err(Error::Decode("config is not a JSON object".into())),
         Err(e) => Err(Error::Decode(format!("config is not valid JSON: {e}"))),
     }
 }
 
+/// A top-level key of the config as Go's struct field `key` reads it
+/// (case folded; the Go plugin's `delegate`, `ipam` and `runtimeConfig`
+/// are maps, whose own keys stay exact).
+fn key_of(top: &Map<String, Value>, key: &str) -> Option<Value> {
+    gojson::lookup_in(top, key)
+}
+
 /// An object-valued key; `null` or absent is `None`.
 fn object_key(top: &Map<String, Value>, key: &str) -> Result<Option<Map<String, Value>>, Error> {
-    match top.get(key) {
+    match key_of(top, key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Object(m)) => Ok(Some(m.clone())),
+        Some(Value::Object(m)) => Ok(Some(m)),
         Some(other) => Err(Error::config(
             key,
-            format!("must be an object, not {}", kind(other)),
+            format!("must be an object, not {}", kind(&other)),
         )),
     }
 }
@@ -116,13 +124,13 @@ fn object_key(top: &Map<String, Value>, key: &str) -> Result<Option<Map<String, 
 /// A path-valued key: an absolute path (a relative one would depend on the
 /// runtime's working directory); `null` or absent is `default`.
 fn path_key(top: &Map<String, Value>, key: &str, default: &str) -> Result<PathBuf, Error> {
-    match top.get(key) {
+    match key_of(top, key) {
         None | Some(Value::Null) => Ok(PathBuf::from(default)),
         Some(Value::String(s)) if s.starts_with('/') => Ok(PathBuf::from(s)),
         Some(Value::String(s)) => Err(Error::config(key, format!("{s:?} is not an absolute path"))),
         Some(other) => Err(Error::config(
             key,
-            format!("must be a string, not {}", kind(other)),
+            format!("must be a string, not {}", kind(&other)),
         )),
     }
 }

@@ -28,7 +28,7 @@ use config::FlannelConf;
 use libcni::error::ErrorResult;
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
 use libcni::types::{Attachment, CniResult};
-use libcni::{fault, invoke, Error, ErrorList, Version};
+use libcni::{fault, gojson, invoke, Error, ErrorList, Version};
 use serde_json::{Map, Value};
 use store::{Entry, Lookup, Store};
 use subnet_env::SubnetEnv;
@@ -54,21 +54,22 @@ fn context(prefix: &str, err: Error) -> Error {
 /// have one, converted to the saved config's version). `None` when the
 /// saved bytes are not a config the delegate could run with.
 fn delegate_stdin(saved: &[u8], args: &CmdArgs) -> Option<(String, Vec<u8>)> {
-    let Ok(Value::Object(mut conf)) = serde_json::from_slice::<Value>(saved) else {
+    let Ok(Value::Object(mut conf)) = gojson::parse_value(saved) else {
         return None;
     };
-    let plugin = match conf.get("type") {
-        Some(Value::String(t)) if !t.is_empty() => t.clone(),
+    // The delegate (ours or Go's) reads its keys as Go does.
+    let plugin = match gojson::lookup_in(&conf, "type") {
+        Some(Value::String(t)) if !t.is_empty() => t,
         _ => return None,
     };
-    let prev = args.prev_result().ok().flatten();
+    let prev = args.prev_result_for_teardown();
     let Some(prev) = prev else {
         return Some((plugin, saved.to_vec()));
     };
-    let version = conf
-        .get("cniVersion")
-        .and_then(Value::as_str)
-        .map_or(Some(Version::V0_1_0), Version::parse);
+    let version = match gojson::lookup_in(&conf, "cniVersion") {
+        Some(Value::String(v)) => Version::parse(&v),
+        _ => Some(Version::V0_1_0),
+    };
     match version.map(|v| prev.to_json(v)) {
         Some(Ok(json)) => {
             conf.insert("prevResult".into(), json);
@@ -192,24 +193,32 @@ impl Plugin for Flannel {
                 continue;
             }
             let parsed = match store.read_entry(&entry) {
-                Ok(bytes) => bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()),
+                Ok(bytes) => bytes.and_then(|b| gojson::parse_value(&b).ok()),
                 Err(e) => {
                     errors.push(e);
                     continue;
                 }
             };
             if let Some(Value::Object(m)) = parsed {
-                if m.get("name").and_then(Value::as_str) == Some(conf.name.as_str()) {
+                if gojson::lookup_in(&m, "name")
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    == Some(conf.name.as_str())
+                {
                     ours.push((entry, m));
                 }
             }
         }
+        let saved_type = |m: &Map<String, Value>| match gojson::lookup_in(m, "type") {
+            Some(Value::String(t)) => Some(t),
+            _ => None,
+        };
         let base = match SubnetEnv::load(&conf.subnet_file) {
             Ok(env) => Some(delegate_conf::render(&conf, &env)),
             Err(e) => {
                 eprintln!("flannel: GC: {e} Using a saved delegate config instead.");
                 ours.iter()
-                    .find(|(_, m)| m.get("type").and_then(Value::as_str).is_some())
+                    .find(|(_, m)| saved_type(m).is_some())
                     .map(|(_, m)| m.clone())
             }
         };
@@ -222,31 +231,29 @@ impl Plugin for Flannel {
                     Value::from(args.conf.cni_version.clone()),
                 );
             }
-            let stdin: Value =
-                serde_json::from_slice(&args.stdin).unwrap_or(Value::Object(Map::new()));
-            for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
-                match stdin.get(key) {
+            for (key, list) in [
+                ("cni.dev/valid-attachments", &args.conf.valid_attachments),
+                ("cni.dev/attachments", &args.conf.legacy_attachments),
+            ] {
+                match list {
                     Some(v) => gc_conf.insert(key.into(), v.clone()),
                     None => gc_conf.remove(key),
                 };
             }
-            let plugin = gc_conf
-                .get("type")
-                .and_then(Value::as_str)
-                .unwrap_or(config::DEFAULT_DELEGATE)
-                .to_string();
+            let plugin =
+                saved_type(&gc_conf).unwrap_or_else(|| config::DEFAULT_DELEGATE.to_string());
             // The saved configs stay until the delegate has collected.
             invoke::delegate_gc(&plugin, &delegate_conf::to_bytes(&gc_conf))
                 .map_err(|e| context(&format!("delegate {plugin:?} GC failed"), e))?;
         }
-        if args.conf.valid_attachments.is_none() && args.conf.legacy_attachments.is_none() {
+        if !args.conf.has_gc_attachments() {
             eprintln!(
                 "flannel: GC: the request lists no valid attachments \
                  (cni.dev/valid-attachments): no saved config removed"
             );
             ours.clear();
         }
-        let valid = args.conf.gc_valid_attachments();
+        let valid = args.conf.gc_valid_attachments()?;
         for (entry, _) in &ours {
             let stale = match entry {
                 Entry::Attachment(a) => !valid.contains(a),
@@ -309,7 +316,6 @@ fn main() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use libcni::types::NetConf;
     use serde_json::json;
 
     fn args_with_prev(prev: Option<Value>) -> CmdArgs {
@@ -318,15 +324,8 @@ mod tests {
             stdin["prevResult"] = p.clone();
         }
         CmdArgs {
-            command: libcni::skel::Command::Del,
-            container_id: "c1".into(),
-            netns: String::new(),
-            ifname: "eth0".into(),
-            args: Default::default(),
-            path: Vec::new(),
-            stdin: stdin.to_string().into_bytes(),
-            conf: serde_json::from_value::<NetConf>(stdin).unwrap(),
             version: Version::V1_0_0,
+            ..libcni::skel::test_args(&stdin.to_string())
         }
     }
 
@@ -344,7 +343,7 @@ mod tests {
             "ips": [{"address": "10.244.1.2/24", "gateway": "10.244.1.1", "interface": 0}]});
         let saved = br#"{"cniVersion":"0.3.1","name":"cbr0","type":"bridge"}"#;
         let (_, stdin) = delegate_stdin(saved, &args_with_prev(Some(prev))).unwrap();
-        let v: Value = serde_json::from_slice(&stdin).unwrap();
+        let v: Value = gojson::parse_value(&stdin).unwrap();
         assert_eq!(v["type"], "bridge");
         assert_eq!(v["prevResult"]["cniVersion"], "0.3.1");
         assert_eq!(v["prevResult"]["ips"][0]["version"], "4");

@@ -6,6 +6,7 @@
 
 use libcni::args::CniArgs;
 use libcni::error::Error;
+use libcni::gojson;
 use libcni::skel::{self, CmdArgs, Command, Plugin};
 use libcni::types::{CniResult, NetConf};
 use libcni::version::{self, Version};
@@ -38,13 +39,13 @@ fn split_nul(input: &[u8]) -> (&[u8], &[u8]) {
 fn cmd_args(command: Command, config: &[u8], cni_args: &str) -> Option<CmdArgs> {
     let conf: NetConf = skel::parse_config(config).ok()?;
     let version = Version::parse(&conf.cni_version)?;
-    let args = CniArgs::parse(cni_args).ok()?;
+    CniArgs::parse(cni_args).ok()?;
     Some(CmdArgs {
         command,
         container_id: "fuzz-ctr".into(),
         netns: "/run/netns/fuzz".into(),
         ifname: "eth0".into(),
-        args,
+        cni_args: cni_args.to_string(),
         path: vec![],
         stdin: config.to_vec(),
         conf,
@@ -73,7 +74,8 @@ pub fn netconf(data: &[u8]) {
                 Err(e) => assert_eq!(e.code(), 1, "{e}"),
             }
             let _ = conf.gc_valid_attachments();
-            let _ = conf.args_cni("ips");
+            let _ = conf.args_cni::<Vec<String>>("ips");
+            let _ = (conf.ipam(), conf.dns(), conf.capabilities());
             // What a plugin passes on to a delegate: re-encodable.
             serde_json::to_vec(&conf).expect("a parsed NetConf encodes");
         }
@@ -151,15 +153,16 @@ pub fn skel(data: &[u8]) {
     match out.exit_code {
         0 => {
             if !out.stdout.trim().is_empty() {
-                let v: Value = serde_json::from_str(&out.stdout)
+                let v: Value = gojson::parse_value(out.stdout.as_bytes())
                     .unwrap_or_else(|e| panic!("success output is not JSON ({e}): {}", out.stdout));
                 assert!(v.is_object(), "{v}");
             }
         }
         1 => {
-            let e: libcni::ErrorResult = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
-                panic!("error output is not an error JSON ({e}): {}", out.stdout)
-            });
+            let e: libcni::ErrorResult =
+                gojson::from_slice(out.stdout.as_bytes()).unwrap_or_else(|e| {
+                    panic!("error output is not an error JSON ({e}): {}", out.stdout)
+                });
             assert!(
                 matches!(e.code, 1..=7 | 11 | 50 | 51 | 100..=103 | 999),
                 "code {} in {}",
@@ -179,7 +182,7 @@ pub fn skel(data: &[u8]) {
 /// back as the same result, and writes the same bytes), carries the
 /// version it was asked for, and 1.1.0 loses nothing.
 pub fn result_versions(data: &[u8]) {
-    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+    let Ok(value) = gojson::parse_value(data) else {
         return;
     };
     for default in version::ALL {
@@ -289,7 +292,7 @@ pub fn subnet_env(data: &[u8]) {
     .expect("the fixed flannel config parses");
     let rendered = crate::delegate_conf::render(&conf, &env);
     let bytes = crate::delegate_conf::to_bytes(&rendered);
-    let v: Value = serde_json::from_slice(&bytes).expect("rendered config is JSON");
+    let v: Value = gojson::parse_value(&bytes).expect("rendered config is JSON");
     assert_eq!(v["type"], "bridge", "{v}");
     assert_eq!(v["name"], "cbr0", "{v}");
 }
@@ -345,7 +348,7 @@ pub fn plugin_config(data: &[u8]) {
             )
             .expect("fixed subnet.env");
             let rendered = crate::delegate_conf::render(&conf, &env);
-            let v: Value = serde_json::from_slice(&crate::delegate_conf::to_bytes(&rendered))
+            let v: Value = gojson::parse_value(&crate::delegate_conf::to_bytes(&rendered))
                 .expect("rendered config is JSON");
             assert!(v.is_object());
         }

@@ -10,6 +10,7 @@
 
 use crate::range::{Range, RangeError, RangeSet};
 use libcni::args::CniArgs;
+use libcni::gojson;
 use libcni::skel::CmdArgs;
 use libcni::types::{IpPrefix, Route};
 use libcni::{Error, Version};
@@ -133,7 +134,7 @@ pub struct IpamConfig {
 impl IpamConfig {
     pub fn from_args(args: &CmdArgs) -> Result<IpamConfig, Error> {
         let raw: RawNet = args.config()?;
-        IpamConfig::build(raw, &args.args, args.version)
+        IpamConfig::build(raw, &args.cni_args()?, args.version)
     }
 
     fn build(raw: RawNet, env: &CniArgs, version: Version) -> Result<IpamConfig, Error> {
@@ -405,48 +406,64 @@ fn requested_from_list(key: &str, list: Vec<String>) -> Result<Vec<Requested>, E
         .collect()
 }
 
+/// One `ipam.routes` entry as Go's `types.Route` reads it.
+#[derive(Deserialize)]
+struct RawRoute {
+    #[serde(default)]
+    dst: Option<String>,
+    #[serde(default)]
+    gw: Option<String>,
+    #[serde(default)]
+    mtu: Option<u32>,
+    #[serde(default)]
+    advmss: Option<u32>,
+    #[serde(default)]
+    priority: Option<u32>,
+    #[serde(default)]
+    table: Option<u32>,
+    #[serde(default)]
+    scope: Option<u8>,
+}
+
 /// One route, returned as configured: `dst` must be a CIDR and `gw`, when
 /// set, an address of the same family.
-fn route(key: &str, mut v: Value) -> Result<Route, Error> {
-    let Some(obj) = v.as_object_mut() else {
+fn route(key: &str, v: Value) -> Result<Route, Error> {
+    if !v.is_object() {
         return Err(Error::config(key, format!("{v} is not a route object")));
-    };
-    let dst = match obj.get("dst") {
-        Some(Value::String(s)) => s.parse::<IpPrefix>().map_err(|_| {
+    }
+    let raw: RawRoute = gojson::from_value_at(&v, key)?;
+    let dst = match raw.dst.as_deref() {
+        Some(s) => s.parse::<IpPrefix>().map_err(|_| {
             Error::config(
                 format!("{key}.dst"),
                 format!("{s:?} is not a CIDR (a.b.c.d/n)"),
             )
         })?,
-        Some(other) => {
-            return Err(Error::config(
-                format!("{key}.dst"),
-                format!("{other} is not a CIDR string"),
-            ))
-        }
         None => return Err(Error::config(format!("{key}.dst"), "missing dst")),
     };
-    if obj
-        .get("gw")
-        .is_some_and(|g| g.is_null() || g.as_str() == Some(""))
-    {
-        obj.remove("gw");
-    }
-    if let Some(g) = obj.get("gw") {
-        let gw = g
-            .as_str()
-            .and_then(|s| s.parse::<IpAddr>().ok())
-            .ok_or_else(|| {
-                Error::config(format!("{key}.gw"), format!("{g} is not an IP address"))
+    let gw = match raw.gw.as_deref() {
+        None | Some("") => None,
+        Some(g) => {
+            let gw = g.parse::<IpAddr>().map_err(|_| {
+                Error::config(format!("{key}.gw"), format!("{g:?} is not an IP address"))
             })?;
-        if gw.is_ipv4() != dst.is_ipv4() {
-            return Err(Error::config(
-                format!("{key}.gw"),
-                format!("{gw} is not of the family of dst {dst}"),
-            ));
+            if gw.is_ipv4() != dst.is_ipv4() {
+                return Err(Error::config(
+                    format!("{key}.gw"),
+                    format!("{gw} is not of the family of dst {dst}"),
+                ));
+            }
+            Some(gw)
         }
-    }
-    serde_json::from_value::<Route>(v).map_err(|e| Error::config(key, e.to_string()))
+    };
+    Ok(Route {
+        mtu: raw.mtu,
+        advmss: raw.advmss,
+        priority: raw.priority,
+        table: raw.table,
+        scope: raw.scope,
+        ..Route::new(dst, gw)
+    })
 }
 
 #[cfg(test)]
@@ -846,7 +863,7 @@ mod tests {
         );
         err7(
             net(json!({"subnet": "10.1.0.0/24", "routes": [{"dst": "0.0.0.0/0", "mtu": "x"}]})),
-            "ipam.routes[0]",
+            "ipam.routes[0].mtu",
             "invalid type",
         );
         let c = ok(net(

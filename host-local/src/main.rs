@@ -43,7 +43,7 @@ fn prev_addresses(args: &CmdArgs) -> Result<Vec<IpAddr>, Error> {
 
 impl Plugin for HostLocal {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
-        args.args.check_known(KNOWN_ARGS)?;
+        args.cni_args()?.check_known(KNOWN_ARGS)?;
         let conf = IpamConfig::from_args(args)?;
         let dns = match &conf.resolv_conf {
             Some(path) => resolv_conf::read(path)?,
@@ -67,12 +67,15 @@ impl Plugin for HostLocal {
             return Ok(());
         };
         // A prevResult that does not parse just means walking the directory.
-        let hint = prev_addresses(args).unwrap_or_default();
+        let hint: Vec<IpAddr> = args
+            .prev_result_for_teardown()
+            .map(|r| r.ips.iter().map(|ip| ip.address.addr()).collect())
+            .unwrap_or_default();
         alloc::release(&store, &attachment(args), &hint)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
-        args.args.check_known(KNOWN_ARGS)?;
+        args.cni_args()?.check_known(KNOWN_ARGS)?;
         let conf = IpamConfig::from_args(args)?;
         let prev = prev_addresses(args)?;
         let store = Store::open_unlocked(&conf.location)?;
@@ -86,7 +89,7 @@ impl Plugin for HostLocal {
 
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let loc = Location::from_args(args)?;
-        if args.conf.valid_attachments.is_none() && args.conf.legacy_attachments.is_none() {
+        if !args.conf.has_gc_attachments() {
             return Err(Error::config(
                 "cni.dev/valid-attachments",
                 "missing: GC releases every lease not listed there, so it must be given (an empty list releases all)",
@@ -95,7 +98,7 @@ impl Plugin for HostLocal {
         let Some(store) = Store::open_locked(&loc)? else {
             return Ok(());
         };
-        alloc::gc(&store, &args.conf.gc_valid_attachments())
+        alloc::gc(&store, &args.conf.gc_valid_attachments()?)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {

@@ -72,7 +72,7 @@ pub fn exec_plugin(path: &Path, env: &[(&str, &str)], stdin: &[u8]) -> Result<Ve
     if output.status.success() {
         return Ok(output.stdout);
     }
-    if let Ok(mut e) = serde_json::from_slice::<ErrorResult>(&output.stdout) {
+    if let Ok(mut e) = crate::gojson::from_slice::<ErrorResult>(&output.stdout) {
         if e.msg.is_empty() {
             e.msg = format!("plugin {name:?} failed with code {}", e.code);
         }

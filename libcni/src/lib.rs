@@ -10,6 +10,7 @@ pub mod args;
 pub mod error;
 pub mod fault;
 pub mod files;
+pub mod gojson;
 pub mod invoke;
 pub mod ipam;
 pub mod mac;

@@ -82,7 +82,9 @@ pub struct CmdArgs {
     pub netns: String,
     /// Empty for GC and STATUS.
     pub ifname: String,
-    pub args: CniArgs,
+    /// `CNI_ARGS` as it came: a plugin that reads it parses it with
+    /// [`CmdArgs::cni_args`]; one that does not never fails on it.
+    pub cni_args: String,
     /// `CNI_PATH`, split.
     pub path: Vec<PathBuf>,
     /// stdin as received, to pass to delegates unchanged.
@@ -94,10 +96,37 @@ pub struct CmdArgs {
 }
 
 impl CmdArgs {
-    /// Parses the plugin's own config struct from stdin. A key of the wrong
-    /// type is code 7 naming the key's path.
+    /// Parses the plugin's own config struct from stdin with Go's rules
+    /// ([`crate::gojson`]). A key of the wrong type is code 7 naming the
+    /// key's path.
     pub fn config<T: DeserializeOwned>(&self) -> Result<T, Error> {
         parse_config(&self.stdin)
+    }
+
+    /// `CNI_ARGS`, parsed as Go's `types.LoadArgs` splits them (code 4 when
+    /// malformed). Only plugins that read `CNI_ARGS` call this, as only Go
+    /// plugins that read them fail on them.
+    pub fn cni_args(&self) -> Result<CniArgs, Error> {
+        CniArgs::parse(&self.cni_args)
+    }
+
+    /// `ipam.type` for a teardown (DEL, GC): an unusable `ipam` is said on
+    /// stderr and names no plugin (ADD could not have delegated to it).
+    pub fn teardown_ipam_type(&self) -> Option<String> {
+        self.conf.ipam_type().unwrap_or_else(|e| {
+            eprintln!("ignoring an unusable ipam: {e}");
+            None
+        })
+    }
+
+    /// The `prevResult` for a teardown (DEL, GC): a `prevResult` that
+    /// cannot be read is said on stderr and treated as absent, since what
+    /// a teardown removes is found by the attachment's identity.
+    pub fn prev_result_for_teardown(&self) -> Option<CniResult> {
+        self.prev_result().unwrap_or_else(|e| {
+            eprintln!("ignoring an unusable prevResult: {e}");
+            None
+        })
     }
 
     /// The `prevResult`, converted from whatever version it is in.
@@ -124,26 +153,26 @@ impl CmdArgs {
     }
 }
 
-/// Parses `bytes` into `T`; JSON syntax errors are code 6, a key of the
-/// wrong type or a missing key is code 7 naming the key's path.
+/// Parses `bytes` into `T` with Go's rules ([`crate::gojson`]); JSON
+/// syntax errors are code 6, a key of the wrong type or a missing key is
+/// code 7 naming the key's path.
 pub fn parse_config<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
-    let de = &mut serde_json::Deserializer::from_slice(bytes);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if inner.is_data() {
-            Error::config(path, strip_position(&inner.to_string()))
-        } else {
-            Error::Decode(format!("config is not valid JSON: {inner}"))
-        }
-    })
+    crate::gojson::from_slice(bytes)
 }
 
-/// Drops serde's " at line X column Y" suffix: a config key path says more.
-fn strip_position(msg: &str) -> String {
-    match msg.rfind(" at line ") {
-        Some(i) => msg[..i].to_string(),
-        None => msg.to_string(),
+/// The [`CmdArgs`] of a DEL of container `c1`, `eth0`, with `stdin` as the
+/// config (version 1.1.0), for unit tests of what a plugin reads.
+pub fn test_args(stdin: &str) -> CmdArgs {
+    CmdArgs {
+        command: Command::Del,
+        container_id: "c1".into(),
+        netns: String::new(),
+        ifname: "eth0".into(),
+        cni_args: String::new(),
+        path: vec![],
+        stdin: stdin.as_bytes().to_vec(),
+        conf: crate::gojson::from_slice(stdin.as_bytes()).unwrap_or_default(),
+        version: Version::V1_1_0,
     }
 }
 
@@ -278,19 +307,22 @@ fn run<P: Plugin>(
             std::io::Error::other(format!("config is larger than {MAX_STDIN} bytes")),
         ));
     }
-    let value: Value = serde_json::from_slice(&bytes)
+    let value: Value = crate::gojson::parse_value(&bytes)
         .map_err(|e| Error::Decode(format!("config is not valid JSON: {e}")))?;
     if !value.is_object() {
         return Err(Error::Decode("config is not a JSON object".into()));
     }
-    if let Some(v) = value.get("cniVersion").and_then(Value::as_str) {
-        if Version::parse(v).is_some() {
-            *version_seen = v.to_string();
-            let _ = ERROR_VERSION.set(v.to_string());
+    if let Some(Value::String(v)) = crate::gojson::lookup(&value, "cniVersion") {
+        if Version::parse(&v).is_some() {
+            let _ = ERROR_VERSION.set(v.clone());
+            *version_seen = v;
         }
     }
-    let conf: NetConf = parse_config(&bytes)?;
+    let conf: NetConf = crate::gojson::from_value_at(&value, "")?;
     validate_network_name(&conf.name)?;
+    if matches!(command, Command::Add | Command::Check | Command::Status) {
+        conf.check_shared()?;
+    }
     let version = version::parse_supported(&conf.cni_version, plugin.supported_versions())?;
     let allowed = match command {
         Command::Check => version.allows_check(),
@@ -313,13 +345,12 @@ fn run<P: Plugin>(
     } else {
         Default::default()
     };
-    let args = CniArgs::parse(&var("CNI_ARGS"))?;
     let cmd = CmdArgs {
         command,
         container_id,
         netns,
         ifname,
-        args,
+        cni_args: var("CNI_ARGS"),
         path: split_path_list(&var("CNI_PATH")),
         stdin: bytes,
         conf,
@@ -398,7 +429,7 @@ mod tests {
         let v = if o.stdout.trim().is_empty() {
             Value::Null
         } else {
-            serde_json::from_str(&o.stdout).unwrap()
+            crate::gojson::parse_value(o.stdout.as_bytes()).unwrap()
         };
         (v, o.exit_code)
     }
@@ -484,9 +515,43 @@ mod tests {
         let (v, _) = call_with(&p, "ADD", &[("CNI_CONTAINERID", "../etc")], CONF);
         assert_eq!(v["code"], 4);
         assert!(v["msg"].as_str().unwrap().contains("CNI_CONTAINERID"));
-        let (v, _) = call_with(&p, "ADD", &[("CNI_ARGS", "IP")], CONF);
-        assert_eq!(v["code"], 4);
         assert!(p.calls.borrow().is_empty(), "no verb ran");
+    }
+
+    #[test]
+    fn cni_args_are_the_plugins_to_read() {
+        // A plugin that does not read CNI_ARGS never fails on them (Go's
+        // loopback under containerd's K8S_POD_* args, or a malformed pair).
+        let p = Recorder::default();
+        for args in ["none", "IP", "K8S_POD_NAME=web;IgnoreUnknown=1"] {
+            let env = with("ADD", &[]);
+            let mut pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            pairs.push(("CNI_ARGS", args));
+            assert_eq!(call(&p, &pairs, CONF).1, 0, "{args}");
+        }
+        // One that reads them gets Go's code 4 for a malformed pair.
+        let a = CmdArgs {
+            cni_args: "none".into(),
+            ..test_args(CONF)
+        };
+        let e = a.cni_args().unwrap_err();
+        assert_eq!(e.code(), 4);
+        assert!(e.to_string().starts_with("CNI_ARGS"), "{e}");
+    }
+
+    #[test]
+    fn shared_keys_go_by_go_rules_and_only_name_and_version_must_be_readable() {
+        let p = Recorder::default();
+        let (v, code) = call_with(
+            &p,
+            "DEL",
+            &[],
+            r#"{"CNIVersion":"1.0.0","Name":"net","dns":5,"runtimeConfig":"x","prevResult":[]}"#,
+        );
+        assert_eq!((code, v), (0, Value::Null));
+        let (v, _) = call_with(&p, "ADD", &[], r#"{"cniVersion":"1.0.0","name":7}"#);
+        assert_eq!(v["code"], 7);
+        assert!(v["msg"].as_str().unwrap().contains("name"), "{v}");
     }
 
     #[test]
@@ -520,14 +585,6 @@ mod tests {
         let (v, _) = call_with(&p, "ADD", &[], r#"{"cniVersion":"7.0.0","name":"n"}"#);
         assert_eq!(v["code"], 1);
         assert!(v["details"].as_str().unwrap().contains("\"7.0.0\""));
-        let (v, _) = call_with(
-            &p,
-            "ADD",
-            &[],
-            r#"{"cniVersion":"1.0.0","name":"n","capabilities":"x"}"#,
-        );
-        assert_eq!(v["code"], 7);
-        assert!(v["msg"].as_str().unwrap().contains("capabilities"), "{v}");
         assert!(p.calls.borrow().is_empty());
     }
 

@@ -140,7 +140,7 @@ mod tests {
 
     #[test]
     fn version_info_lists_all() {
-        let v: serde_json::Value = serde_json::from_str(&version_info_json(&ALL)).unwrap();
+        let v = crate::gojson::parse_value(version_info_json(&ALL).as_bytes()).unwrap();
         assert_eq!(v["cniVersion"], "1.1.0");
         assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
         let e = parse_supported("0.2.0", &ALL[2..]).unwrap_err();

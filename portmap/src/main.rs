@@ -68,7 +68,7 @@ impl Plugin for PortMap {
     }
 
     fn del(&self, args: &CmdArgs) -> Result<()> {
-        let conf = PortMapConf::parse(args)?;
+        let conf = teardown_conf(args);
         let owner = Owner::new(&args.conf.name, &args.container_id);
         let mut errors = ErrorList::new();
         let mut udp_ports: Vec<(bool, u16)> = Vec::new();
@@ -76,13 +76,14 @@ impl Plugin for PortMap {
         // iptables side runs processes only when its chain is there.
         // With the ADD's mappings and addresses at hand, DEL looks up just
         // this container's keys; otherwise it reads the maps.
-        let known = match (conf.mappings.is_empty(), args.prev_result()) {
-            (false, Ok(Some(prev))) => {
+        let known = match (&conf, args.prev_result()) {
+            (Some(conf), Ok(Some(prev))) if !conf.mappings.is_empty() => {
                 let (v4, v6) = container_addresses(&prev, &args.ifname);
                 (v4.is_some() || v6.is_some()).then(|| conf.spec(args, v4, v6))
             }
             _ => None,
         };
+        let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
         match Nft::open() {
             Ok(mut nft) => {
                 let removed = match &known {
@@ -98,15 +99,14 @@ impl Plugin for PortMap {
                     );
                 }
                 for v6 in [false, true] {
-                    let want =
-                        conf.backend_is_iptables() || iptables_has_container(&mut nft, &owner, v6);
+                    let want = iptables_chosen || iptables_has_container(&mut nft, &owner, v6);
                     if want {
                         errors.record(pm::ipt_del(&owner, v6));
                     }
                 }
             }
             Err(e) => {
-                if !conf.backend_is_iptables() {
+                if !iptables_chosen {
                     errors.push(e);
                 }
                 for v6 in [false, true] {
@@ -114,11 +114,8 @@ impl Plugin for PortMap {
                 }
             }
         }
-        for m in conf
-            .mappings
-            .iter()
-            .filter(|m| m.protocol == pm::Protocol::Udp)
-        {
+        let mappings = conf.as_ref().map(|c| c.mappings.as_slice()).unwrap_or(&[]);
+        for m in mappings.iter().filter(|m| m.protocol == pm::Protocol::Udp) {
             for v6 in [false, true] {
                 if m.applies_to(v6) {
                     udp_ports.push((v6, m.host_port));
@@ -151,8 +148,10 @@ impl Plugin for PortMap {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<()> {
-        let conf = PortMapConf::parse(args)?;
-        let valid = args.conf.gc_valid_attachments();
+        let iptables_chosen = teardown_conf(args)
+            .as_ref()
+            .is_some_and(PortMapConf::backend_is_iptables);
+        let valid = args.conf.gc_valid_attachments()?;
         let network = &args.conf.name;
         let mut errors = ErrorList::new();
         let mut nft = Nft::open();
@@ -160,13 +159,29 @@ impl Plugin for PortMap {
             errors.record(pm::nft_gc(nft, network, &valid));
         }
         for v6 in [false, true] {
-            let want = conf.backend_is_iptables()
-                || nft.as_mut().map_or(true, |n| iptables_has_hostports(n, v6));
+            let want =
+                iptables_chosen || nft.as_mut().map_or(true, |n| iptables_has_hostports(n, v6));
             if want {
                 errors.record(pm::ipt_gc(network, &valid, v6));
             }
         }
         errors.finish_kernel("portmap GC")
+    }
+}
+
+/// The config for a teardown (DEL, GC): `None` when it cannot be read,
+/// said on stderr. Everything portmap installs is found by the container's
+/// owner tag and the iptables chain named after it, so the teardown needs
+/// no mapping; with the mappings at hand it is only quicker.
+fn teardown_conf(args: &CmdArgs) -> Option<PortMapConf> {
+    match PortMapConf::parse(args) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!(
+                "portmap: the config cannot be read ({e}); removing what the container owns by its ID"
+            );
+            None
+        }
     }
 }
 

@@ -180,7 +180,7 @@ fn parse_cni_args(s: &str) -> Result<Vec<(String, String)>> {
 
 /// `CAP_ARGS`: a JSON object (or `null`) of capability arguments.
 fn parse_cap_args(s: &str) -> Result<Map<String, Value>> {
-    match serde_json::from_str::<Value>(s) {
+    match libcni::gojson::parse_value(s.as_bytes()) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(Value::Null) => Ok(Map::new()),
         Ok(other) => Err(Error::InvalidEnv(format!(
@@ -586,9 +586,10 @@ mod tests {
 
     #[test]
     fn add_output_is_indented_by_four_spaces() {
-        let v: Value =
-            serde_json::from_str(r#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}"#)
-                .unwrap();
+        let v: Value = libcni::gojson::parse_value(
+            br#"{"cniVersion":"1.0.0","ips":[{"address":"10.0.0.2/24"}]}"#,
+        )
+        .unwrap();
         assert_eq!(
             pretty(&v).unwrap(),
             "{\n    \"cniVersion\": \"1.0.0\",\n    \"ips\": [\n        {\n            \"address\": \"10.0.0.2/24\"\n        }\n    ]\n}"

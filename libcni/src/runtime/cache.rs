@@ -358,24 +358,27 @@ fn decode(bytes: &[u8]) -> Cached {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Cached::Corrupt("empty file".into());
     }
-    let value: Value = match serde_json::from_slice(bytes) {
+    let value: Value = match crate::gojson::parse_value(bytes) {
         Ok(v) => v,
         Err(e) => return Cached::Corrupt(format!("not valid JSON: {e}")),
     };
-    let Value::Object(obj) = &value else {
+    if !value.is_object() {
         return Cached::Corrupt("not a JSON object".into());
     };
-    match obj.get("kind") {
+    // Go libcni decodes the cache into a struct: its rules apply.
+    match crate::gojson::lookup(&value, "kind") {
         Some(Value::String(k)) if k == CACHE_KIND_V1 => {}
         // Go's legacy cache: the bare result, which always has a cniVersion.
-        None if obj.get("cniVersion").is_some_and(Value::is_string) => {
+        None if crate::gojson::lookup(&value, "cniVersion").is_some_and(|v| v.is_string()) => {
             return Cached::Legacy(value)
         }
         _ => return Cached::Corrupt("unknown cache kind".into()),
     }
-    let file: CacheFile = match serde_json::from_value(value) {
+    let file: CacheFile = match crate::gojson::decode(&value) {
         Ok(f) => f,
-        Err(e) => return Cached::Corrupt(format!("invalid {CACHE_KIND_V1} entry: {e}")),
+        Err((at, e)) => {
+            return Cached::Corrupt(format!("invalid {CACHE_KIND_V1} entry at {at:?}: {e}"))
+        }
     };
     let config = match file.config {
         None => Vec::new(),

@@ -6,9 +6,13 @@
 //! they go to the plugins unchanged apart from the keys the runtime inserts.
 
 use crate::error::{Error, Result};
+use crate::gojson;
 use crate::types::config::is_valid_name;
+use crate::types::{Dns, IpamConf};
 use crate::version::Version;
+use serde::Deserialize;
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -38,7 +42,7 @@ pub struct NetworkConfigList {
 /// speak. A list without a `plugins` key parses with no plugins (as in Go);
 /// [`load_conf_list`] then rejects it unless `<dir>/<name>/*.conf` adds some.
 pub fn conf_list_from_bytes(bytes: &[u8]) -> Result<NetworkConfigList> {
-    let raw: Value = serde_json::from_slice(bytes)
+    let raw: Value = gojson::parse_value(bytes)
         .map_err(|e| Error::Decode(format!("error parsing configuration list: {e}")))?;
     let Value::Object(raw) = raw else {
         return Err(Error::Decode(format!(
@@ -101,19 +105,13 @@ pub fn conf_list_from_bytes(bytes: &[u8]) -> Result<NetworkConfigList> {
 /// to a list `{cniVersion, name, plugins: [obj]}`, as Go's `ConfFromBytes`
 /// followed by `ConfListFromConf`. The list's `bytes` are the upconverted list.
 pub fn conf_from_single_bytes(bytes: &[u8]) -> Result<NetworkConfigList> {
-    let raw: Value = serde_json::from_slice(bytes)
+    let raw: Value = gojson::parse_value(bytes)
         .map_err(|e| Error::Decode(format!("error parsing configuration: {e}")))?;
     let plugin = check_plugin("", &raw)?;
-    let string_key = |key: &str| {
-        plugin
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
+    let keys = PluginKeys::of(&plugin, "")?;
     let mut upconverted = Map::new();
-    upconverted.insert("cniVersion".into(), Value::String(string_key("cniVersion")));
-    upconverted.insert("name".into(), Value::String(string_key("name")));
+    upconverted.insert("cniVersion".into(), Value::String(keys.cni_version));
+    upconverted.insert("name".into(), Value::String(keys.name));
     upconverted.insert("plugins".into(), Value::Array(vec![Value::Object(plugin)]));
     let bytes = serde_json::to_vec(&Value::Object(upconverted))
         .map_err(|e| Error::Internal(format!("encoding upconverted config: {e}")))?;
@@ -134,7 +132,7 @@ pub fn conf_list_from_file(path: &Path) -> Result<NetworkConfigList> {
         let sibling = dir.join(&list.name);
         for file in conf_files(&sibling, &[".conf"])? {
             let bytes = read_file(&file)?;
-            let raw: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            let raw: Value = gojson::parse_value(&bytes).map_err(|e| {
                 Error::Decode(format!(
                     "{}: error parsing configuration: {e}",
                     file.display()
@@ -242,16 +240,38 @@ fn in_file(e: Error, path: &Path) -> Error {
     }
 }
 
-/// Checks one plugin object the way Go's decoding into `types.PluginConf`
+/// The keys of a plugin object the runtime reads, decoded as Go libcni
+/// decodes a plugin object into `types.NetConf` (so with Go's rules: a
+/// `"Type"` or `"Capabilities"` key counts).
+#[derive(Debug, Default, Deserialize)]
+pub struct PluginKeys {
+    #[serde(rename = "cniVersion", default)]
+    pub cni_version: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(rename = "type", default)]
+    pub plugin_type: String,
+    /// Capability name to enabled (names exact, as Go's map keys).
+    #[serde(default)]
+    pub capabilities: BTreeMap<String, bool>,
+    /// Decoded only to be checked, as Go's decode checks them.
+    #[serde(default)]
+    pub ipam: Option<IpamConf>,
+    #[serde(default)]
+    pub dns: Option<Dns>,
+}
+
+impl PluginKeys {
+    /// Decodes the keys of `plugin`; a key of the wrong type is code 7
+    /// naming it under `at` (`plugins[1]`).
+    pub fn of(plugin: &Map<String, Value>, at: &str) -> Result<PluginKeys> {
+        gojson::from_value_at(&Value::Object(plugin.clone()), at)
+    }
+}
+
+/// Checks one plugin object the way Go's decoding into `types.NetConf`
 /// would, and returns it unchanged. `at` prefixes the keys in errors.
 fn check_plugin(at: &str, raw: &Value) -> Result<Map<String, Value>> {
-    let key = |k: &str| {
-        if at.is_empty() {
-            k.to_string()
-        } else {
-            format!("{at}.{k}")
-        }
-    };
     let Value::Object(obj) = raw else {
         let what = if at.is_empty() { "configuration" } else { at };
         return Err(Error::config(
@@ -259,66 +279,14 @@ fn check_plugin(at: &str, raw: &Value) -> Result<Map<String, Value>> {
             format!("invalid type {}, want an object", type_name(raw)),
         ));
     };
-    for k in ["cniVersion", "name"] {
-        match obj.get(k) {
-            None | Some(Value::Null) | Some(Value::String(_)) => {}
-            Some(v) => {
-                return Err(Error::config(
-                    key(k),
-                    format!("invalid type {}, want a string", type_name(v)),
-                ))
-            }
-        }
-    }
-    match obj.get("type") {
-        Some(Value::String(t)) if !t.is_empty() => {}
-        None | Some(Value::Null) | Some(Value::String(_)) => {
-            return Err(Error::config(key("type"), "missing 'type'"))
-        }
-        Some(v) => {
-            return Err(Error::config(
-                key("type"),
-                format!("invalid type {}, want a string", type_name(v)),
-            ))
-        }
-    }
-    match obj.get("capabilities") {
-        None | Some(Value::Null) => {}
-        Some(Value::Object(caps)) => {
-            for (cap, v) in caps {
-                if !v.is_boolean() {
-                    return Err(Error::config(
-                        key(&format!("capabilities.{cap}")),
-                        format!("invalid type {}, want a bool", type_name(v)),
-                    ));
-                }
-            }
-        }
-        Some(v) => {
-            return Err(Error::config(
-                key("capabilities"),
-                format!("invalid type {}, want an object", type_name(v)),
-            ))
-        }
-    }
-    for k in ["ipam", "dns"] {
-        match obj.get(k) {
-            None | Some(Value::Null) | Some(Value::Object(_)) => {}
-            Some(v) => {
-                return Err(Error::config(
-                    key(k),
-                    format!("invalid type {}, want an object", type_name(v)),
-                ))
-            }
-        }
-    }
-    if let Some(t) = obj.get("ipam").and_then(|i| i.get("type")) {
-        if !t.is_string() && !t.is_null() {
-            return Err(Error::config(
-                key("ipam.type"),
-                format!("invalid type {}, want a string", type_name(t)),
-            ));
-        }
+    let keys = PluginKeys::of(obj, at)?;
+    if keys.plugin_type.is_empty() {
+        let key = if at.is_empty() {
+            "type".to_string()
+        } else {
+            format!("{at}.type")
+        };
+        return Err(Error::config(key, "missing 'type'"));
     }
     Ok(obj.clone())
 }
@@ -608,7 +576,7 @@ mod tests {
             ("legacy", Version::V0_4_0)
         );
         assert_eq!(
-            serde_json::from_slice::<Value>(&l.bytes).unwrap(),
+            gojson::parse_value(&l.bytes).unwrap(),
             json!({"cniVersion":"0.4.0","name":"legacy",
                    "plugins":[{"cniVersion":"0.4.0","name":"legacy","type":"bridge","bridge":"cni0"}]})
         );

@@ -10,7 +10,7 @@
 //! failing plugin and keeps the cache so a retry still has the `prevResult`.
 
 use super::cache::{CacheEntry, CacheKey, Cached, ResultCache};
-use super::conf::NetworkConfigList;
+use super::conf::{NetworkConfigList, PluginKeys};
 use crate::error::{Error, ErrorList, ErrorResult, Result};
 use crate::invoke::{exec_plugin, find_in_path};
 use crate::skel::Command;
@@ -313,7 +313,7 @@ impl CniConfig {
         stdin: &Map<String, Value>,
     ) -> Result<Vec<u8>> {
         let fail = |e| plugin_failed(list, plugin, verb, e);
-        let path = find_in_path(plugin_type(plugin), &self.path).map_err(fail)?;
+        let path = find_in_path(&plugin_type(plugin), &self.path).map_err(fail)?;
         let stdin = serde_json::to_vec(stdin)
             .map_err(|e| fail(Error::Internal(format!("encoding plugin config: {e}"))))?;
         let empty = RuntimeConf::default();
@@ -359,10 +359,10 @@ fn no_plugins() -> Error {
     Error::config("plugins", "no plugins in list")
 }
 
-fn plugin_type(plugin: &Map<String, Value>) -> &str {
-    plugin
-        .get("type")
-        .and_then(Value::as_str)
+/// The plugin's `type` (checked to be there when the list was loaded).
+fn plugin_type(plugin: &Map<String, Value>) -> String {
+    PluginKeys::of(plugin, "")
+        .map(|k| k.plugin_type)
         .unwrap_or_default()
 }
 
@@ -390,14 +390,15 @@ fn plugin_stdin(
     }
     if let Some(rt) = rt {
         let mut runtime_config = Map::new();
-        if let Some(Value::Object(caps)) = plugin.get("capabilities") {
-            for (cap, enabled) in caps {
-                if enabled.as_bool() != Some(true) {
-                    continue;
-                }
-                if let Some(arg) = rt.capability_args.get(cap) {
-                    runtime_config.insert(cap.clone(), arg.clone());
-                }
+        let caps = PluginKeys::of(plugin, "")
+            .map(|k| k.capabilities)
+            .unwrap_or_default();
+        for (cap, enabled) in caps {
+            if !enabled {
+                continue;
+            }
+            if let Some(arg) = rt.capability_args.get(&cap) {
+                runtime_config.insert(cap, arg.clone());
             }
         }
         if !runtime_config.is_empty() {
@@ -522,7 +523,7 @@ exit 0
 
         fn stdin(&self, n: usize) -> Value {
             let bytes = std::fs::read(self.dir.join(format!("log/{n}.stdin"))).unwrap();
-            serde_json::from_slice(&bytes).unwrap()
+            crate::gojson::parse_value(&bytes).unwrap()
         }
 
         fn env(&self, n: usize) -> String {
@@ -586,7 +587,7 @@ exit 0
     }
 
     fn json_of(s: &str) -> Value {
-        serde_json::from_str(s).unwrap()
+        crate::gojson::parse_value(s.as_bytes()).unwrap()
     }
 
     /// RESULT_x as the runtime re-encodes it at 1.0.0 (`dns` always present).
@@ -635,7 +636,7 @@ exit 0
 
         // The cache holds the final result, the list bytes and the runtime args.
         let cached: Value =
-            serde_json::from_slice(&std::fs::read(f.cache_file("net1", "c1", "eth0")).unwrap())
+            crate::gojson::parse_value(&std::fs::read(f.cache_file("net1", "c1", "eth0")).unwrap())
                 .unwrap();
         assert_eq!(cached["kind"], "cniCacheV1");
         assert_eq!(cached["result"], encoded(RESULT_B));

@@ -2,11 +2,19 @@
 //! plugin shares. A plugin parses its own keys from the same bytes into its
 //! own struct; unknown keys are never dropped, since delegates get stdin as
 //! it came.
+//!
+//! Only `cniVersion` and `name` are decoded up front (they must be
+//! strings): every other shared part is kept as it came and decoded, with
+//! Go's rules ([`crate::gojson`]), by the verb that needs it. So DEL and GC
+//! work on a config whose `runtimeConfig`, `prevResult`, `dns` or `args`
+//! is unusable: only what a verb reads can fail it.
 
 use super::result::Dns;
 use crate::error::Error;
+use crate::gojson;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::BTreeMap;
 
 /// The keys every plugin config has (spec §"Plugin configuration objects").
@@ -16,20 +24,21 @@ pub struct NetConf {
     pub cni_version: String,
     #[serde(default)]
     pub name: String,
-    #[serde(rename = "type", default)]
-    pub plugin_type: String,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub capabilities: BTreeMap<String, bool>,
+    /// `type`, as it came (a plugin knows its own type; the runtime checks it).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub plugin_type: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ipam: Option<IpamConf>,
+    pub capabilities: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dns: Option<Dns>,
+    pub ipam: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<Value>,
     #[serde(
         rename = "runtimeConfig",
         default,
-        skip_serializing_if = "Map::is_empty"
+        skip_serializing_if = "Option::is_none"
     )]
-    pub runtime_config: Map<String, Value>,
+    pub runtime_config: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
     #[serde(
@@ -44,14 +53,14 @@ pub struct NetConf {
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub valid_attachments: Option<Vec<Attachment>>,
+    pub valid_attachments: Option<Value>,
     /// GC: the name libcni used before the rename, still sent alongside.
     #[serde(
         rename = "cni.dev/attachments",
         default,
         skip_serializing_if = "Option::is_none"
     )]
-    pub legacy_attachments: Option<Vec<Attachment>>,
+    pub legacy_attachments: Option<Value>,
 }
 
 /// The `ipam` key: a `type` and whatever that IPAM plugin reads.
@@ -69,27 +78,91 @@ pub struct Attachment {
     pub ifname: String,
 }
 
+/// Decodes the shared part `value` (at key `key`) with Go's rules.
+fn part<T: DeserializeOwned>(value: &Option<Value>, key: &str) -> Result<Option<T>, Error> {
+    match value {
+        None => Ok(None),
+        Some(v) => gojson::from_value_at(v, key).map(Some),
+    }
+}
+
 impl NetConf {
-    /// The valid attachments of a GC request: `cni.dev/valid-attachments`, or
-    /// the legacy `cni.dev/attachments` when only that one is present.
-    pub fn gc_valid_attachments(&self) -> Vec<Attachment> {
-        self.valid_attachments
-            .clone()
-            .or_else(|| self.legacy_attachments.clone())
-            .unwrap_or_default()
+    /// The valid attachments of a GC request: `cni.dev/valid-attachments`,
+    /// or the legacy `cni.dev/attachments` when only that one is present.
+    pub fn gc_valid_attachments(&self) -> Result<Vec<Attachment>, Error> {
+        match part(&self.valid_attachments, "cni.dev/valid-attachments")? {
+            Some(v) => Ok(v),
+            None => Ok(part(&self.legacy_attachments, "cni.dev/attachments")?.unwrap_or_default()),
+        }
+    }
+
+    /// Whether a GC request lists its valid attachments at all (under
+    /// either name): without a list, nothing may be collected.
+    pub fn has_gc_attachments(&self) -> bool {
+        self.valid_attachments.is_some() || self.legacy_attachments.is_some()
+    }
+
+    /// Decodes every shared part, as a Go plugin's decode of its embedded
+    /// `types.NetConf` does: ADD, CHECK and STATUS refuse a config whose
+    /// `type`, `capabilities`, `ipam`, `dns`, `prevResult` or GC list is
+    /// unusable (code 7 naming it), while DEL and GC go on without them.
+    pub fn check_shared(&self) -> Result<(), Error> {
+        part::<String>(&self.plugin_type, "type")?;
+        self.capabilities()?;
+        self.ipam()?;
+        self.dns()?;
+        part::<serde_json::Map<String, Value>>(&self.prev_result, "prevResult")?;
+        self.gc_valid_attachments()?;
+        Ok(())
+    }
+
+    /// `ipam`, decoded.
+    pub fn ipam(&self) -> Result<Option<IpamConf>, Error> {
+        part(&self.ipam, "ipam")
     }
 
     /// `ipam.type`, when it names a plugin (`"ipam": {}` names none).
-    pub fn ipam_type(&self) -> Option<&str> {
-        self.ipam
-            .as_ref()
-            .map(|i| i.plugin_type.as_str())
-            .filter(|t| !t.is_empty())
+    pub fn ipam_type(&self) -> Result<Option<String>, Error> {
+        Ok(self
+            .ipam()?
+            .map(|i| i.plugin_type)
+            .filter(|t| !t.is_empty()))
     }
 
-    /// The `args.cni.<key>` value, if any (CONVENTIONS.md `args`).
-    pub fn args_cni(&self, key: &str) -> Option<&Value> {
-        self.args.as_ref()?.get("cni")?.get(key)
+    /// `dns`, decoded.
+    pub fn dns(&self) -> Result<Option<Dns>, Error> {
+        part(&self.dns, "dns")
+    }
+
+    /// `capabilities`, decoded (its keys are capability names, exact).
+    pub fn capabilities(&self) -> Result<BTreeMap<String, bool>, Error> {
+        Ok(part(&self.capabilities, "capabilities")?.unwrap_or_default())
+    }
+
+    /// `runtimeConfig` decoded into a plugin's own struct of the
+    /// capabilities it reads (absent: `T::default()`).
+    pub fn runtime_config<T: DeserializeOwned + Default>(&self) -> Result<T, Error> {
+        Ok(part(&self.runtime_config, "runtimeConfig")?.unwrap_or_default())
+    }
+
+    /// `args` decoded into a plugin's own struct of the keys it reads
+    /// (conventionally under `cni`; absent: `T::default()`).
+    pub fn args<T: DeserializeOwned + Default>(&self) -> Result<T, Error> {
+        Ok(part(&self.args, "args")?.unwrap_or_default())
+    }
+
+    /// `args.cni.<key>` decoded, if present (CONVENTIONS.md `args`).
+    pub fn args_cni<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, Error> {
+        let Some(args) = &self.args else {
+            return Ok(None);
+        };
+        let Some(cni) = gojson::lookup(args, "cni") else {
+            return Ok(None);
+        };
+        match gojson::lookup(&cni, key) {
+            None => Ok(None),
+            Some(v) => gojson::from_value_at(&v, &format!("args.cni.{key}")).map(Some),
+        }
     }
 }
 
@@ -229,18 +302,22 @@ mod tests {
         );
     }
 
+    fn parse(v: Value) -> NetConf {
+        gojson::from_value_at(&v, "").unwrap()
+    }
+
     #[test]
     fn unknown_keys_do_not_break_parsing_and_gc_keys_are_read() {
-        let c: NetConf = serde_json::from_value(json!({
+        let c = parse(json!({
             "cniVersion": "1.1.0", "name": "n", "type": "bridge", "whatever": {"x": 1},
             "ipam": {"type": "host-local", "subnet": "10.0.0.0/24"},
             "cni.dev/attachments": [{"containerID": "c1", "ifname": "eth0"}]
-        }))
-        .unwrap();
-        assert_eq!(c.ipam.as_ref().unwrap().plugin_type, "host-local");
-        assert_eq!(c.ipam_type(), Some("host-local"));
+        }));
+        assert_eq!(c.ipam().unwrap().unwrap().plugin_type, "host-local");
+        assert_eq!(c.ipam_type().unwrap().as_deref(), Some("host-local"));
+        assert!(c.has_gc_attachments());
         assert_eq!(
-            c.gc_valid_attachments(),
+            c.gc_valid_attachments().unwrap(),
             vec![Attachment {
                 container_id: "c1".into(),
                 ifname: "eth0".into()
@@ -249,12 +326,35 @@ mod tests {
     }
 
     #[test]
+    fn shared_parts_are_decoded_only_when_asked_for() {
+        let c = parse(json!({
+            "cniVersion": "1.0.0", "name": "n", "type": 5, "dns": "x", "runtimeConfig": [],
+            "IPAM": {"Type": "host-local"}, "prevResult": "nope"
+        }));
+        assert_eq!(c.name, "n");
+        assert_eq!(c.ipam_type().unwrap().as_deref(), Some("host-local"));
+        let e = c.dns().unwrap_err();
+        assert_eq!(e.code(), 7);
+        assert!(e.to_string().contains("dns"), "{e}");
+        #[derive(serde::Deserialize, Default, Debug)]
+        struct Rc {}
+        let e = c.runtime_config::<Rc>().unwrap_err();
+        assert!(e.to_string().contains("runtimeConfig"), "{e}");
+        let e = gojson::from_value_at::<NetConf>(&json!({"name": 5}), "").unwrap_err();
+        assert!(e.to_string().contains("name"), "{e}");
+    }
+
+    #[test]
     fn args_cni_lookup() {
-        let c: NetConf = serde_json::from_value(json!({
-            "name": "n", "args": {"cni": {"ips": ["10.0.0.5/24"], "mac": "02:00:00:00:00:01"}}
-        }))
-        .unwrap();
-        assert_eq!(c.args_cni("mac").unwrap(), "02:00:00:00:00:01");
-        assert!(c.args_cni("nope").is_none());
+        let c = parse(json!({
+            "name": "n", "Args": {"CNI": {"ips": ["10.0.0.5/24"], "MAC": "02:00:00:00:00:01"}}
+        }));
+        assert_eq!(
+            c.args_cni::<String>("mac").unwrap().as_deref(),
+            Some("02:00:00:00:00:01")
+        );
+        assert!(c.args_cni::<String>("nope").unwrap().is_none());
+        let e = c.args_cni::<String>("ips").unwrap_err();
+        assert!(e.to_string().contains("args.cni.ips"), "{e}");
     }
 }

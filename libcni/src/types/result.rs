@@ -166,16 +166,23 @@ impl CniResult {
     /// `cniVersion`, or `default` when it has none (as Go's `fixupResultVersion`
     /// and `ParsePrevResult` do). Returns the result and the version it was in.
     pub fn from_json(value: &Value, default: Version) -> Result<(CniResult, Version), Error> {
-        let version = match value.get("cniVersion").and_then(Value::as_str) {
-            Some(s) if !s.is_empty() => Version::parse_config(s)?,
+        let version = match crate::gojson::lookup(value, "cniVersion") {
+            Some(Value::String(s)) if !s.is_empty() => Version::parse_config(&s)?,
             _ => default,
         };
-        let bad = |e: serde_json::Error| Error::Decode(format!("invalid {version} result: {e}"));
+        let bad = |(path, msg): (String, String)| {
+            let at = if path.is_empty() {
+                String::new()
+            } else {
+                format!(" at {path}")
+            };
+            Error::Decode(format!("invalid {version} result{at}: {msg}"))
+        };
         if version.is_legacy_result() {
-            let legacy: LegacyResult = serde_json::from_value(value.clone()).map_err(bad)?;
+            let legacy: LegacyResult = crate::gojson::decode(value).map_err(bad)?;
             return Ok((CniResult::from_legacy(legacy), version));
         }
-        let wire: WireResult = serde_json::from_value(value.clone()).map_err(bad)?;
+        let wire: WireResult = crate::gojson::decode(value).map_err(bad)?;
         let mut interfaces = wire.interfaces;
         if version < Version::V1_0_0 {
             // 0.3/0.4 interfaces have only name, mac and sandbox.
@@ -205,7 +212,7 @@ impl CniResult {
 
     /// Parses result bytes (a plugin's stdout); see [`CniResult::from_json`].
     pub fn from_slice(bytes: &[u8], default: Version) -> Result<(CniResult, Version), Error> {
-        let value: Value = serde_json::from_slice(bytes)
+        let value: Value = crate::gojson::parse_value(bytes)
             .map_err(|e| Error::Decode(format!("result is not valid JSON: {e}")))?;
         CniResult::from_json(&value, default)
     }

@@ -64,7 +64,7 @@ impl Plugin for Firewall {
 
     fn gc(&self, args: &CmdArgs) -> Result<()> {
         let backend = FirewallConf::lenient_backend(args);
-        fw::gc(backend, &args.conf.name, &args.conf.gc_valid_attachments())
+        fw::gc(backend, &args.conf.name, &args.conf.gc_valid_attachments()?)
     }
 }
 

@@ -7,7 +7,7 @@ use libcni::mac::{self, MacSource};
 use libcni::netlink::link::MacvlanMode;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::Dns;
+use libcni::types::{Dns, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -28,6 +28,10 @@ struct Raw {
     bcqueuelen: i64,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RawRuntimeConfig>,
+    #[serde(default)]
+    ipam: Option<IpamConf>,
+    #[serde(default)]
+    dns: Option<Dns>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -61,18 +65,19 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         let raw: Raw = args.config()?;
-        args.args.check_known(&["MAC"])?;
-        let env_mac = args.args.get("MAC").filter(|m| !m.is_empty());
-        let ipam = args.conf.ipam_type().map(str::to_string);
-        Conf::from_raw(raw, env_mac, ipam, args.conf.dns.clone())
+        let cni_args = args.cni_args()?;
+        cni_args.check_known(&["MAC"])?;
+        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
+        Conf::from_raw(raw, env_mac)
     }
 
-    fn from_raw(
-        raw: Raw,
-        env_mac: Option<&str>,
-        ipam: Option<String>,
-        dns: Option<Dns>,
-    ) -> Result<Conf, Error> {
+    fn from_raw(raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {
+        let ipam = raw
+            .ipam
+            .as_ref()
+            .map(|i| i.plugin_type.clone())
+            .filter(|t| !t.is_empty());
+        let dns = raw.dns.clone();
         let master = match raw.master.filter(|m| !m.is_empty()) {
             Some(m) => {
                 validate_link_name("master", &m)?;
@@ -137,9 +142,12 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn conf_env(v: Value, env_mac: Option<&str>) -> Result<Conf, Error> {
+    fn conf_env(mut v: Value, env_mac: Option<&str>) -> Result<Conf, Error> {
+        if v.get("ipam").is_none() {
+            v["ipam"] = json!({"type": "host-local"});
+        }
         let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes())?;
-        Conf::from_raw(raw, env_mac, Some("host-local".into()), None)
+        Conf::from_raw(raw, env_mac)
     }
 
     fn conf(v: Value) -> Result<Conf, Error> {

@@ -18,8 +18,8 @@ use libcni::{Error, ErrorList};
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = ErrorList::new();
     errors.record(delete_container_link(args));
-    if let Some(plugin) = args.conf.ipam_type() {
-        errors.record(ipam::exec_del(plugin, &args.stdin));
+    if let Some(plugin) = args.teardown_ipam_type() {
+        errors.record(ipam::exec_del(&plugin, &args.stdin));
     }
     errors.finish()
 }

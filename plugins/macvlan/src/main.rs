@@ -45,8 +45,8 @@ impl Plugin for Macvlan {
     /// The macvlan keeps no state of its own: GC goes to IPAM, with the
     /// same stdin (and so the same `cni.dev/valid-attachments`).
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        match args.conf.ipam_type() {
-            Some(plugin) => ipam::exec_gc(plugin, &args.stdin),
+        match args.teardown_ipam_type() {
+            Some(plugin) => ipam::exec_gc(&plugin, &args.stdin),
             None => Ok(()),
         }
     }
@@ -75,8 +75,8 @@ impl Plugin for Macvlan {
                 }
             }
         }
-        match args.conf.ipam_type() {
-            Some(plugin) => ipam::exec_status(plugin, &args.stdin),
+        match args.conf.ipam_type()? {
+            Some(plugin) => ipam::exec_status(&plugin, &args.stdin),
             None => Ok(()),
         }
     }

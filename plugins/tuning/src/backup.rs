@@ -134,7 +134,7 @@ impl BackupFile {
         match files::read_regular(&path, MAX_BACKUP, "backup file") {
             Contents::Absent => Stored::Absent,
             Contents::Unreadable(why) => Stored::Corrupt(why),
-            Contents::Bytes(bytes) => match serde_json::from_slice::<Backup>(&bytes) {
+            Contents::Bytes(bytes) => match libcni::gojson::from_slice::<Backup>(&bytes) {
                 Ok(b) => Stored::Present(b, bytes),
                 Err(e) => Stored::Corrupt(format!("decoding {}: {e}", path.display())),
             },
@@ -211,7 +211,7 @@ mod tests {
  "mtu": 1454,
  "future": {"x": 1}
 }"#;
-        let b: Backup = serde_json::from_slice(go).unwrap();
+        let b: Backup = libcni::gojson::from_slice(go).unwrap();
         assert_eq!(
             (b.mac.as_str(), b.promisc, b.mtu, b.allmulti, b.txqlen),
             ("c2:b0:57:49:47:f1", Some(true), 1454, None, None)
@@ -221,12 +221,15 @@ mod tests {
 
     #[test]
     fn sysctls_outside_net_are_never_restored() {
-        let b: Backup = serde_json::from_value(json!({"sysctl": {
-            "net/core/somaxconn": "128",
-            "kernel/hostname": "evil",
-            "net/../../etc/x": "1",
-            "net/ipv4/ip_forward": 1
-        }}))
+        let b: Backup = libcni::gojson::from_value_at(
+            &json!({"sysctl": {
+                "net/core/somaxconn": "128",
+                "kernel/hostname": "evil",
+                "net/../../etc/x": "1",
+                "net/ipv4/ip_forward": 1
+            }}),
+            "",
+        )
         .unwrap();
         let got: Vec<(String, String)> = b
             .sysctls()

@@ -23,7 +23,8 @@ use serde::{Deserialize, Deserializer};
 /// Where backups go unless `dataDir` says otherwise (as in the reference).
 pub const DEFAULT_DATA_DIR: &str = "/run/cni/tuning";
 
-/// A sysctl map as given: its entries in order, duplicate keys refused.
+/// A sysctl map as given: its entries in order (a key given twice keeps
+/// its later value, as Go's map does).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SysctlMap(pub Vec<(String, String)>);
 
@@ -38,11 +39,8 @@ impl<'de> Deserialize<'de> for SysctlMap {
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<SysctlMap, A::Error> {
                 let mut entries: Vec<(String, String)> = Vec::new();
                 while let Some((k, v)) = map.next_entry::<String, String>()? {
-                    if entries.iter().any(|(e, _)| *e == k) {
-                        return Err(serde::de::Error::custom(format!(
-                            "duplicated sysctl key {k:?}"
-                        )));
-                    }
+                    // A key given twice: the later value, as Go's map keeps it.
+                    entries.retain(|(e, _)| *e != k);
                     entries.push((k, v));
                 }
                 Ok(SysctlMap(entries))
@@ -148,8 +146,9 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         let raw: Raw = args.config()?;
-        args.args.check_known(&["MAC"])?;
-        let env_mac = args.args.get("MAC").filter(|m| !m.is_empty());
+        let cni_args = args.cni_args()?;
+        cni_args.check_known(&["MAC"])?;
+        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
         Conf::from_raw(raw, env_mac, &args.ifname)
     }
 
@@ -354,16 +353,15 @@ mod tests {
     }
 
     #[test]
-    fn duplicated_sysctl_keys_are_refused() {
-        let e = libcni::skel::parse_config::<Raw>(
+    fn two_keys_naming_one_sysctl_are_refused() {
+        // The same key twice is one map entry, the last, as in Go's map.
+        let raw = libcni::skel::parse_config::<Raw>(
             br#"{"sysctl": {"net.core.somaxconn": "1", "net.core.somaxconn": "2"}}"#,
         )
-        .unwrap_err();
-        assert_eq!(e.code(), 7);
-        assert!(
-            e.to_string()
-                .contains("sysctl: duplicated sysctl key \"net.core.somaxconn\""),
-            "{e}"
+        .unwrap();
+        assert_eq!(
+            raw.sysctl.unwrap().0,
+            [("net.core.somaxconn".to_string(), "2".to_string())]
         );
         let msg = err(json!({"sysctl": {"net.core.somaxconn": "1", "net/core/somaxconn": "2"}}));
         assert!(

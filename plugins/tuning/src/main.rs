@@ -12,13 +12,13 @@ mod tune;
 
 use std::path::Path;
 
+use libcni::gojson::Lenient;
 use libcni::mac::format_mac;
 use libcni::netlink::Netlink;
 use libcni::netns::NetNs;
 use libcni::skel::{plugin_main, CmdArgs, Plugin};
 use libcni::types::CniResult;
 use libcni::{fault, Error};
-use serde_json::Value;
 
 use backup::{BackupFile, Stored};
 use config::Conf;
@@ -116,8 +116,13 @@ fn add(args: &CmdArgs) -> Result<CniResult, Error> {
 /// namespace or interface is success. Reads only `dataDir` from the config,
 /// so a config ADD refused can still be deleted.
 fn del(args: &CmdArgs) -> Result<(), Error> {
-    let value: Value = serde_json::from_slice(&args.stdin).unwrap_or(Value::Null);
-    let Ok(data_dir) = config::data_dir(value.get("dataDir").and_then(Value::as_str)) else {
+    #[derive(serde::Deserialize, Default)]
+    struct DelKeys {
+        #[serde(rename = "dataDir", default)]
+        data_dir: Lenient<String>,
+    }
+    let keys: DelKeys = args.config().unwrap_or_default();
+    let Ok(data_dir) = config::data_dir(keys.data_dir.usable("dataDir").as_deref()) else {
         return Ok(()); // ADD refuses such a dataDir: it cannot hold a backup
     };
     let file = BackupFile::new(&data_dir, &args.container_id, &args.ifname);
