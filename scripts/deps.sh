@@ -45,4 +45,17 @@ ensure_reference_tools() {
   if ! command -v go-cnitool >/dev/null 2>&1; then
     echo "warning: go-cnitool is not available (../shared/tools/go-cnitool missing): its tests will say SKIPPED" >&2
   fi
+  # go-cni-cri: containerd's go-cni, called as containerd 1.6's CRI calls it.
+  if ! command -v go-cni-cri >/dev/null 2>&1; then
+    local build
+    for build in "$repo/../shared/tools/go-cni-cri/build.sh" "${GO_CNI_CRI_BUILD:-}"; do
+      if [ -n "$build" ] && [ -f "$build" ]; then
+        sh "$build" /usr/local/bin >&2
+        break
+      fi
+    done
+  fi
+  if ! command -v go-cni-cri >/dev/null 2>&1; then
+    echo "warning: go-cni-cri is not available (../shared/tools/go-cni-cri missing): its tests will say SKIPPED" >&2
+  fi
 }

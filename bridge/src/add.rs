@@ -36,6 +36,9 @@ struct Created {
     spoofchk: bool,
     /// The masquerade's backend, from before its setup.
     masq: Option<Backend>,
+    /// The bridge's lock ([`node::lock`]), held until this ADD's port is on
+    /// the bridge.
+    bridge_lock: Option<std::fs::File>,
 }
 
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
@@ -51,9 +54,11 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     if let Some(plugin) = &conf.ipam {
         invoke::find_in_path(plugin, &invoke::cni_path_from_env())?;
     }
+    let mut created = Created {
+        bridge_lock: Some(node::lock(&conf.bridge)?),
+        ..Created::default()
+    };
     let br = node::ensure_bridge(&mut host, &conf)?;
-
-    let mut created = Created::default();
     let outcome = steps(
         args,
         &conf,
@@ -64,14 +69,16 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
         &mut created,
     );
     if outcome.is_err() {
-        rollback(args, &mut host, &created);
+        created.bridge_lock = None;
+        rollback(args, &mut host, &br, &created);
     }
     outcome
 }
 
 /// Undoes `created`, best effort, in reverse: the masquerade, the spoof
-/// check, the veth pair, then the IPAM lease.
-fn rollback(args: &CmdArgs, host: &mut Netlink, created: &Created) {
+/// check, the veth pair, the IPAM lease, and the bridge if this ADD made
+/// it and no other attachment uses it.
+fn rollback(args: &CmdArgs, host: &mut Netlink, br: &Bridge, created: &Created) {
     if let Some(backend) = created.masq {
         if let Err(e) = masq::teardown(backend, &firewall::owner(args)) {
             eprintln!("bridge: rollback: removing the masquerade: {e}");
@@ -94,6 +101,12 @@ fn rollback(args: &CmdArgs, host: &mut Netlink, created: &Created) {
             eprintln!("bridge: rollback: IPAM DEL: {e}");
         }
     }
+    if br.created {
+        let removed = node::lock(&br.name).and_then(|_held| node::remove_if_unused(host, br));
+        if let Err(e) = removed {
+            eprintln!("bridge: rollback: deleting bridge {:?}: {e}", br.name);
+        }
+    }
 }
 
 fn steps(
@@ -110,6 +123,8 @@ fn steps(
     fault::point("bridge/veth");
 
     veth::attach(host, pair.host.index, br, conf)?;
+    // With our port on it, a failed ADD of another attachment keeps the bridge.
+    created.bridge_lock = None;
     fault::point("bridge/attach");
 
     if conf.macspoofchk {
@@ -172,7 +187,7 @@ fn steps(
                 node::ensure_gateway_address(host, target, &target_name, *gw, conf.force_address)?;
             }
             if conf.vlan == 0 && !gateways.is_empty() {
-                node::pin_mac(host, br.index)?;
+                node::pin_mac(host, br)?;
             }
             node::enable_forwarding(
                 gateways.iter().any(IpPrefix::is_ipv4),

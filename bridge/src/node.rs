@@ -17,13 +17,49 @@ use crate::config::Conf;
 /// (the reference sleeps 0, 50, 500, 1000 and 1000 ms, then gives up).
 pub const PORT_TIMEOUT: Duration = Duration::from_millis(2550);
 
-/// The bridge this ADD works with. A bridge this ADD created stays when
-/// the ADD fails, as in the reference: a concurrent ADD may already be
-/// attaching to it, and an empty bridge costs nothing.
+/// Where the bridges' lock files are: `<dir>/<bridge>.lock`.
+pub const LOCK_DIR: &str = "/run/cni/bridge";
+
+/// The bridge this ADD works with.
 #[derive(Debug, Clone)]
 pub struct Bridge {
     pub index: u32,
     pub name: String,
+    /// This ADD created it: a failed ADD deletes it again when no other
+    /// attachment has a port on it ([`remove_if_unused`]).
+    pub created: bool,
+    /// Its MAC before this ADD attached a port: what the gateway pins
+    /// ([`pin_mac`]), as the reference pins the address it read then.
+    pub mac: Option<[u8; 6]>,
+}
+
+/// Holds bridge `name` between its creation and the attachment of this
+/// ADD's port, and while a failed ADD decides whether to delete the bridge
+/// it created: a concurrent ADD then either finds its port attached, or
+/// the bridge gone and creates it again. Node-wide (`/run` is shared by
+/// every network namespace); held for a few netlink calls.
+pub fn lock(name: &str) -> Result<std::fs::File, Error> {
+    libcni::files::lock_exclusive(std::path::Path::new(LOCK_DIR), &format!("{name}.lock")).map_err(
+        |e| {
+            Error::io(
+                format!("locking bridge {name:?} ({LOCK_DIR}/{name}.lock)"),
+                e,
+            )
+        },
+    )
+}
+
+/// Deletes bridge `br`, which a failed ADD created, unless a port (another
+/// attachment's) is on it. Called with the bridge's [`lock`] held.
+pub fn remove_if_unused(nl: &mut Netlink, br: &Bridge) -> Result<(), Error> {
+    let in_use = nl.links()?.iter().any(|l| l.master == Some(br.index));
+    if in_use {
+        return Ok(());
+    }
+    match nl.delete_link(br.index) {
+        Err(e) if !netlink::is_not_found(&e) => Err(e),
+        _ => Ok(()),
+    }
 }
 
 /// Creates the bridge or reuses the one there, as the reference does:
@@ -89,6 +125,8 @@ pub fn ensure_bridge(nl: &mut Netlink, conf: &Conf) -> Result<Bridge, Error> {
     Ok(Bridge {
         index: link.index,
         name: name.to_string(),
+        created,
+        mac: link.mac,
     })
 }
 
@@ -181,11 +219,24 @@ pub fn ensure_gateway_address(
     }
 }
 
-/// Sets the bridge's MAC to its current value, which pins it: otherwise a
-/// bridge takes the lowest MAC of its ports, and changes as ports churn.
-pub fn pin_mac(nl: &mut Netlink, index: u32) -> Result<(), Error> {
-    if let Some(mac) = nl.link_by_index(index)?.and_then(|l| l.mac) {
-        nl.set_mac(index, &mac)?;
+/// Sets the bridge's MAC to the one it had before this ADD attached its
+/// port, which pins it: otherwise a bridge takes the lowest MAC of its
+/// ports, and changes as ports churn (every pod's ARP entry for the
+/// gateway going stale). Setting it to itself is what the reference does
+/// with the address it read before attaching.
+///
+/// A bridge whose ports all left before it was ever pinned has the zero
+/// address (the kernel's choice for a bridge without ports), which cannot
+/// be set (the reference fails the ADD there): then the address it took
+/// from its first port is pinned instead. No pod knew the old one.
+pub fn pin_mac(nl: &mut Netlink, br: &Bridge) -> Result<(), Error> {
+    let before = br.mac.filter(|m| *m != [0; 6] && m[0] & 1 == 0);
+    let mac = match before {
+        Some(m) => Some(m),
+        None => nl.link_by_index(br.index)?.and_then(|l| l.mac),
+    };
+    if let Some(mac) = mac.filter(|m| *m != [0; 6]) {
+        nl.set_mac(br.index, &mac)?;
     }
     Ok(())
 }

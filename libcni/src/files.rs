@@ -15,6 +15,8 @@
 //! - [`write_atomic`]: [`replace_at`] by path, then fsync of the directory.
 //! - [`read_regular`]: reads a file by path without following a symlink or
 //!   blocking on a FIFO, and only when it is a regular file of sane size.
+//! - [`lock_exclusive`]: a node-wide lock file (`flock`), as Go's plugins
+//!   lock theirs.
 //! - [`create_dir_all`], [`open_dir`], [`open_nofollow_at`],
 //!   [`entry_kind_at`], [`remove_if_present`]: the building blocks.
 //!
@@ -76,6 +78,24 @@ impl WriteError {
             source: source.into(),
         }
     }
+}
+
+/// Takes an exclusive `flock` on `<dir>/<name>` (created 0600, never
+/// through a symlink; `dir` created 0700 when missing), blocking until it
+/// is free. The lock lasts as long as the returned file is open.
+pub fn lock_exclusive(dir: &Path, name: &str) -> io::Result<File> {
+    create_dir_all(dir, 0o700)?;
+    let dir_fd = open_dir(dir)?.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))?;
+    let flags = OFlag::O_RDONLY | OFlag::O_CREAT | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let fd = openat(
+        dir_fd.as_fd(),
+        name,
+        flags,
+        Mode::from_bits_truncate(FILE_MODE),
+    )?;
+    let file = File::from(fd);
+    file.lock()?;
+    Ok(file)
 }
 
 /// Creates directory `path` and its missing parents with `mode` (a

@@ -88,6 +88,22 @@ pub fn go_cnitool() -> Option<PathBuf> {
     None
 }
 
+/// `go-cni-cri`: containerd's go-cni library driven as containerd 1.6's CRI
+/// plugin drives it for kubelet, or `None` (loudly).
+pub fn go_cni_cri() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("GO_CNI_CRI").map(PathBuf::from),
+        Some(PathBuf::from("/usr/local/bin/go-cni-cri")),
+    ];
+    for c in candidates.into_iter().flatten() {
+        if c.is_file() {
+            return Some(c);
+        }
+    }
+    required_tool_missing("go-cni-cri (../shared/tools/go-cni-cri/build.sh)");
+    None
+}
+
 fn required_tool_missing(what: &str) {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{what} is missing; the test script installs it in CI");
@@ -554,6 +570,34 @@ impl Node {
         let mut env: Vec<(&str, &str)> = vec![("CNIT_CACHE", &cache)];
         env.extend_from_slice(extra_env);
         self.cnitool_with(Path::new("/bin/sh"), &full, &env)
+    }
+
+    /// containerd's CRI path: `go-cni-cri <verb>` in the node namespace
+    /// over the conf dir (loopback first, then its first conflist as the
+    /// default network) with our plugins as the bin dir, for sandbox `id`
+    /// in `pod` (`None`: an empty netns path, containerd's teardown after
+    /// the namespace is gone), plus go-cni-cri's options in `extra`
+    /// (`-port 8080:80/tcp`, `-ingress 10M`, ...). Like go-cnitool, Go
+    /// libcni caches under `/var/lib/cni`: the node's cache dir is
+    /// bind-mounted there, inside the mount namespace of `ip netns exec`.
+    pub fn cri(
+        &self,
+        tool: &Path,
+        verb: &str,
+        pod: Option<&Netns>,
+        id: &str,
+        extra: &[&str],
+    ) -> PluginOutput {
+        let conf_dir = self.conf_dir.path().to_str().expect("utf8").to_string();
+        let bin = bin_dir().to_str().expect("utf8").to_string();
+        let netns = pod
+            .map(|p| p.path().to_str().expect("utf8").to_string())
+            .unwrap_or_default();
+        let mut args = vec![
+            verb, "-confdir", &conf_dir, "-bindir", &bin, "-netns", &netns, "-id", id,
+        ];
+        args.extend_from_slice(extra);
+        self.go_cnitool(tool, &args, &[])
     }
 
     /// The cache dir as both tools use it: ours takes `CNI_CACHE_DIR`

@@ -1132,3 +1132,122 @@ fn cnitool_add_check_del_a_bridge_conflist() {
     assert!(pod.link("eth0").is_none());
     assert_eq!(net.leases("podnet"), Vec::<String>::new());
 }
+
+/// The MAC of link `name` in `ns`.
+fn mac_of(ns: &Netns, name: &str) -> String {
+    ns.link(name).expect("link")["address"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+#[test]
+fn the_bridge_keeps_its_own_mac_across_add_and_del() {
+    if !require_root("the_bridge_keeps_its_own_mac_across_add_and_del") {
+        return;
+    }
+    // An existing bridge whose MAC was never pinned, as a node's cni0 after
+    // a reboot or one made by hand: the gateway must not take a port's MAC
+    // (every pod's ARP entry for it would go stale when that pod leaves).
+    let net = Net::new("br-mac");
+    net.node.ns.ip(&["link", "add", "cni0", "type", "bridge"]);
+    let before = mac_of(&net.node.ns, "cni0");
+    let conf = net.conf("mac", json!({"isGateway": true}));
+    let pod = Netns::new("pod-mac");
+    let r = net.add(&pod, "ctr-mac", &conf);
+    assert_eq!(mac_of(&net.node.ns, "cni0"), before, "after ADD");
+    assert_eq!(r["interfaces"][0]["mac"], before.as_str(), "{r}");
+    let veth = host_veth_of(&net, &r);
+    assert_ne!(mac_of(&net.node.ns, &veth), before);
+    net.del(Some(&pod), "ctr-mac", &conf);
+    assert_eq!(mac_of(&net.node.ns, "cni0"), before, "after DEL");
+    // A second pod, and the first back: the address stays the bridge's.
+    let (a, b) = (Netns::new("pod-mac-a"), Netns::new("pod-mac-b"));
+    net.add(&a, "ctr-a", &conf);
+    net.add(&b, "ctr-b", &conf);
+    net.del(Some(&a), "ctr-a", &conf);
+    assert_eq!(mac_of(&net.node.ns, "cni0"), before);
+    ping(&b, "10.88.0.1");
+}
+
+#[test]
+fn a_bridge_whose_ports_all_left_unpinned_gets_pinned() {
+    if !require_root("a_bridge_whose_ports_all_left_unpinned_gets_pinned") {
+        return;
+    }
+    // The kernel gives a bridge without ports the zero address; Go's
+    // plugin then fails setting it. Ours pins what the first port gave.
+    let net = Net::new("br-zero");
+    net.node.ns.ip(&["link", "add", "cni0", "type", "bridge"]);
+    net.node
+        .ns
+        .ip(&["link", "add", "tmp0", "type", "veth", "peer", "tmp1"]);
+    net.node.ns.ip(&["link", "set", "tmp0", "master", "cni0"]);
+    net.node.ns.ip(&["link", "del", "tmp0"]);
+    assert_eq!(mac_of(&net.node.ns, "cni0"), "00:00:00:00:00:00");
+    let conf = net.conf("zero", json!({"isGateway": true}));
+    let pod = Netns::new("pod-zero");
+    let r = net.add(&pod, "ctr-zero", &conf);
+    let pinned = mac_of(&net.node.ns, "cni0");
+    assert_ne!(pinned, "00:00:00:00:00:00");
+    assert_eq!(r["interfaces"][0]["mac"], pinned.as_str());
+    net.del(Some(&pod), "ctr-zero", &conf);
+    assert_eq!(
+        mac_of(&net.node.ns, "cni0"),
+        pinned,
+        "pinned: kept after DEL"
+    );
+}
+
+#[test]
+fn a_failed_add_deletes_the_bridge_it_created_unless_another_pod_uses_it() {
+    if !require_root("a_failed_add_deletes_the_bridge_it_created_unless_another_pod_uses_it") {
+        return;
+    }
+    let net = Net::new("br-made");
+    // IPAM refuses each config after the bridge was made: nothing is left,
+    // the new bridge included.
+    for (what, ranges) in [
+        (
+            "a subnet that is not one",
+            json!([[{"subnet": "10.88.0.0/33"}]]),
+        ),
+        (
+            "rangeStart after rangeEnd",
+            json!([[{"subnet": "10.88.0.0/24", "rangeStart": "10.88.0.9", "rangeEnd": "10.88.0.3"}]]),
+        ),
+        (
+            "a gateway outside the subnet",
+            json!([[{"subnet": "10.88.0.0/24", "gateway": "10.99.0.1"}]]),
+        ),
+    ] {
+        let mut conf = net.conf("made", json!({"isGateway": true}));
+        conf["ipam"]["ranges"] = ranges;
+        let before = NetSnapshot::take(&net.node.ns);
+        let pod = Netns::new("pod-made");
+        let out = net.call("ADD", Some(&pod), "ctr-made", &conf);
+        assert_eq!(out.json()["code"], 7, "{what}: {out:?}");
+        assert!(net.node.ns.link("cni0").is_none(), "{what}: cni0 left");
+        assert_eq!(
+            before.diff(&NetSnapshot::take(&net.node.ns)),
+            Vec::<String>::new(),
+            "{what}"
+        );
+    }
+    // A bridge another pod is on stays.
+    let good = net.conf("made", json!({"isGateway": true}));
+    let a = Netns::new("pod-made-a");
+    net.add(&a, "ctr-a", &good);
+    let mut bad = good.clone();
+    bad["ipam"]["ranges"] = json!([[{"subnet": "10.88.0.0/33"}]]);
+    let b = Netns::new("pod-made-b");
+    let out = net.call("ADD", Some(&b), "ctr-b", &bad);
+    assert_eq!(out.json()["code"], 7, "{out:?}");
+    assert!(net.node.ns.link("cni0").is_some());
+    ping(&a, "10.88.0.1");
+    // A bridge that was there before a failed ADD stays too.
+    net.del(Some(&a), "ctr-a", &good);
+    let out = net.call("ADD", Some(&b), "ctr-b", &bad);
+    assert_eq!(out.json()["code"], 7, "{out:?}");
+    assert!(net.node.ns.link("cni0").is_some());
+}
