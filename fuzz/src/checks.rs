@@ -1,8 +1,9 @@
 //! One check per fuzz target. Each takes arbitrary bytes, runs a parser of
 //! the suite on them, and asserts what must hold for any input: no panic,
 //! errors with a spec code and a message, and the round trips the code
-//! promises. Shared by the fuzz targets and the corpus replay test, so
-//! every path here is written against `crate::` names both define.
+//! promises. Shared by the fuzz targets and the corpus replay test
+//! (`tests/tests/fuzz_corpus.rs`), which both depend on the plugin crates'
+//! libraries.
 
 use libcni::args::CniArgs;
 use libcni::error::Error;
@@ -262,7 +263,7 @@ pub fn cni_args(data: &[u8]) {
 /// family; errors are code 11; a good file renders a delegate config that
 /// is a JSON object naming its type.
 pub fn subnet_env(data: &[u8]) {
-    use crate::subnet_env::SubnetEnv;
+    use flannel_meta::subnet_env::SubnetEnv;
     let text = String::from_utf8_lossy(data);
     let path = Path::new("/run/flannel/subnet.env");
     let env = match SubnetEnv::parse(&text, path) {
@@ -286,12 +287,12 @@ pub fn subnet_env(data: &[u8]) {
     if let Some(s) = env.ipv6_subnet {
         assert!(!s.is_ipv4() && !s.has_host_bits(), "{s}");
     }
-    let conf = crate::config::FlannelConf::parse(
+    let conf = flannel_meta::config::FlannelConf::parse(
         br#"{"cniVersion":"1.0.0","name":"cbr0","type":"flannel","delegate":{"hairpinMode":true},"ipam":{"routes":[{"dst":"10.96.0.0/12"}]}}"#,
     )
     .expect("the fixed flannel config parses");
-    let rendered = crate::delegate_conf::render(&conf, &env);
-    let bytes = crate::delegate_conf::to_bytes(&rendered);
+    let rendered = flannel_meta::delegate_conf::render(&conf, &env);
+    let bytes = flannel_meta::delegate_conf::to_bytes(&rendered);
     let v: Value = gojson::parse_value(&bytes).expect("rendered config is JSON");
     assert_eq!(v["type"], "bridge", "{v}");
     assert_eq!(v["name"], "cbr0", "{v}");
@@ -311,20 +312,20 @@ pub fn plugin_config(data: &[u8]) {
         return;
     };
 
-    match crate::hl_config::IpamConfig::from_args(&args) {
+    match host_local::config::IpamConfig::from_args(&args) {
         Ok(c) => {
             assert!(!c.sets.is_empty());
             assert!(!c.location.network.contains('/'));
         }
         Err(e) => assert_spec_code(&e, "host-local"),
     }
-    if let Err(e) = crate::hl_config::Location::from_args(&args) {
+    if let Err(e) = host_local::config::Location::from_args(&args) {
         assert_spec_code(&e, "host-local location");
     }
-    if let Err(e) = crate::bridge_config::Conf::parse(&args) {
+    if let Err(e) = bridge::config::Conf::parse(&args) {
         assert_spec_code(&e, "bridge");
     }
-    match crate::bandwidth_config::parse(&args) {
+    match bandwidth::config::parse(&args) {
         Ok(bw) => {
             let clock =
                 libcni::netlink::tc::PschedClock::parse("000003e8 00000040 000f4240 3b9aca00")
@@ -337,27 +338,27 @@ pub fn plugin_config(data: &[u8]) {
         }
         Err(e) => assert_spec_code(&e, "bandwidth"),
     }
-    if let Err(e) = crate::portmap_config::PortMapConf::parse(&args) {
+    if let Err(e) = portmap::config::PortMapConf::parse(&args) {
         assert_spec_code(&e, "portmap");
     }
-    match crate::config::FlannelConf::parse(config) {
+    match flannel_meta::config::FlannelConf::parse(config) {
         Ok(conf) => {
-            let env = crate::subnet_env::SubnetEnv::parse(
+            let env = flannel_meta::subnet_env::SubnetEnv::parse(
                 "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1450\nFLANNEL_IPMASQ=true\n",
                 Path::new("/run/flannel/subnet.env"),
             )
             .expect("fixed subnet.env");
-            let rendered = crate::delegate_conf::render(&conf, &env);
-            let v: Value = gojson::parse_value(&crate::delegate_conf::to_bytes(&rendered))
+            let rendered = flannel_meta::delegate_conf::render(&conf, &env);
+            let v: Value = gojson::parse_value(&flannel_meta::delegate_conf::to_bytes(&rendered))
                 .expect("rendered config is JSON");
             assert!(v.is_object());
         }
         Err(e) => assert_spec_code(&e, "flannel"),
     }
-    if let Err(e) = crate::tuning_config::Conf::parse(&args) {
+    if let Err(e) = tuning::config::Conf::parse(&args) {
         assert_spec_code(&e, "tuning");
     }
-    if let Err(e) = crate::macvlan_config::Conf::parse(&args) {
+    if let Err(e) = macvlan::config::Conf::parse(&args) {
         assert_spec_code(&e, "macvlan");
     }
 }

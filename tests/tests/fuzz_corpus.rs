@@ -3,10 +3,9 @@
 //! checks every seed and every input the fuzzer ever kept, without
 //! libFuzzer or a nightly compiler. `scripts/fuzz.sh` runs the fuzzer.
 //!
-//! The plugins' parsers are compiled in from their source as the fuzz
-//! crate does (`fuzz/src/modules.rs`): the plugin crates are binaries.
-
-include!("../../fuzz/src/modules.rs");
+//! The checks are the fuzz crate's own source file, compiled in here (the
+//! fuzz crate is a workspace of its own, built with libFuzzer); both use
+//! the plugin crates' libraries.
 
 #[allow(dead_code)]
 #[path = "../../fuzz/src/checks.rs"]

@@ -1,0 +1,57 @@
+//! The `bridge` plugin: connects containers to a Linux bridge on the node
+//! through veth pairs, with IPAM, gateway, hairpin, isolation, VLANs,
+//! masquerade (`ipMasq`) and the MAC spoof check (`macspoofchk`).
+//! Behaviour follows the Go reference (containernetworking/plugins
+//! `plugins/main/bridge`); the deliberate differences are in the README.
+
+pub mod add;
+pub mod check;
+pub mod config;
+pub mod del;
+pub mod firewall;
+pub mod node;
+pub mod veth;
+
+use libcni::ipam;
+use libcni::skel::{CmdArgs, Plugin};
+use libcni::types::CniResult;
+use libcni::Error;
+
+/// What the plugin prints when run without `CNI_COMMAND`.
+pub const ABOUT: &str = "CNI bridge plugin (Rust CNI suite)";
+
+pub struct BridgePlugin;
+
+impl Plugin for BridgePlugin {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
+        add::add(args)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
+        del::del(args)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
+        check::check(args)
+    }
+
+    /// GC: the masquerade and spoof checks of attachments not in
+    /// `cni.dev/valid-attachments`, then IPAM's GC with the same stdin;
+    /// best effort, the errors reported together.
+    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
+        let keys = firewall::Keys::lenient(args);
+        let mut errors = firewall::gc(args, &keys);
+        if let Some(plugin) = args.teardown_ipam_type() {
+            errors.record(ipam::exec_gc(&plugin, &args.stdin));
+        }
+        errors.finish()
+    }
+
+    /// The bridge can always serve ADD; STATUS is IPAM's answer.
+    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
+        match args.conf.ipam_type()? {
+            Some(plugin) => ipam::exec_status(&plugin, &args.stdin),
+            None => Ok(()),
+        }
+    }
+}

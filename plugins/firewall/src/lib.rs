@@ -1,0 +1,73 @@
+//! The `firewall` plugin: accepts forwarded traffic from the container's
+//! addresses and replies to it, as a chained plugin after the one that
+//! gave the container its addresses, so a node whose FORWARD policy drops
+//! still lets containers out. `ingressPolicy: same-bridge` isolates the
+//! bridge from other isolated bridges.
+//!
+//! The rules are built by `libcni::netfilter::firewall`: on iptables (the
+//! default, with the Go plugin's exact chains and rules) or on our own
+//! nf_tables table. Everything is validated before anything is touched;
+//! DEL and GC find a container's rules by its ID alone and never fail on a
+//! config value.
+
+pub mod config;
+
+use libcni::netfilter::firewall as fw;
+use libcni::netfilter::Owner;
+use libcni::skel::{CmdArgs, Plugin};
+use libcni::types::CniResult;
+use libcni::Result;
+
+use config::FirewallConf;
+
+/// What the plugin prints when run without `CNI_COMMAND`.
+pub const ABOUT: &str =
+    "CNI firewall plugin (Rust): forwarding for containers on iptables or nftables";
+
+pub struct Firewall;
+
+fn require_prev(args: &CmdArgs, verb: &str) -> Result<CniResult> {
+    args.required_prev_result(&format!(
+        "missing: {verb} needs the result of the plugin before firewall in the chain \
+         (bridge, ptp, macvlan...)"
+    ))
+}
+
+impl Plugin for Firewall {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult> {
+        let conf = FirewallConf::parse(args)?;
+        let prev = require_prev(args, "ADD")?;
+        let spec = conf.spec(args, &prev)?;
+        if !spec.addrs.is_empty() {
+            fw::add(conf.backend, &spec)?;
+        }
+        Ok(prev)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<()> {
+        let backend = FirewallConf::lenient_backend(args);
+        let owner = Owner::new(&args.conf.name, &args.container_id);
+        // The addresses of the ADD when the runtime passes its result; the
+        // owner records find them otherwise.
+        let known = match args.prev_result() {
+            Ok(Some(prev)) => config::addresses(&prev),
+            _ => Vec::new(),
+        };
+        fw::del(backend, &owner, &known)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<()> {
+        let conf = FirewallConf::parse(args)?;
+        let prev = require_prev(args, "CHECK")?;
+        let spec = conf.spec(args, &prev)?;
+        if spec.addrs.is_empty() {
+            return Ok(());
+        }
+        fw::check(conf.backend, &spec)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<()> {
+        let backend = FirewallConf::lenient_backend(args);
+        fw::gc(backend, &args.conf.name, &args.conf.gc_valid_attachments()?)
+    }
+}

@@ -1,0 +1,86 @@
+//! The `macvlan` plugin: gives the container a macvlan on a master
+//! interface of the node (or of the container, with `linkInContainer`),
+//! created directly in the container's namespace, with IPAM. Behaviour
+//! follows the Go reference (containernetworking/plugins
+//! `plugins/main/macvlan`); the deliberate differences are in the README.
+
+pub mod add;
+pub mod check;
+pub mod config;
+pub mod del;
+pub mod master;
+
+use libcni::ipam;
+use libcni::netlink::Netlink;
+use libcni::skel::{CmdArgs, Plugin};
+use libcni::types::CniResult;
+use libcni::Error;
+use serde::Deserialize;
+
+/// What the plugin prints when run without `CNI_COMMAND`.
+pub const ABOUT: &str = "CNI macvlan plugin (Rust CNI suite)";
+
+pub struct Macvlan;
+
+/// What STATUS reads: only what it needs, so a config that ADD would refuse
+/// for another key still gets an answer about the master.
+#[derive(Deserialize, Default)]
+struct StatusConf {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(rename = "linkInContainer", default)]
+    link_in_container: bool,
+}
+
+impl Plugin for Macvlan {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
+        add::add(args)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
+        del::del(args)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
+        check::check(args)
+    }
+
+    /// The macvlan keeps no state of its own: GC goes to IPAM, with the
+    /// same stdin (and so the same `cni.dev/valid-attachments`).
+    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
+        match args.teardown_ipam_type() {
+            Some(plugin) => ipam::exec_gc(&plugin, &args.stdin),
+            None => Ok(()),
+        }
+    }
+
+    /// ADD can be served when the master is there (checked in the plugin's
+    /// namespace; with `linkInContainer` there is no container to look in)
+    /// and IPAM says it can.
+    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
+        let s: StatusConf = args.config()?;
+        if !s.link_in_container {
+            let mut nl = Netlink::open()?;
+            match s.master.filter(|m| !m.is_empty()) {
+                Some(name) => {
+                    if nl.link_by_name(&name)?.is_none() {
+                        return Err(Error::NotAvailable(format!(
+                            "master {name:?} not found in the plugin's network namespace"
+                        )));
+                    }
+                }
+                None => {
+                    if master::default_route_interface(&mut nl)?.is_none() {
+                        return Err(Error::NotAvailable(
+                            "no master configured and no default route to take it from".into(),
+                        ));
+                    }
+                }
+            }
+        }
+        match args.conf.ipam_type()? {
+            Some(plugin) => ipam::exec_status(&plugin, &args.stdin),
+            None => Ok(()),
+        }
+    }
+}

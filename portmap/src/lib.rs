@@ -1,0 +1,281 @@
+//! The `portmap` plugin: forwards host ports to the container, as a chained
+//! plugin after the one that gave the container its addresses.
+//!
+//! `runtimeConfig.portMappings` (capability `portMappings`) lists the
+//! mappings. The rules are built by `libcni::netfilter::portmap` on nftables
+//! (the default where the kernel has nf_tables) or on iptables with the Go
+//! plugin's exact chains. Everything is validated before anything is
+//! touched; DEL and GC find a container's state by its ID alone.
+
+pub mod config;
+
+use std::net::IpAddr;
+
+use libcni::fault;
+use libcni::netfilter::nft::{Family as NftFamily, Nft};
+use libcni::netfilter::portmap::{self as pm, PortMapSpec};
+use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
+use libcni::netlink::{Family, Netlink};
+use libcni::skel::{CmdArgs, Plugin};
+use libcni::types::{CniResult, IpPrefix};
+use libcni::{sysctl, ErrorList, Result};
+
+use config::PortMapConf;
+
+/// What the plugin prints when run without `CNI_COMMAND`.
+pub const ABOUT: &str = "CNI portmap plugin (Rust): host ports on nftables or iptables";
+
+pub struct PortMap;
+
+impl Plugin for PortMap {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult> {
+        let conf = PortMapConf::parse(args)?;
+        let prev = args.required_prev_result(
+            "missing: portmap must run as a chained plugin after one that sets addresses",
+        )?;
+        if conf.mappings.is_empty() {
+            return Ok(prev);
+        }
+        let (v4, v6) = container_addresses(&prev, &args.ifname);
+        conf.check_families(v4, v6)?;
+        let spec = conf.spec(args, v4, v6);
+        let backend = conf.backend();
+        fault::point("portmap/before-commit");
+        match backend {
+            Backend::Nftables => {
+                let mut nft = Nft::open()?;
+                pm::nft_add(&mut nft, &spec)?;
+            }
+            Backend::Iptables => {
+                for v6 in [false, true] {
+                    pm::ipt_add(&spec, v6)?;
+                    fault::point("portmap/between-families");
+                }
+            }
+        }
+        fault::point("portmap/after-commit");
+        if spec.snat {
+            if let Some(c) = v4 {
+                if spec.mappings.iter().any(|m| m.applies_to(false)) {
+                    enable_route_localnet(c.addr())?;
+                }
+            }
+        }
+        // New mappings must not be shadowed by conntrack entries of earlier
+        // UDP flows to the same host ports. Failures only cost that, as in
+        // the Go plugin: they are reported on stderr.
+        if let Err(e) = flush_udp_conntrack(&spec, v4.is_some(), v6.is_some()) {
+            eprintln!("portmap: removing stale UDP conntrack entries: {e}");
+        }
+        Ok(prev)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<()> {
+        let conf = teardown_conf(args);
+        let owner = Owner::new(&args.conf.name, &args.container_id);
+        let mut errors = ErrorList::new();
+        let mut udp_ports: Vec<(bool, u16)> = Vec::new();
+        // Both backends: the nftables side is a few netlink reads, and the
+        // iptables side runs processes only when its chain is there.
+        // With the ADD's mappings and addresses at hand, DEL looks up just
+        // this container's keys; otherwise it reads the maps.
+        let known = match (&conf, args.prev_result()) {
+            (Some(conf), Ok(Some(prev))) if !conf.mappings.is_empty() => {
+                let (v4, v6) = container_addresses(&prev, &args.ifname);
+                (v4.is_some() || v6.is_some()).then(|| conf.spec(args, v4, v6))
+            }
+            _ => None,
+        };
+        let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
+        match Nft::open() {
+            Ok(mut nft) => {
+                let removed = match &known {
+                    Some(spec) => pm::nft_del_known(&mut nft, spec),
+                    None => pm::nft_del(&mut nft, &owner),
+                };
+                if let Some(removed) = errors.record(removed) {
+                    udp_ports.extend(
+                        removed
+                            .into_iter()
+                            .filter(|(_, proto, _)| *proto == conntrack::IPPROTO_UDP)
+                            .map(|(v6, _, port)| (v6, port)),
+                    );
+                }
+                for v6 in [false, true] {
+                    let want = iptables_chosen || iptables_has_container(&mut nft, &owner, v6);
+                    if want {
+                        errors.record(pm::ipt_del(&owner, v6));
+                    }
+                }
+            }
+            Err(e) => {
+                if !iptables_chosen {
+                    errors.push(e);
+                }
+                for v6 in [false, true] {
+                    errors.record(pm::ipt_del(&owner, v6));
+                }
+            }
+        }
+        let mappings = conf.as_ref().map(|c| c.mappings.as_slice()).unwrap_or(&[]);
+        for m in mappings.iter().filter(|m| m.protocol == pm::Protocol::Udp) {
+            for v6 in [false, true] {
+                if m.applies_to(v6) {
+                    udp_ports.push((v6, m.host_port));
+                }
+            }
+        }
+        if let Err(e) = flush_ports(&udp_ports) {
+            eprintln!("portmap: removing stale UDP conntrack entries: {e}");
+        }
+        errors.finish_kernel("portmap DEL")
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<()> {
+        let conf = PortMapConf::parse(args)?;
+        let prev = args.required_prev_result("missing: CHECK needs the result of the ADD")?;
+        if conf.mappings.is_empty() {
+            return Ok(());
+        }
+        let (v4, v6) = container_addresses(&prev, &args.ifname);
+        let spec = conf.spec(args, v4, v6);
+        match conf.backend() {
+            Backend::Nftables => pm::nft_check(&mut Nft::open()?, &spec),
+            Backend::Iptables => {
+                for v6 in [false, true] {
+                    pm::ipt_check(&spec, v6)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<()> {
+        let iptables_chosen = teardown_conf(args)
+            .as_ref()
+            .is_some_and(PortMapConf::backend_is_iptables);
+        let valid = args.conf.gc_valid_attachments()?;
+        let network = &args.conf.name;
+        let mut errors = ErrorList::new();
+        let mut nft = Nft::open();
+        if let Ok(nft) = nft.as_mut() {
+            errors.record(pm::nft_gc(nft, network, &valid));
+        }
+        for v6 in [false, true] {
+            let want =
+                iptables_chosen || nft.as_mut().map_or(true, |n| iptables_has_hostports(n, v6));
+            if want {
+                errors.record(pm::ipt_gc(network, &valid, v6));
+            }
+        }
+        errors.finish_kernel("portmap GC")
+    }
+}
+
+/// The config for a teardown (DEL, GC): `None` when it cannot be read,
+/// said on stderr. Everything portmap installs is found by the container's
+/// owner tag and the iptables chain named after it, so the teardown needs
+/// no mapping; with the mappings at hand it is only quicker.
+fn teardown_conf(args: &CmdArgs) -> Option<PortMapConf> {
+    match PortMapConf::parse(args) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            eprintln!(
+                "portmap: the config cannot be read ({e}); removing what the container owns by its ID"
+            );
+            None
+        }
+    }
+}
+
+/// The first IPv4 and IPv6 address of the container interface `ifname`, as
+/// the Go plugin picks them: addresses with no interface index, or whose
+/// interface is `ifname` inside a sandbox.
+fn container_addresses(prev: &CniResult, ifname: &str) -> (Option<IpPrefix>, Option<IpPrefix>) {
+    let mut v4 = None;
+    let mut v6 = None;
+    for ip in &prev.ips {
+        if let Some(i) = ip.interface {
+            match prev.interfaces.get(i) {
+                Some(iface) if iface.name == ifname && !iface.sandbox.is_empty() => {}
+                Some(_) => continue,
+                None => {}
+            }
+        }
+        let slot = if ip.address.is_ipv4() {
+            &mut v4
+        } else {
+            &mut v6
+        };
+        if slot.is_none() {
+            *slot = Some(ip.address);
+        }
+    }
+    (v4, v6)
+}
+
+/// Sets `route_localnet` on the interface that routes to the container, so
+/// that connections to 127.0.0.1:hostPort may leave through it (they are
+/// masqueraded on the way out).
+fn enable_route_localnet(container: IpAddr) -> Result<()> {
+    let mut nl = Netlink::open()?;
+    let best = nl
+        .routes(Family::V4)?
+        .into_iter()
+        .filter(|r| r.oif.is_some())
+        .filter(|r| IpPrefix::new(r.dst, r.dst_len).is_some_and(|p| p.contains(container)))
+        .max_by_key(|r| r.dst_len);
+    let Some(index) = best.and_then(|r| r.oif) else {
+        return Ok(());
+    };
+    let Some(link) = nl.link_by_index(index)? else {
+        return Ok(());
+    };
+    let key = sysctl::Key::ipv4_conf(&link.name, "route_localnet")?;
+    sysctl::ensure_here(&key, "1").map(|_| ())
+}
+
+fn flush_udp_conntrack(spec: &PortMapSpec, v4: bool, v6: bool) -> Result<()> {
+    let mut ports = Vec::new();
+    for m in spec
+        .mappings
+        .iter()
+        .filter(|m| m.protocol == pm::Protocol::Udp)
+    {
+        for (family_v6, present) in [(false, v4), (true, v6)] {
+            if present && m.applies_to(family_v6) {
+                ports.push((family_v6, m.host_port));
+            }
+        }
+    }
+    flush_ports(&ports)
+}
+
+fn flush_ports(ports: &[(bool, u16)]) -> Result<()> {
+    if ports.is_empty() {
+        return Ok(());
+    }
+    let mut nl = NfNetlink::open()?;
+    for v6 in [false, true] {
+        let mut list: Vec<u16> = ports.iter().filter(|p| p.0 == v6).map(|p| p.1).collect();
+        list.sort_unstable();
+        list.dedup();
+        conntrack::delete_by_dst_port(&mut nl, v6, conntrack::IPPROTO_UDP, &list)?;
+    }
+    Ok(())
+}
+
+/// Whether iptables-nft holds this container's chain (seen through
+/// nf_tables, without running iptables).
+fn iptables_has_container(nft: &mut Nft, owner: &Owner, v6: bool) -> bool {
+    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
+    let chain = pm::ipt_dnat_chain(owner);
+    nft.has_chain(family, "nat", &chain).unwrap_or(true)
+}
+
+/// Whether iptables-nft holds the host port chains at all.
+fn iptables_has_hostports(nft: &mut Nft, v6: bool) -> bool {
+    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
+    nft.has_chain(family, "nat", pm::IPT_DNAT_CHAIN)
+        .unwrap_or(true)
+}
