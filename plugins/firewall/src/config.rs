@@ -4,6 +4,7 @@
 
 use std::net::IpAddr;
 
+use libcni::gojson::Lenient;
 use libcni::netfilter::firewall::{self as fw, FirewallSpec};
 use libcni::netfilter::{Backend, Owner};
 use libcni::skel::CmdArgs;
@@ -106,10 +107,20 @@ impl FirewallConf {
     /// unusable `backend` is the default (both backends are cleaned up by
     /// owner anyway; only the processes run differ).
     pub fn lenient_backend(args: &CmdArgs) -> Backend {
-        args.config::<RawConf>()
-            .ok()
-            .and_then(|raw| parse_backend(raw.backend.as_deref()).ok())
-            .unwrap_or(Backend::Iptables)
+        #[derive(Default, Deserialize)]
+        struct Keys {
+            #[serde(default)]
+            backend: Lenient<String>,
+        }
+        let keys: Keys = args.config().unwrap_or_default();
+        let backend = keys.backend.usable("backend");
+        match parse_backend(backend.as_deref()) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("ignoring the unusable config key backend: {e}");
+                Backend::Iptables
+            }
+        }
     }
 
     /// What the backend needs for this container, from `prev`: every

@@ -49,9 +49,9 @@ impl Plugin for Firewall {
         let owner = Owner::new(&args.conf.name, &args.container_id);
         // The addresses of the ADD when the runtime passes its result; the
         // owner records find them otherwise.
-        let known = match args.prev_result() {
-            Ok(Some(prev)) => config::addresses(&prev),
-            _ => Vec::new(),
+        let known = match args.prev_result_for_teardown() {
+            Some(prev) => config::addresses(&prev),
+            None => Vec::new(),
         };
         fw::del(backend, &owner, &known)
     }

@@ -1,0 +1,443 @@
+//! Go's JSON rules, plugin by plugin: every key of every plugin's config,
+//! written with the capitals containerd's go-cni sends (`HostPort`,
+//! `IngressRate`) and in a mixed case (`hOsTpOrT`), reads exactly as
+//! written in the documented case; map keys (sysctl names, capability
+//! names, flannel's delegate) stay as they are, as Go keeps them. And a
+//! DEL whose `runtimeConfig`, `prevResult` or plugin keys cannot be read
+//! still removes everything the ADD made, and exits 0.
+
+use libcni::skel::CmdArgs;
+use serde_json::{json, Value};
+use tests::*;
+
+/// How keys are rewritten.
+#[derive(Clone, Copy, Debug)]
+enum Case {
+    /// `hostPort` → `HostPort`: go-cni's structs without JSON tags.
+    UpperFirst,
+    /// `hostPort` → `hOsTpOrT`.
+    Mixed,
+}
+
+fn recase_key(k: &str, case: Case) -> String {
+    match case {
+        Case::UpperFirst => {
+            let mut c = k.chars();
+            c.next()
+                .map(|f| f.to_uppercase().chain(c).collect())
+                .unwrap_or_default()
+        }
+        Case::Mixed => k
+            .chars()
+            .enumerate()
+            .map(|(i, ch)| {
+                if i % 2 == 0 {
+                    ch.to_ascii_lowercase()
+                } else {
+                    ch.to_ascii_uppercase()
+                }
+            })
+            .collect(),
+    }
+}
+
+/// `v` with every object key recased, except the keys of the objects at
+/// the paths in `maps` (dotted, `[]` for any list element: `args.cni.sysctl`).
+fn recase(v: &Value, case: Case, maps: &[&str], path: &str) -> Value {
+    match v {
+        Value::Object(m) => {
+            let keep = maps.contains(&path);
+            Value::Object(
+                m.iter()
+                    .map(|(k, v)| {
+                        let child = if path.is_empty() {
+                            k.clone()
+                        } else {
+                            format!("{path}.{k}")
+                        };
+                        let k = if keep { k.clone() } else { recase_key(k, case) };
+                        (k, recase(v, case, maps, &child))
+                    })
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|x| recase(x, case, maps, &format!("{path}[]")))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// The `CmdArgs` a plugin gets for `conf`, with `CNI_ARGS` `cni_args`.
+fn args_of(conf: &Value, cni_args: &str) -> CmdArgs {
+    CmdArgs {
+        cni_args: cni_args.to_string(),
+        ..libcni::skel::test_args(&conf.to_string())
+    }
+}
+
+/// Parses `conf` and both recasings of it with `parse`, and asserts the
+/// three give the same (debug-printed) config, and that it parsed at all.
+fn same_in_every_case<T: std::fmt::Debug, E: std::fmt::Display>(
+    plugin: &str,
+    conf: Value,
+    maps: &[&str],
+    parse: impl Fn(&Value) -> Result<T, E>,
+) {
+    let want = match parse(&conf) {
+        Ok(c) => format!("{c:?}"),
+        Err(e) => panic!("{plugin}: the documented spelling is refused: {e}\n{conf:#}"),
+    };
+    for case in [Case::UpperFirst, Case::Mixed] {
+        let recased = recase(&conf, case, maps, "");
+        assert_ne!(recased, conf, "{plugin}: {case:?} changed nothing");
+        match parse(&recased) {
+            Ok(c) => assert_eq!(format!("{c:?}"), want, "{plugin} {case:?}:\n{recased:#}"),
+            Err(e) => panic!("{plugin} {case:?}: {e}\n{recased:#}"),
+        }
+    }
+}
+
+fn base(plugin: &str) -> Value {
+    json!({"cniVersion": "1.1.0", "name": "net1", "type": plugin})
+}
+
+fn with(mut v: Value, extra: Value) -> Value {
+    merge(&mut v, extra);
+    v
+}
+
+/// The keys every plugin shares (libcni's `NetConf`): `capabilities`'
+/// keys are capability names, exact.
+#[test]
+fn shared_keys() {
+    let conf = with(
+        base("bridge"),
+        json!({
+            "capabilities": {"portMappings": true, "io.kubernetes.cri.pod-annotations": false},
+            "ipam": {"type": "host-local"},
+            "dns": {"nameservers": ["10.0.0.10"], "domain": "d", "search": ["s"], "options": ["o"]},
+            "prevResult": {"cniVersion": "1.1.0", "ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 0}],
+                           "interfaces": [{"name": "eth0", "mac": "02:00:00:00:00:01", "sandbox": "/x", "mtu": 1500}],
+                           "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}], "dns": {"nameservers": ["1.1.1.1"]}},
+            "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "eth0"}]
+        }),
+    );
+    same_in_every_case("NetConf", conf, &["capabilities"], |v| {
+        let a = args_of(v, "");
+        a.conf.check_shared()?;
+        Ok::<_, libcni::Error>((
+            a.conf.cni_version.clone(),
+            a.conf.name.clone(),
+            a.conf.capabilities()?,
+            a.conf.ipam_type()?,
+            a.conf.dns()?,
+            a.prev_result()?,
+            a.conf.gc_valid_attachments()?,
+        ))
+    });
+}
+
+#[test]
+fn bridge_keys() {
+    let parse = |v: &Value| bridge::config::Conf::parse(&args_of(v, "IgnoreUnknown=1"));
+    let every = with(
+        base("bridge"),
+        json!({
+            "bridge": "br9", "isGateway": true, "isDefaultGateway": true, "forceAddress": true,
+            "ipMasq": true, "ipMasqBackend": "iptables", "mtu": 1400, "hairpinMode": true,
+            "vlan": 7, "preserveDefaultVlan": true, "macspoofchk": true, "enabledad": true,
+            "portIsolation": true,
+            "runtimeConfig": {"mac": "02:00:00:00:00:02"},
+            "args": {"cni": {"mac": "02:00:00:00:00:03"}},
+            "ipam": {"type": "host-local"},
+            "dns": {"nameservers": ["10.0.0.10"], "domain": "d", "search": ["s"], "options": ["o"]}
+        }),
+    );
+    same_in_every_case("bridge", every, &[], parse);
+    // The keys that cannot go with the ones above.
+    let other = with(
+        base("bridge"),
+        json!({
+            "promiscMode": true, "disableContainerInterface": true, "ipam": {},
+            "vlanTrunk": [{"id": 5}, {"minID": 10, "maxID": 20}]
+        }),
+    );
+    same_in_every_case("bridge", other, &[], parse);
+}
+
+#[test]
+fn host_local_keys() {
+    let parse = |v: &Value| host_local::config::IpamConfig::from_args(&args_of(v, ""));
+    let every = with(
+        base("bridge"),
+        json!({
+            "ipam": {
+                "type": "host-local",
+                "ranges": [[{"subnet": "10.1.0.0/24", "rangeStart": "10.1.0.10",
+                             "rangeEnd": "10.1.0.20", "gateway": "10.1.0.254"}]],
+                "routes": [{"dst": "0.0.0.0/0", "gw": "10.1.0.254", "mtu": 1400, "advmss": 1300,
+                            "priority": 5, "table": 100, "scope": 0}],
+                "dataDir": "/tmp/x", "resolvConf": "/etc/resolv.conf"
+            },
+            "runtimeConfig": {"ips": ["10.1.0.11/24"], "ipRanges": [[{"subnet": "10.2.0.0/24"}]]},
+            "args": {"cni": {"ips": ["10.2.0.9"]}}
+        }),
+    );
+    same_in_every_case("host-local", every, &[], parse);
+    let legacy = with(
+        base("bridge"),
+        json!({"ipam": {"type": "host-local", "subnet": "10.3.0.0/24", "rangeStart": "10.3.0.5",
+                        "rangeEnd": "10.3.0.9", "gateway": "10.3.0.1"}}),
+    );
+    same_in_every_case("host-local", legacy, &[], parse);
+}
+
+#[test]
+fn portmap_keys() {
+    let parse = |v: &Value| portmap::config::PortMapConf::parse(&args_of(v, ""));
+    let mapping = json!({"runtimeConfig": {"portMappings": [
+        {"hostPort": 8080, "containerPort": 80, "protocol": "udp", "hostIP": "10.0.0.1"}
+    ]}});
+    let iptables = with(
+        with(base("portmap"), mapping.clone()),
+        json!({"snat": false, "masqAll": true, "markMasqBit": 5, "backend": "iptables",
+               "conditionsV4": ["-s", "1.2.3.4"], "conditionsV6": ["!", "-s", "::1"]}),
+    );
+    same_in_every_case("portmap", iptables, &[], parse);
+    let chain = with(
+        with(base("portmap"), mapping.clone()),
+        json!({"externalSetMarkChain": "KUBE-MARK-MASQ"}),
+    );
+    same_in_every_case("portmap", chain, &[], parse);
+    let nft = with(
+        with(base("portmap"), mapping),
+        json!({"backend": "nftables", "conditionsV4": ["ip saddr 10.0.0.0/8"]}),
+    );
+    same_in_every_case("portmap", nft, &[], parse);
+}
+
+#[test]
+fn bandwidth_keys() {
+    let parse = |v: &Value| bandwidth::config::parse(&args_of(v, ""));
+    let top = with(
+        base("bandwidth"),
+        json!({"ingressRate": 8000000, "ingressBurst": 800000,
+               "egressRate": 16000000, "egressBurst": 1600000}),
+    );
+    same_in_every_case("bandwidth", top, &[], parse);
+    // containerd's annotations, as go-cni writes them.
+    let capability = with(
+        base("bandwidth"),
+        json!({"runtimeConfig": {"bandwidth": {"ingressRate": 10000000, "ingressBurst": 4294967295u64,
+                                               "egressRate": 10000000, "egressBurst": 4294967295u64}}}),
+    );
+    same_in_every_case("bandwidth", capability, &[], parse);
+}
+
+#[test]
+fn flannel_keys() {
+    // delegate, ipam and runtimeConfig are Go maps: their keys go to the
+    // delegate as written.
+    let conf = with(
+        base("flannel"),
+        json!({"subnetFile": "/tmp/subnet.env", "dataDir": "/tmp/fl",
+               "delegate": {"type": "bridge", "hairpinMode": true},
+               "ipam": {"dataDir": "/tmp/l", "routes": [{"dst": "10.96.0.0/12"}]},
+               "runtimeConfig": {"portMappings": []}}),
+    );
+    same_in_every_case(
+        "flannel",
+        conf,
+        &["delegate", "ipam", "ipam.routes[]", "runtimeConfig"],
+        |v| flannel_meta::config::FlannelConf::parse(v.to_string().as_bytes()),
+    );
+}
+
+#[test]
+fn firewall_keys() {
+    let parse = |v: &Value| firewall::config::FirewallConf::parse(&args_of(v, ""));
+    let conf = with(
+        base("firewall"),
+        json!({"backend": "iptables", "ingressPolicy": "same-bridge",
+               "iptablesAdminChainName": "MY-ADMIN", "firewalldZone": "public"}),
+    );
+    same_in_every_case("firewall", conf, &[], parse);
+}
+
+#[test]
+fn tuning_keys() {
+    let parse = |v: &Value| tuning::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("tuning"),
+        json!({"sysctl": {"net.core.somaxconn": "512"}, "mac": "02:00:00:00:00:04",
+               "promisc": true, "mtu": 1400, "txQLen": 100, "allmulti": true, "dataDir": "/tmp/t",
+               "runtimeConfig": {"mac": "02:00:00:00:00:05"},
+               "args": {"cni": {"sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"},
+                                "mac": "02:00:00:00:00:06", "promisc": false, "mtu": 1300,
+                                "txQLen": 50, "allmulti": false}}}),
+    );
+    same_in_every_case("tuning", conf, &["sysctl", "args.cni.sysctl"], parse);
+}
+
+#[test]
+fn macvlan_keys() {
+    let parse = |v: &Value| macvlan::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("macvlan"),
+        json!({"master": "eth9", "mode": "private", "mtu": 1400, "mac": "02:00:00:00:00:07",
+               "linkInContainer": true, "bcqueuelen": 100,
+               "runtimeConfig": {"mac": "02:00:00:00:00:08"},
+               "ipam": {"type": "host-local"},
+               "dns": {"nameservers": ["10.0.0.10"]}}),
+    );
+    same_in_every_case("macvlan", conf, &[], parse);
+}
+
+/// The runtime side: Go libcni reads a conflist's own keys from a map
+/// (exactly) and each plugin's `type` and `capabilities` from a struct.
+#[test]
+fn runtime_reads_plugin_keys_as_go_libcni() {
+    let list = json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
+        {"Type": "portmap", "Capabilities": {"portMappings": true}}
+    ]});
+    let l = libcni::runtime::conf::conf_list_from_bytes(list.to_string().as_bytes()).unwrap();
+    let keys = libcni::runtime::conf::PluginKeys::of(&l.plugins[0], "plugins[0]").unwrap();
+    assert_eq!(keys.plugin_type, "portmap");
+    assert_eq!(keys.capabilities.get("portMappings"), Some(&true));
+    // List keys are map keys in Go libcni: "Name" is not the name.
+    let e = libcni::runtime::conf::conf_list_from_bytes(
+        br#"{"Name": "n", "plugins": [{"type": "bridge"}]}"#,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("name"), "{e}");
+}
+
+// ---- DEL with unusable parts ---------------------------------------------
+
+/// `conf` with `runtimeConfig` and `prevResult` unusable and `bad` keys of
+/// the plugin's own set to values ADD would refuse.
+fn unusable(conf: &Value, bad: Value) -> Value {
+    let mut v = conf.clone();
+    v["runtimeConfig"] = json!("garbage");
+    v["prevResult"] = json!(["not", "a", "result"]);
+    v["dns"] = json!(5);
+    merge(&mut v, bad);
+    v
+}
+
+#[test]
+fn del_removes_everything_whatever_else_the_config_holds() {
+    if !require_root("del_removes_everything_whatever_else_the_config_holds") {
+        return;
+    }
+    let node = Node::new("del-unusable");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("del-unusable");
+    let leases = state.path().join("leases");
+    let tuning_dir = state.path().join("tuning");
+    // Every plugin with state of its own, in one chain.
+    let list = json!({
+        "cniVersion": "1.1.0", "name": "delnet",
+        "plugins": [
+            {"type": "bridge", "bridge": "cni-del", "isGateway": true, "ipMasq": true, "macspoofchk": true,
+             "ipam": {"type": "host-local", "dataDir": leases, "ranges": [[{"subnet": "10.86.0.0/24"}]]}},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "ingressRate": 8000000, "ingressBurst": 800000,
+             "egressRate": 8000000, "egressBurst": 800000},
+            {"type": "firewall", "backend": "nftables"},
+            {"type": "tuning", "dataDir": tuning_dir, "mtu": 1400, "sysctl": {"net.core.somaxconn": "777"}}
+        ]
+    });
+    node.write_conf("10-del.conflist", &list);
+    let caps =
+        json!({"portMappings": [{"hostPort": 8081, "containerPort": 80, "protocol": "udp"}]})
+            .to_string();
+    // Shared objects first, so the baseline has them.
+    let warm = Netns::new("del-warm");
+    let cnitool = bin("cnitool");
+    let warm_path = warm.path().display().to_string();
+    let out = node.cnitool_with(
+        &cnitool,
+        &["add", "delnet", &warm_path],
+        &[("CAP_ARGS", &caps)],
+    );
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    node.cnitool_with(&cnitool, &["del", "delnet", &warm_path], &[])
+        .assert_silent_ok();
+    let before = (NetSnapshot::take(&node.ns), tree(state.path()));
+
+    let pod = Netns::new("del-pod");
+    let pod_path = pod.path().display().to_string();
+    let out = node.cnitool_with(
+        &cnitool,
+        &["add", "delnet", &pod_path],
+        &[("CAP_ARGS", &caps), ("CNI_CONTAINERID", "ctr-del")],
+    );
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_ne!(
+        before.0,
+        NetSnapshot::take(&node.ns),
+        "ADD changed the node"
+    );
+
+    // Each plugin's DEL, in reverse, as a runtime would send it, but with
+    // the parts it does not need unusable.
+    let plugins = list["plugins"].as_array().unwrap().clone();
+    // Keys each plugin's DEL does not need, unusable, and whether it reads
+    // any of them and so says it ignores it (bandwidth's and tuning's DEL
+    // read none). A key DEL needs (a dataDir) is the ADD's, since the
+    // config does not change between ADD and DEL.
+    let bad_keys = [
+        (
+            json!({"mtu": "x", "hairpinMode": 3, "vlan": -1, "ipMasqBackend": 5}),
+            true,
+        ),
+        (
+            json!({"snat": "yes", "markMasqBit": "x", "conditionsV4": 5}),
+            true,
+        ),
+        (json!({"ingressRate": "fast", "egressBurst": -3}), false),
+        (
+            json!({"ingressPolicy": 7, "iptablesAdminChainName": []}),
+            true,
+        ),
+        (
+            json!({"mtu": "x", "sysctl": "net.core.somaxconn", "txQLen": "long"}),
+            false,
+        ),
+    ];
+    for (plugin, (bad, says)) in plugins.iter().zip(bad_keys).rev() {
+        let mut conf = plugin.clone();
+        conf["cniVersion"] = json!("1.1.0");
+        conf["name"] = json!("delnet");
+        let conf = unusable(&conf, bad);
+        let name = conf["type"].as_str().unwrap().to_string();
+        let out = call_in(
+            &node.ns,
+            &bin(&name),
+            &bin_dir().display().to_string(),
+            "DEL",
+            Some(pod.path()),
+            "ctr-del",
+            &conf,
+            &[],
+        );
+        out.assert_silent_ok();
+        if says {
+            assert!(
+                out.stderr.contains("ignor") || out.stderr.contains("cannot be read"),
+                "{name}: says on stderr what it did not read: {out:?}"
+            );
+        }
+    }
+    assert!(pod.link("eth0").is_none());
+    assert_eq!(
+        before.0.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new()
+    );
+    // The result cache of the ADD is the runtime's; the rest is gone.
+    assert_eq!(before.1, tree(state.path()));
+}
