@@ -4,7 +4,7 @@
 //! written in the documented case; map keys (sysctl names, capability
 //! names, flannel's delegate) stay as they are, as Go keeps them. And a
 //! DEL whose `runtimeConfig`, `prevResult` or plugin keys cannot be read
-//! still removes everything the ADD made, and exits 0.
+//! still removes everything the ADD made, and exits 0; so does GC.
 
 use libcni::skel::CmdArgs;
 use serde_json::{json, Value};
@@ -438,6 +438,25 @@ fn del_removes_everything_whatever_else_the_config_holds() {
         before.0.diff(&NetSnapshot::take(&node.ns)),
         Vec::<String>::new()
     );
+    // GC with the same unusable parts goes through too.
+    for plugin in &plugins {
+        let mut conf = plugin.clone();
+        conf["cniVersion"] = json!("1.1.0");
+        conf["name"] = json!("delnet");
+        conf["cni.dev/valid-attachments"] = json!([]);
+        let conf = unusable(&conf, json!({}));
+        let name = conf["type"].as_str().unwrap().to_string();
+        let out = call_plugin(
+            Some(&node.ns),
+            &bin(&name),
+            &[
+                ("CNI_COMMAND", "GC"),
+                ("CNI_PATH", &bin_dir().display().to_string()),
+            ],
+            &conf.to_string(),
+        );
+        out.assert_silent_ok();
+    }
     // The result cache of the ADD is the runtime's; the rest is gone.
     assert_eq!(before.1, tree(state.path()));
 }
