@@ -111,16 +111,35 @@ mod tests {
             (r.mtu, r.advmss, r.priority, r.table, r.scope),
             (Some(1400), Some(1360), Some(5), Some(100), Some(0))
         );
-        assert_eq!(parse("r", json!({"dst": "::/0", "gw": ""})).unwrap().gw, None);
-        err(json!({"dst": "0.0.0.0"}), "ipam.routes[0].dst", "is not a CIDR");
-        err(json!({"gw": "10.1.0.1"}), "ipam.routes[0].dst", "missing dst");
+        assert_eq!(
+            parse("r", json!({"dst": "::/0", "gw": ""})).unwrap().gw,
+            None
+        );
+        err(
+            json!({"dst": "0.0.0.0"}),
+            "ipam.routes[0].dst",
+            "is not a CIDR",
+        );
+        err(
+            json!({"gw": "10.1.0.1"}),
+            "ipam.routes[0].dst",
+            "missing dst",
+        );
         err(
             json!({"dst": "::/0", "gw": "10.1.0.1"}),
             "ipam.routes[0].gw",
             "not of the family",
         );
-        err(json!({"dst": "::/0", "gw": "x"}), "ipam.routes[0].gw", "\"x\"");
-        err(json!("0.0.0.0/0"), "ipam.routes[0]", "is not a route object");
+        err(
+            json!({"dst": "::/0", "gw": "x"}),
+            "ipam.routes[0].gw",
+            "\"x\"",
+        );
+        err(
+            json!("0.0.0.0/0"),
+            "ipam.routes[0]",
+            "is not a route object",
+        );
         err(
             json!({"dst": "0.0.0.0/0", "mtu": "x"}),
             "ipam.routes[0].mtu",

@@ -93,10 +93,7 @@ impl StaticConfig {
             "args.cni.ips",
             raw.args.and_then(|a| a.cni).and_then(|c| c.ips),
         )?;
-        let from_runtime = list(
-            "runtimeConfig.ips",
-            raw.runtime_config.and_then(|r| r.ips),
-        )?;
+        let from_runtime = list("runtimeConfig.ips", raw.runtime_config.and_then(|r| r.ips))?;
         if !from_args.is_empty() {
             addresses = from_args;
         }
@@ -238,7 +235,10 @@ fn config_address(key: &str, v: Value) -> Result<StaticAddress, Error> {
         None | Some("") => None,
         Some(g) => {
             let gw = ip(g).ok_or_else(|| {
-                Error::config(format!("{key}.gateway"), format!("{g:?} is not an IP address"))
+                Error::config(
+                    format!("{key}.gateway"),
+                    format!("{g:?} is not an IP address"),
+                )
             })?;
             if gw.is_ipv4() != address.is_ipv4() {
                 return Err(Error::config(
@@ -264,7 +264,8 @@ fn env_addresses(env: &CniArgs) -> Result<Vec<StaticAddress>, Error> {
     if let Some(list) = env.get("IP").filter(|l| !l.is_empty()) {
         for item in list.split(',') {
             let s = item.trim();
-            let address = cidr(s).map_err(|m| Error::InvalidEnv(format!("CNI_ARGS IP={list}: {m}")))?;
+            let address =
+                cidr(s).map_err(|m| Error::InvalidEnv(format!("CNI_ARGS IP={list}: {m}")))?;
             out.push(StaticAddress {
                 address,
                 gateway: None,

@@ -109,15 +109,20 @@ mod tests {
     }
 
     fn prev(ips: serde_json::Value) -> CniResult {
-        CniResult::from_json(&json!({"cniVersion": "1.1.0", "ips": ips}), libcni::Version::V1_1_0)
-            .unwrap()
-            .0
+        CniResult::from_json(
+            &json!({"cniVersion": "1.1.0", "ips": ips}),
+            libcni::Version::V1_1_0,
+        )
+        .unwrap()
+        .0
     }
 
     #[test]
     fn check_compares_addresses_prefixes_and_gateways() {
-        let conf = conf_of(json!({"cniVersion": "1.1.0", "name": "n", "ipam": {"addresses": [
-            {"address": "10.10.0.5/24", "gateway": "10.10.0.1"}, {"address": "fd00::5/64"}]}}));
+        let conf = conf_of(
+            json!({"cniVersion": "1.1.0", "name": "n", "ipam": {"addresses": [
+            {"address": "10.10.0.5/24", "gateway": "10.10.0.1"}, {"address": "fd00::5/64"}]}}),
+        );
         let good = prev(json!([
             {"address": "10.10.0.5/24", "gateway": "10.10.0.1", "interface": 0},
             {"address": "fd00::5/64", "gateway": "fd00::1"},
