@@ -160,12 +160,18 @@ fn apply(
         fault::point("sbr/rule");
         // The default route first: it may be gone from the main table
         // (a plugin before this one may not have added one).
-        if let Some(gw) = conf.gateway_for(addr.addr()).or(ip.gateway) {
+        let fixed = conf.gateway_for(addr.addr());
+        if let Some(gw) = fixed.or(ip.gateway) {
             let mut default = Route::new(unspecified(&addr), 0, Some(gw), Some(link));
             default.table = table;
             nl.add_route(&default)?;
         }
-        for r in main.iter().filter(|r| belongs_to(r, &addr)) {
+        // A main-table default route would replace one through a
+        // configured gateway: that one stays.
+        for r in main
+            .iter()
+            .filter(|r| belongs_to(r, &addr) && !(fixed.is_some() && r.route.dst_len == 0))
+        {
             nl.replace_route_in(r, table)?;
         }
         fault::point("sbr/table");
