@@ -149,9 +149,11 @@ fn apply(
     let mut used = used_tables(nl)?;
     let main = nl.link_routes_in(link, RT_TABLE_MAIN)?;
     created.main_before = Some(main.clone());
-    let mut table = next_free(&used, FIRST_TABLE)?;
+    let mut from = FIRST_TABLE;
     for ip in ips {
         let addr = ip.address;
+        let table = next_free(&used, from)?;
+        from = table.saturating_add(1);
         used.insert(table);
         created.tables.push(table);
         let rule = Rule::from_source(addr.addr(), table);
@@ -175,7 +177,6 @@ fn apply(
             nl.replace_route_in(r, table)?;
         }
         fault::point("sbr/table");
-        table = next_free(&used, table.saturating_add(1))?;
     }
     // Only now do the routes leave the main table: a gateway in the
     // picked table is checked against the main table's routes.
