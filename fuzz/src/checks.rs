@@ -361,4 +361,38 @@ pub fn plugin_config(data: &[u8]) {
     if let Err(e) = macvlan::config::Conf::parse(&args) {
         assert_spec_code(&e, "macvlan");
     }
+    match static_ipam::config::StaticConfig::from_args(&args) {
+        Ok(c) => {
+            // One address per family below 0.3.0, each address once.
+            for (i, a) in c.addresses.iter().enumerate() {
+                assert!(
+                    c.addresses[..i]
+                        .iter()
+                        .all(|b| b.address.addr() != a.address.addr()),
+                    "static: {} twice",
+                    a.address
+                );
+                if let Some(gw) = a.gateway {
+                    assert_eq!(gw.is_ipv4(), a.address.is_ipv4(), "static: gateway family");
+                }
+            }
+            if args.version < Version::V0_3_0 {
+                let v4 = c.addresses.iter().filter(|a| a.address.is_ipv4()).count();
+                assert!(
+                    v4 <= 1 && c.addresses.len() - v4 <= 1,
+                    "static: per-version limit"
+                );
+            }
+        }
+        Err(e) => assert_spec_code(&e, "static"),
+    }
+    match sbr::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.table.is_none_or(|t| t > 0 && !(253..=255).contains(&t)));
+            assert!(c.gateway_v4.is_none_or(|g| g.is_ipv4()));
+            assert!(c.gateway_v6.is_none_or(|g| g.is_ipv6()));
+        }
+        Err(e) => assert_spec_code(&e, "sbr"),
+    }
+    let _ = sbr::config::Conf::for_teardown(&args);
 }

@@ -10,9 +10,8 @@
 
 use crate::range::{Range, RangeError, RangeSet};
 use libcni::args::CniArgs;
-use libcni::gojson;
 use libcni::skel::CmdArgs;
-use libcni::types::{IpPrefix, Route};
+use libcni::types::{route_conf, IpPrefix, Route};
 use libcni::{Error, Version};
 use serde::Deserialize;
 use serde_json::Value;
@@ -207,13 +206,7 @@ impl IpamConfig {
             ));
         }
 
-        let routes = ipam
-            .routes
-            .unwrap_or_default()
-            .into_iter()
-            .enumerate()
-            .map(|(i, v)| route(&format!("ipam.routes[{i}]"), v))
-            .collect::<Result<Vec<_>, _>>()?;
+        let routes = route_conf::parse_list("ipam.routes", ipam.routes)?;
         let resolv_conf = ipam
             .resolv_conf
             .filter(|p| !p.is_empty())
@@ -404,66 +397,6 @@ fn requested_from_list(key: &str, list: Vec<String>) -> Result<Vec<Requested>, E
             }
         })
         .collect()
-}
-
-/// One `ipam.routes` entry as Go's `types.Route` reads it.
-#[derive(Deserialize)]
-struct RawRoute {
-    #[serde(default)]
-    dst: Option<String>,
-    #[serde(default)]
-    gw: Option<String>,
-    #[serde(default)]
-    mtu: Option<u32>,
-    #[serde(default)]
-    advmss: Option<u32>,
-    #[serde(default)]
-    priority: Option<u32>,
-    #[serde(default)]
-    table: Option<u32>,
-    #[serde(default)]
-    scope: Option<u8>,
-}
-
-/// One route, returned as configured: `dst` must be a CIDR and `gw`, when
-/// set, an address of the same family.
-fn route(key: &str, v: Value) -> Result<Route, Error> {
-    if !v.is_object() {
-        return Err(Error::config(key, format!("{v} is not a route object")));
-    }
-    let raw: RawRoute = gojson::from_value_at(&v, key)?;
-    let dst = match raw.dst.as_deref() {
-        Some(s) => s.parse::<IpPrefix>().map_err(|_| {
-            Error::config(
-                format!("{key}.dst"),
-                format!("{s:?} is not a CIDR (a.b.c.d/n)"),
-            )
-        })?,
-        None => return Err(Error::config(format!("{key}.dst"), "missing dst")),
-    };
-    let gw = match raw.gw.as_deref() {
-        None | Some("") => None,
-        Some(g) => {
-            let gw = g.parse::<IpAddr>().map_err(|_| {
-                Error::config(format!("{key}.gw"), format!("{g:?} is not an IP address"))
-            })?;
-            if gw.is_ipv4() != dst.is_ipv4() {
-                return Err(Error::config(
-                    format!("{key}.gw"),
-                    format!("{gw} is not of the family of dst {dst}"),
-                ));
-            }
-            Some(gw)
-        }
-    };
-    Ok(Route {
-        mtu: raw.mtu,
-        advmss: raw.advmss,
-        priority: raw.priority,
-        table: raw.table,
-        scope: raw.scope,
-        ..Route::new(dst, gw)
-    })
 }
 
 #[cfg(test)]

@@ -328,12 +328,15 @@ pub fn check_mac(what: &str, want: &Interface, link: &Link) -> Result<()> {
 
 /// CHECK: every address of `ips` is on link `ifname` with its prefix length,
 /// and (below /32 and /128) its prefix route is in the main table, as Go's
-/// `ValidateExpectedInterfaceIPs`. Differences are [`Error::CheckFailed`].
+/// `ValidateExpectedInterfaceIPs`, or in a table a rule `from <address>`
+/// looks up (where source-based routing, the sbr plugin, moved it).
+/// Differences are [`Error::CheckFailed`].
 pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Result<()> {
     let link = nl
         .link_by_name(ifname)?
         .ok_or_else(|| Error::CheckFailed(format!("container interface {ifname:?} not found")))?;
     let present = nl.addresses(Some(link.index), None)?;
+    // Every table's routes, per family.
     let mut routes: [Option<Vec<netlink::Route>>; 2] = [None, None];
     for ip in ips {
         let (addr, len) = (ip.address.addr(), ip.address.prefix_len());
@@ -357,13 +360,23 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
             let family = Family::of(&addr);
             let slot = &mut routes[usize::from(family == Family::V6)];
             if slot.is_none() {
-                *slot = Some(nl.routes(family)?);
+                *slot = Some(nl.routes_in(family, None)?);
             }
             let network = ip.address.network();
-            let found = slot.as_ref().is_some_and(|rs| {
-                rs.iter()
-                    .any(|r| r.dst == network && r.dst_len == len && r.oif == Some(link.index))
-            });
+            let in_table = |table: u32| {
+                slot.as_ref().is_some_and(|rs| {
+                    rs.iter().any(|r| {
+                        r.table == table
+                            && r.dst == network
+                            && r.dst_len == len
+                            && r.oif == Some(link.index)
+                    })
+                })
+            };
+            let found = in_table(netlink::route::RT_TABLE_MAIN)
+                || source_tables(nl, family, Some(addr))?
+                    .into_iter()
+                    .any(in_table);
             if !found {
                 return Err(Error::CheckFailed(format!(
                     "no route to {}/{len} through {ifname:?} for address {}",
@@ -376,8 +389,10 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
 }
 
 /// CHECK: every route of `routes` is in its table (the main table unless
-/// it names one) with its destination and, when it has one, its gateway,
-/// as Go's `ValidateExpectedRoute`. Differences are [`Error::CheckFailed`].
+/// it names one, or then a table a rule `from <address>` looks up, where
+/// source-based routing moved it) with its destination and, when it has
+/// one, its gateway, as Go's `ValidateExpectedRoute`. Differences are
+/// [`Error::CheckFailed`].
 pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
     let mut cache: Vec<(Family, Vec<netlink::Route>)> = Vec::new();
     for want in routes {
@@ -387,16 +402,20 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
         }
         let table = want.table.unwrap_or(netlink::route::RT_TABLE_MAIN);
         let dst = want.dst.network();
-        let found = cache
-            .iter()
-            .filter(|(f, _)| *f == family)
-            .flat_map(|(_, rs)| rs)
-            .any(|r| {
-                r.table == table
-                    && r.dst == dst
-                    && r.dst_len == want.dst.prefix_len()
-                    && want.gw.is_none_or(|gw| r.gateway == Some(gw))
-            });
+        let in_table = |table: u32| {
+            cache
+                .iter()
+                .filter(|(f, _)| *f == family)
+                .flat_map(|(_, rs)| rs)
+                .any(|r| {
+                    r.table == table
+                        && r.dst == dst
+                        && r.dst_len == want.dst.prefix_len()
+                        && want.gw.is_none_or(|gw| r.gateway == Some(gw))
+                })
+        };
+        let found = in_table(table)
+            || (want.table.is_none() && source_tables(nl, family, None)?.into_iter().any(in_table));
         if !found {
             let via = want.gw.map(|g| format!(" via {g}")).unwrap_or_default();
             return Err(Error::CheckFailed(format!(
@@ -406,6 +425,22 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The tables that rules `from <addr>` (a host prefix and no other
+/// selector) look up, of any such rule when `addr` is `None`: where
+/// source-based routing moves the routes of the interface holding it.
+fn source_tables(nl: &mut Netlink, family: Family, addr: Option<IpAddr>) -> Result<Vec<u32>> {
+    Ok(nl
+        .rules(family)?
+        .into_iter()
+        .filter(|r| match (addr, r.src) {
+            (Some(a), _) => r.is_source_lookup_of(a),
+            (None, Some((src, _))) => r.is_source_lookup_of(src),
+            (None, None) => false,
+        })
+        .map(|r| r.table)
+        .collect())
 }
 
 #[cfg(test)]
@@ -639,6 +674,54 @@ mod tests {
         );
         let e = check_addresses(&mut c, "eth1", &ips).unwrap_err();
         assert_eq!(e.to_string(), "container interface \"eth1\" not found");
+    }
+
+    #[test]
+    fn ipam_checks_find_routes_that_source_based_routing_moved() {
+        if !privileged("ipam_checks_find_routes_that_source_based_routing_moved") {
+            return;
+        }
+        let (node, pod) = (new_netns(), new_netns());
+        let (_host, mut c) = pair(&node, &pod);
+        let r = result("/pod");
+        configure_interface(&pod, &mut c, "eth0", &r, IfaceOptions::default()).unwrap();
+        let link = c.link_by_name("eth0").unwrap().unwrap();
+        let ips = addresses_for(&r, "eth0").unwrap();
+        // What sbr does: the IPv4 routes of eth0 move to table 100.
+        let main = c
+            .link_routes_in(link.index, netlink::route::RT_TABLE_MAIN)
+            .unwrap();
+        for k in main.iter().filter(|k| k.route.dst.is_ipv4()) {
+            c.replace_route_in(k, 100).unwrap();
+            c.del_kernel_route(k).unwrap();
+        }
+        // Without a rule leading there, they are missing.
+        let e = check_addresses(&mut c, "eth0", &ips).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("no route to 10.77.0.0/24 through \"eth0\""),
+            "{e}"
+        );
+        assert_eq!(
+            check_routes(&mut c, &r.routes).unwrap_err().to_string(),
+            "route 0.0.0.0/0 not found in routing table 254"
+        );
+        // A rule from another address does not lead there for the address.
+        let other = netlink::Rule::from_source("10.77.0.6".parse().unwrap(), 100);
+        c.add_rule(&other).unwrap();
+        assert!(check_addresses(&mut c, "eth0", &ips).is_err());
+        c.del_rule(&other).unwrap();
+        c.add_rule(&netlink::Rule::from_source(
+            "10.77.0.5".parse().unwrap(),
+            100,
+        ))
+        .unwrap();
+        check_addresses(&mut c, "eth0", &ips).unwrap();
+        check_routes(&mut c, &r.routes).unwrap();
+        // A route that names its table is looked for there only.
+        let mut pinned = r.routes.clone();
+        pinned.iter_mut().for_each(|x| x.table = Some(254));
+        assert!(check_routes(&mut c, &pinned).is_err());
     }
 
     #[test]

@@ -624,6 +624,9 @@ pub struct NetSnapshot {
     pub routes: Vec<String>,
     /// `dev kind handle parent`, sorted.
     pub qdiscs: Vec<String>,
+    /// `<family> <rule as ip -j rule shows it>`, sorted: policy routing
+    /// rules (sbr's).
+    pub rules: Vec<String>,
     /// `nft list ruleset`, counters removed.
     pub nft: String,
     /// `iptables-save` and `ip6tables-save`, comments and counters removed.
@@ -648,6 +651,8 @@ impl NetSnapshot {
             "ip -4 -j route show table all",
             "ip -6 -j route show table all",
             "tc -j qdisc show",
+            "ip -4 -j rule show",
+            "ip -6 -j rule show",
         ];
         if firewall {
             cmds.extend(["nft list ruleset", "iptables-save", "ip6tables-save"]);
@@ -736,12 +741,24 @@ impl NetSnapshot {
             })
             .collect();
         qdiscs.sort();
+        let mut rules: Vec<String> = [(5, 4), (6, 6)]
+            .iter()
+            .flat_map(|(i, family)| {
+                json(*i)
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(move |r| format!("{family} {r}"))
+            })
+            .collect();
+        rules.sort();
         let (nft, iptables) = if firewall {
             let mut ipt = String::new();
-            for (i, tool) in [(6, "iptables-save"), (7, "ip6tables-save")] {
+            for (i, tool) in [(8, "iptables-save"), (9, "ip6tables-save")] {
                 ipt.push_str(&normalise_iptables_save(tool, parts[i]));
             }
-            (normalise_nft(parts[5]), ipt)
+            (normalise_nft(parts[7]), ipt)
         } else {
             Default::default()
         };
@@ -750,6 +767,7 @@ impl NetSnapshot {
             addrs,
             routes,
             qdiscs,
+            rules,
             nft,
             iptables,
         }
@@ -770,6 +788,7 @@ impl NetSnapshot {
         list("addr", &self.addrs, &other.addrs);
         list("route", &self.routes, &other.routes);
         list("qdisc", &self.qdiscs, &other.qdiscs);
+        list("rule", &self.rules, &other.rules);
         let lines = |t: &str| t.lines().map(str::to_string).collect::<Vec<_>>();
         list("nft", &lines(&self.nft), &lines(&other.nft));
         list("iptables", &lines(&self.iptables), &lines(&other.iptables));

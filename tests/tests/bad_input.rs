@@ -96,7 +96,7 @@ fn without(base: &Value, ptr: &str) -> Value {
 fn reads_cni_args(plugin: &str) -> bool {
     matches!(
         plugin,
-        "host-local" | "bridge" | "flannel" | "tuning" | "macvlan"
+        "host-local" | "bridge" | "flannel" | "tuning" | "macvlan" | "static"
     )
 }
 
@@ -1371,6 +1371,274 @@ fn bad_input_macvlan() {
             with(&base, "/ipam/type", json!("no-such-ipam")),
             101,
             "no-such-ipam",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_static() {
+    if !require_root("bad_input_static") {
+        return;
+    }
+    let mut b = Bench::new("static", "eth0", false);
+    b.base = json!({"cniVersion": "1.0.0", "name": "st-net", "type": "macvlan",
+        "ipam": {"type": "static",
+                 "addresses": [{"address": "10.91.0.5/24", "gateway": "10.91.0.1"},
+                               {"address": "fd91::5/64"}],
+                 "routes": [{"dst": "0.0.0.0/0"}],
+                 "dns": {"nameservers": ["10.91.0.1"]}}});
+    let base = b.base.clone();
+    // static never opens the namespace: a bad CNI_NETNS is not its concern.
+    let mut cases = b.common_cases(false);
+    let mut runtime = base.clone();
+    runtime["runtimeConfig"] = json!({"ips": ["10.91.0.6/24"]});
+    let mut args = base.clone();
+    args["args"] = json!({"cni": {"ips": ["10.91.0.7/24"]}});
+    cases.extend([
+        case("ipam missing", without(&base, "/ipam"), 7, "ipam"),
+        case(
+            "addresses not a list",
+            with(&base, "/ipam/addresses", json!({"address": "10.91.0.5/24"})),
+            7,
+            "ipam.addresses",
+        ),
+        case(
+            "an address not an object",
+            with(&base, "/ipam/addresses/0", json!("10.91.0.5/24")),
+            7,
+            "ipam.addresses[0]",
+        ),
+        case(
+            "address without a prefix",
+            with(&base, "/ipam/addresses/0/address", json!("10.91.0.5")),
+            7,
+            "ipam.addresses[0].address",
+        ),
+        case(
+            "address /33",
+            with(&base, "/ipam/addresses/1/address", json!("10.91.0.5/33")),
+            7,
+            "ipam.addresses[1].address",
+        ),
+        case(
+            "address missing",
+            without(&base, "/ipam/addresses/1/address"),
+            7,
+            "ipam.addresses[1].address",
+        ),
+        case(
+            "address a number",
+            with(&base, "/ipam/addresses/0/address", json!(5)),
+            7,
+            "ipam.addresses[0].address",
+        ),
+        case(
+            "gateway not an address",
+            with(&base, "/ipam/addresses/0/gateway", json!("10.91.0")),
+            7,
+            "ipam.addresses[0].gateway",
+        ),
+        case(
+            "gateway of the other family",
+            with(&base, "/ipam/addresses/0/gateway", json!("fd91::1")),
+            7,
+            "ipam.addresses[0].gateway",
+        ),
+        case(
+            "the same address twice",
+            with(&base, "/ipam/addresses/1/address", json!("10.91.0.5/16")),
+            7,
+            "ipam.addresses[1]",
+        ),
+        case(
+            "two IPv4 addresses at 0.2.0",
+            with(
+                &with(&base, "/cniVersion", json!("0.2.0")),
+                "/ipam/addresses/1/address",
+                json!("10.92.0.5/24"),
+            ),
+            7,
+            "cniVersion",
+        ),
+        case(
+            "routes not a list",
+            with(&base, "/ipam/routes", json!("0.0.0.0/0")),
+            7,
+            "ipam.routes",
+        ),
+        case(
+            "route without dst",
+            with(&base, "/ipam/routes/0", json!({"gw": "10.91.0.1"})),
+            7,
+            "ipam.routes[0].dst",
+        ),
+        case(
+            "route gw not an address",
+            with(
+                &base,
+                "/ipam/routes/0",
+                json!({"dst": "0.0.0.0/0", "gw": "x"}),
+            ),
+            7,
+            "ipam.routes[0].gw",
+        ),
+        case(
+            "dns not an object",
+            with(&base, "/ipam/dns", json!(["10.91.0.1"])),
+            7,
+            "ipam.dns",
+        ),
+        case(
+            "dns nameservers not a list",
+            with(&base, "/ipam/dns/nameservers", json!("10.91.0.1")),
+            7,
+            "ipam.dns.nameservers",
+        ),
+        case(
+            "runtimeConfig.ips not CIDRs",
+            with(&runtime, "/runtimeConfig/ips/0", json!("10.91.0.6")),
+            7,
+            "runtimeConfig.ips[0]",
+        ),
+        case(
+            "runtimeConfig.ips not a list",
+            with(&runtime, "/runtimeConfig/ips", json!("10.91.0.6/24")),
+            7,
+            "runtimeConfig.ips",
+        ),
+        case(
+            "args.cni.ips not CIDRs",
+            with(&args, "/args/cni/ips/0", json!("nope")),
+            7,
+            "args.cni.ips[0]",
+        ),
+        env_case(
+            "CNI_ARGS IP= without a prefix",
+            &base,
+            &[("CNI_ARGS", Some("IP=10.91.0.9"))],
+            4,
+            "CNI_ARGS IP=10.91.0.9",
+        ),
+        env_case(
+            "CNI_ARGS GATEWAY= not an address",
+            &base,
+            &[("CNI_ARGS", Some("IP=10.91.0.9/24;GATEWAY=gw"))],
+            4,
+            "CNI_ARGS GATEWAY=gw",
+        ),
+        env_case(
+            "CNI_ARGS an unknown key",
+            &base,
+            &[("CNI_ARGS", Some("IP=10.91.0.9/24;MAC=0a:58:00:00:00:01"))],
+            4,
+            "MAC",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_sbr() {
+    if !require_root("bad_input_sbr") {
+        return;
+    }
+    let mut b = Bench::new("sbr", "eth0", false);
+    let prev = wire_pod(&b, "sb-host");
+    b.base = json!({"cniVersion": "1.0.0", "name": "sb-net", "type": "sbr",
+        "gateways": ["10.66.0.1"], "addSourceHints": true, "prevResult": prev});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case("table 0", with(&base, "/table", json!(0)), 7, "table"),
+        case("table -5", with(&base, "/table", json!(-5)), 7, "table"),
+        case(
+            "table 2^32",
+            with(&base, "/table", json!(1u64 << 32)),
+            7,
+            "table",
+        ),
+        case("table main", with(&base, "/table", json!(254)), 7, "table"),
+        case(
+            "table a string",
+            with(&base, "/table", json!("100")),
+            7,
+            "table",
+        ),
+        case(
+            "gateways not a list",
+            with(&base, "/gateways", json!("10.66.0.1")),
+            7,
+            "gateways",
+        ),
+        case(
+            "a gateway not an address",
+            with(&base, "/gateways", json!(["10.66.0"])),
+            7,
+            "gateways[0]",
+        ),
+        case(
+            "two IPv4 gateways",
+            with(&base, "/gateways", json!(["10.66.0.1", "10.66.0.254"])),
+            7,
+            "gateways[1]",
+        ),
+        case(
+            "three gateways",
+            with(
+                &base,
+                "/gateways",
+                json!(["10.66.0.1", "fd66::1", "fd66::2"]),
+            ),
+            7,
+            "gateways",
+        ),
+        case(
+            "a multicast gateway",
+            with(&base, "/gateways", json!(["224.0.0.1"])),
+            7,
+            "gateways[0]",
+        ),
+        case(
+            "addSourceHints a string",
+            with(&base, "/addSourceHints", json!("yes")),
+            7,
+            "addSourceHints",
+        ),
+        case(
+            "prevResult missing",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult not a result",
+            with(&base, "/prevResult", json!({"ips": [{"address": "nope"}]})),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult without an address for the interface",
+            with(
+                &base,
+                "/prevResult/ips",
+                json!([{"address": "10.66.0.2/24", "interface": 0}]),
+            ),
+            7,
+            "prevResult",
+        ),
+        case(
+            "a gateway the kernel refuses (rolled back)",
+            with(&base, "/gateways", json!(["192.0.2.1"])),
+            100,
+            "192.0.2.1",
+        ),
+        env_case(
+            "CNI_IFNAME not in the pod",
+            &base,
+            &[("CNI_IFNAME", Some("eth7"))],
+            7,
+            "prevResult",
         ),
     ]);
     b.run(cases);

@@ -34,6 +34,7 @@ const CRATES: &[&str] = &[
     "bandwidth",
     "plugins/tuning",
     "plugins/macvlan",
+    "plugins/sbr",
 ];
 
 /// The attachment that is crashed over and over.
@@ -615,6 +616,44 @@ fn crash_macvlan_at_every_fault_point() {
             assert_met(&met, &["macvlan/up"]);
         }
     }
+}
+
+/// bridge + host-local (dual-stack) + sbr with addSourceHints: the rules
+/// and tables of a killed ADD are found by DEL (from the interface's
+/// addresses, without a cached result) before the bridge deletes the veth.
+#[test]
+fn crash_sbr_chain_at_every_fault_point() {
+    if !require_root("crash_sbr_chain_at_every_fault_point") {
+        return;
+    }
+    if !bin_dir().join("sbr").is_file() {
+        panic!("sbr is not built: run `cargo build --workspace` first");
+    }
+    let site = Site::new("crash-sbr", "sbrnet", json!({}));
+    site.node.write_conf(
+        "70-sbr.conflist",
+        &json!({"name": "sbrnet", "cniVersion": "1.0.0", "plugins": [
+            {"type": "bridge", "bridge": "br-sbr", "isDefaultGateway": true,
+             "ipam": {"type": "host-local", "dataDir": site.path("leases"),
+                      "ranges": [[{"subnet": "10.83.0.0/24"}], [{"subnet": "fd00:83::/64"}]]}},
+            {"type": "sbr", "addSourceHints": true}
+        ]}),
+    );
+    let met = site.campaign(&points_of(&["plugins/sbr"]), &|site, result, what| {
+        let addr = result["ips"][0]["address"].as_str().unwrap();
+        let addr = addr.split('/').next().unwrap();
+        let rules = site.pod.ip(&["-4", "rule", "show"]);
+        assert!(
+            rules.contains(&format!("from {addr} lookup 100")),
+            "{what}: ADD again: no rule from {addr}:\n{rules}"
+        );
+        let table = site.pod.ip(&["-4", "route", "show", "table", "100"]);
+        assert!(
+            table.contains("default via 10.83.0.1"),
+            "{what}: ADD again: table 100:\n{table}"
+        );
+    });
+    assert_met(&met, &[]);
 }
 
 /// The firewall's fault points, which live in libcni's netfilter layer.

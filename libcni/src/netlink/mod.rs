@@ -1,5 +1,6 @@
 //! A small synchronous rtnetlink client: links ([`link`]), addresses
-//! ([`addr`]) and routes ([`route`]).
+//! ([`addr`]) and routes ([`route`]); policy routing rules ([`rule`]) and
+//! routes copied between tables with every attribute ([`kernel_route`]).
 //!
 //! This module owns the netlink socket and the request/reply exchange with
 //! the kernel: sequence numbers, multipart dumps, ACKs, and turning
@@ -18,13 +19,17 @@
 
 pub mod addr;
 pub mod ifb;
+pub mod kernel_route;
 pub mod link;
 pub mod route;
+pub mod rule;
 pub mod tc;
 
 pub use addr::Address;
+pub use kernel_route::KernelRoute;
 pub use link::{BridgePortFlags, Link};
 pub use route::Route;
+pub use rule::Rule;
 
 use std::io;
 

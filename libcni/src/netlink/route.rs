@@ -77,7 +77,7 @@ impl Route {
         Family::of(&self.dst)
     }
 
-    fn from_message(msg: RouteMessage) -> Option<Route> {
+    pub(super) fn from_message(msg: RouteMessage) -> Option<Route> {
         let family = match msg.header.address_family {
             AddressFamily::Inet => Family::V4,
             AddressFamily::Inet6 => Family::V6,
@@ -126,7 +126,7 @@ impl Route {
 
     /// The message for this route; `for_delete` leaves out what should not
     /// restrict the match (scope, protocol, type, metrics).
-    fn to_message(&self, for_delete: bool) -> RouteMessage {
+    pub(super) fn to_message(&self, for_delete: bool) -> RouteMessage {
         let mut msg = RouteMessage::default();
         msg.header.address_family = match self.family() {
             Family::V4 => AddressFamily::Inet,
@@ -175,7 +175,7 @@ impl Route {
     }
 
     /// `10.0.0.0/8 via 10.1.0.1 dev 3 table 254`, for error messages.
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let mut s = format!("{}/{}", self.dst, self.dst_len);
         if let Some(gw) = self.gateway {
             s.push_str(&format!(" via {gw}"));

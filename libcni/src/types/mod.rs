@@ -3,6 +3,7 @@
 pub mod config;
 pub mod net;
 pub mod result;
+pub mod route_conf;
 
 pub use config::{Attachment, IpamConf, NetConf};
 pub use net::IpPrefix;
