@@ -296,6 +296,35 @@ fn macvlan_keys() {
     same_in_every_case("macvlan", conf, &[], parse);
 }
 
+#[test]
+fn static_keys() {
+    let parse = |v: &Value| static_ipam::config::StaticConfig::from_args(&args_of(v, ""));
+    let conf = with(
+        base("macvlan"),
+        json!({"ipam": {"type": "static",
+                        "addresses": [{"address": "10.10.0.5/24", "gateway": "10.10.0.1"},
+                                      {"address": "fd10::5/64"}],
+                        "routes": [{"dst": "0.0.0.0/0", "gw": "10.10.0.1"}],
+                        "dns": {"nameservers": ["10.10.0.1"], "domain": "d", "search": ["s"], "options": ["o"]}}}),
+    );
+    same_in_every_case("static", conf.clone(), &[], parse);
+    let replaced = with(
+        conf,
+        json!({"args": {"cni": {"ips": ["10.10.0.9/24"]}}, "runtimeConfig": {"ips": ["10.10.0.7/24"]}}),
+    );
+    same_in_every_case("static", replaced, &[], parse);
+}
+
+#[test]
+fn sbr_keys() {
+    let parse = |v: &Value| sbr::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("sbr"),
+        json!({"table": 500, "gateways": ["10.0.0.1", "fd00::1"], "addSourceHints": true}),
+    );
+    same_in_every_case("sbr", conf, &[], parse);
+}
+
 /// The runtime side: Go libcni reads a conflist's own keys from a map
 /// (exactly) and each plugin's `type` and `capabilities` from a struct.
 #[test]
