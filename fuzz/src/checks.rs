@@ -361,4 +361,23 @@ pub fn plugin_config(data: &[u8]) {
     if let Err(e) = macvlan::config::Conf::parse(&args) {
         assert_spec_code(&e, "macvlan");
     }
+    match ptp::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(!c.ipam.is_empty());
+            assert!(c.mtu.is_none_or(|m| (68..=65535).contains(&m)));
+        }
+        Err(e) => assert_spec_code(&e, "ptp"),
+    }
+    // What DEL and GC read never fails.
+    let _ = ptp::config::MasqKeys::lenient(&args);
+    match tap::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.mtu.is_none_or(|m| (68..=65535).contains(&m)));
+            assert!(c.mac.is_none_or(|m| m[0] & 1 == 0 && m != [0; 6]));
+            if let Some(b) = &c.bridge {
+                assert!(!b.is_empty() && b.len() <= 15 && !b.contains('/'));
+            }
+        }
+        Err(e) => assert_spec_code(&e, "tap"),
+    }
 }
