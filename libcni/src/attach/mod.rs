@@ -446,3 +446,110 @@ impl<'a> Check<'a> {
         Ok(ips.iter().map(|ip| ip.address).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netns::testing::{new_netns, privileged};
+    use crate::skel::{test_args, Command};
+    use std::os::fd::AsRawFd;
+    use std::sync::Mutex;
+
+    /// An ADD of `eth0` into `pod`, for a plugin run in `node`.
+    fn args_for(pod: &NetNs) -> CmdArgs {
+        let mut args = test_args(r#"{"cniVersion":"1.1.0","name":"n"}"#);
+        args.command = Command::Add;
+        args.netns = format!("/proc/self/fd/{}", pod.as_raw_fd());
+        args
+    }
+
+    #[test]
+    fn attach_a_failed_add_undoes_in_order_and_a_good_one_keeps_all() {
+        if !privileged("attach_a_failed_add_undoes_in_order_and_a_good_one_keeps_all") {
+            return;
+        }
+        let (node, pod) = (new_netns(), new_netns());
+        let args = args_for(&pod);
+        let log = Mutex::new(Vec::new());
+        let note = |s: String| log.lock().unwrap().push(s);
+        let veths_on_node = || {
+            let links = Netlink::open().unwrap().links().unwrap();
+            links
+                .iter()
+                .filter(|l| l.kind.as_deref() == Some("veth"))
+                .count()
+        };
+        node.run(|| {
+            let e = add(&args, "test", None, |a| {
+                a.undo_last("the shared object", || {
+                    note(format!("last: {} veths", veths_on_node()));
+                    Ok(())
+                });
+                let pair = a.create_veth(Some(1400), None)?;
+                assert_eq!((pair.host.mtu, pair.container.mtu), (1400, 1400));
+                assert!(pair.host.name.starts_with("veth"));
+                a.undo("the first rule", || {
+                    note(format!("first: {} veths", veths_on_node()));
+                    Ok(())
+                });
+                a.undo("the second rule", || {
+                    note("second".into());
+                    Err(Error::Internal("cannot undo".into()))
+                });
+                Err::<CniResult, _>(Error::Internal("step failed".into()))
+            })
+            .unwrap_err();
+            assert_eq!(e.to_string(), "step failed");
+        })
+        .unwrap();
+        // Newest first; the links after the closures, the shared object
+        // last; a failing undo does not stop the others.
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["second", "first: 1 veths", "last: 0 veths"]
+        );
+        assert!(Netlink::open_in(&pod)
+            .unwrap()
+            .link_by_name("eth0")
+            .unwrap()
+            .is_none());
+
+        // A good ADD keeps everything; the name is then taken.
+        node.run(|| {
+            add(&args, "test", None, |a| {
+                a.undo("never", || panic!("a good ADD undoes nothing"));
+                let pair = a.create_veth(None, Some([0x0a, 0, 0, 0, 0, 1]))?;
+                Ok(CniResult {
+                    interfaces: vec![interface_of(&pair.container, "/pod")],
+                    ..CniResult::default()
+                })
+            })
+            .unwrap();
+            let e = add(&args, "test", None, |_| panic!("not reached")).unwrap_err();
+            assert_eq!(e.code(), 100);
+            assert_eq!(
+                e.to_string(),
+                "container interface CNI_IFNAME \"eth0\" already exists in CNI_NETNS: \
+                 File exists (os error 17)"
+            );
+            assert_eq!(veths_on_node(), 1);
+        })
+        .unwrap();
+        let eth0 = Netlink::open_in(&pod)
+            .unwrap()
+            .link_by_name("eth0")
+            .unwrap()
+            .unwrap();
+        assert_eq!(eth0.mac, Some([0x0a, 0, 0, 0, 0, 1]));
+        // DEL's link step takes it, and then finds nothing to do.
+        let mut del_args = args.clone();
+        del_args.command = Command::Del;
+        delete_container_link(&del_args).unwrap();
+        delete_container_link(&del_args).unwrap();
+        assert!(Netlink::open_in(&pod)
+            .unwrap()
+            .link_by_name("eth0")
+            .unwrap()
+            .is_none());
+    }
+}
