@@ -78,7 +78,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         result.routes = allocated.routes;
         result.dns = allocated.dns;
         // No wait for IPv6 addresses: a tap has no carrier until a process
-        // attaches, and its addresses stay tentative until then.
+        // attaches, and with accept_dad=0 they are usable without one.
         a.configure(&result, IfaceOptions::default())?;
         fault::point("tap/configure");
     } else {
