@@ -155,7 +155,12 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
         &format!("make tap {name:?} persistent (TUNSETPERSIST)"),
     )?;
     drop(file);
-    nl.link_by_name(name)?.ok_or_else(gone)
+    // Persistent now: from here on nothing fails (the caller records the
+    // tap from what it reads back), so a failed re-read keeps what is known.
+    let mut known = link;
+    known.mtu = spec.mtu.unwrap_or(known.mtu);
+    known.mac = spec.mac.or(known.mac);
+    Ok(nl.link_by_name(name).ok().flatten().unwrap_or(known))
 }
 
 /// What the kernel reports of a tun/tap device (`IFLA_INFO_DATA` of kind

@@ -11,7 +11,7 @@
 //!   ([`Add::create_link`], [`Add::create_veth`]), delegate to IPAM
 //!   ([`Add::ipam_add`]), apply the result ([`Add::configure`]), and undo
 //!   everything a failed ADD created ([`Add::undo`], [`Add::undo_last`]).
-//! - **DEL** ([`del`]): the container link, if the namespace and the link
+//! - **DEL** ([`del`], [`del_with`]): the container link, if the namespace and the link
 //!   are still there, and IPAM DEL, best effort, beside the plugin's own
 //!   teardown; "already gone" is success and the errors come together.
 //! - **CHECK** ([`Check`]): IPAM CHECK, `prevResult`, the container link
@@ -162,18 +162,21 @@ impl<'a> Add<'a> {
     /// The netlink socket in the plugin's own namespace (the node), opened
     /// on first use.
     pub fn host(&mut self) -> Result<&mut Netlink> {
-        if self.host.is_none() {
-            self.host = Some(Netlink::open()?);
-        }
-        Ok(self.host.as_mut().expect("opened above"))
+        let nl = match self.host.take() {
+            Some(nl) => nl,
+            None => Netlink::open()?,
+        };
+        Ok(self.host.insert(nl))
     }
 
     /// The node's socket, the container's socket and the container's
     /// namespace, together.
     pub fn sockets(&mut self) -> Result<(&mut Netlink, &mut Netlink, &NetNs)> {
-        self.host()?;
-        let host = self.host.as_mut().expect("opened above");
-        Ok((host, &mut self.container, &self.ns))
+        let nl = match self.host.take() {
+            Some(nl) => nl,
+            None => Netlink::open()?,
+        };
+        Ok((self.host.insert(nl), &mut self.container, &self.ns))
     }
 
     /// Creates the container's link `CNI_IFNAME`: `create` sends the
@@ -191,12 +194,18 @@ impl<'a> Add<'a> {
             }
             return Err(e);
         }
-        let link = self.container.link_by_name(ifname)?.ok_or_else(|| {
-            Error::kernel(
-                format!("the new link {ifname:?} vanished from the container"),
-                io::Error::from_raw_os_error(libc::ENODEV),
-            )
-        })?;
+        let link = match self.container.link_by_name(ifname) {
+            Ok(Some(link)) => link,
+            // Not recorded yet: delete it by name before giving up.
+            other => {
+                let _ = self.container.delete_link_if_present(ifname);
+                other?;
+                return Err(Error::kernel(
+                    format!("the new link {ifname:?} vanished from the container"),
+                    io::Error::from_raw_os_error(libc::ENODEV),
+                ));
+            }
+        };
         self.record_link(&link, true);
         Ok(link)
     }
@@ -320,16 +329,28 @@ pub fn interface_of(link: &Link, sandbox: &str) -> Interface {
 /// takes about its longest step, not their sum. Every step runs; the
 /// errors are reported together.
 pub fn del(args: &CmdArgs, more: impl FnOnce() -> ErrorList) -> Result<()> {
+    del_with(args, || delete_container_link(args), more)
+}
+
+/// [`del`] with the plugin's own link step instead of deleting
+/// `CNI_IFNAME` (a plugin that moves a device back to the node rather
+/// than deleting it): `link` runs on its own thread beside IPAM DEL and
+/// `more`.
+pub fn del_with(
+    args: &CmdArgs,
+    link: impl FnOnce() -> Result<()> + Send,
+    more: impl FnOnce() -> ErrorList,
+) -> Result<()> {
     let mut errors = ErrorList::new();
     std::thread::scope(|s| {
-        let link = s.spawn(|| delete_container_link(args));
+        let link = s.spawn(link);
         if let Some(plugin) = args.teardown_ipam_type() {
             errors.record(ipam::exec_del(&plugin, &args.stdin));
         }
         errors.extend(more());
         errors.record(link.join().unwrap_or_else(|_| {
             Err(Error::Internal(
-                "deleting the container link panicked".into(),
+                "the container link step of DEL panicked".into(),
             ))
         }));
     });

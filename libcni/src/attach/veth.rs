@@ -70,10 +70,17 @@ impl Add<'_> {
         };
         let missing =
             |what: String| Error::kernel(what, io::Error::from_raw_os_error(libc::ENODEV));
-        let h = self
-            .host()?
-            .link_by_name(&host_name)?
-            .ok_or_else(|| missing(format!("veth {host_name:?} vanished after creation")))?;
+        let h = match self.host()?.link_by_name(&host_name) {
+            Ok(Some(h)) => h,
+            // Not recorded yet: delete it by name before giving up.
+            other => {
+                let _ = self.host()?.delete_link_if_present(&host_name);
+                other?;
+                return Err(missing(format!(
+                    "veth {host_name:?} vanished after creation"
+                )));
+            }
+        };
         self.record_link(&h, false);
         let c = self
             .container()
