@@ -1,130 +1,67 @@
 //! ADD: bridge, veth pair, MAC spoof check, IPAM, container addresses and
-//! routes, gateway, masquerade (the reference's order). A failure after the
-//! veth exists removes it again, a failure after IPAM allocated releases
-//! the address, and the spoof check and masquerade rules go too: a failed
-//! ADD leaves nothing behind but the bridge (and its gateway address and
-//! the forwarding sysctls), which are shared by every container on the
-//! node and never removed, as in the reference.
+//! routes, gateway, masquerade (the reference's order), over the shared
+//! flow of `libcni::attach`. A failure after the veth exists removes it
+//! again, a failure after IPAM allocated releases the address, and the
+//! spoof check and masquerade rules go too: a failed ADD leaves nothing
+//! behind but a bridge others use (and its gateway address and the
+//! forwarding sysctls), which are shared by every container on the node
+//! and never removed, as in the reference; a bridge this ADD created and
+//! nobody else uses is deleted again.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use libcni::attach::{self, Add};
 use libcni::fault;
-use libcni::invoke;
 use libcni::ipam::{self, IfaceOptions};
-use libcni::netfilter::{masq, spoofcheck, Backend};
+use libcni::netfilter::{masq, spoofcheck};
 use libcni::netlink::link::{Notifications, RTNLGRP_LINK};
-use libcni::netlink::{is_not_found, Netlink};
-use libcni::netns::NetNs;
+use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
+use libcni::sysctl;
 use libcni::types::net::{from_bits, to_bits};
 use libcni::types::{CniResult, Interface, IpPrefix, Route};
 use libcni::Error;
 
 use crate::config::Conf;
 use crate::firewall;
-use crate::node::{self, Bridge};
+use crate::node;
 use crate::veth;
 
-/// What this ADD created so far, for the rollback.
-#[derive(Default)]
-struct Created {
-    /// Index of the host end of the veth pair (deleting it removes both).
-    veth: Option<u32>,
-    /// `ipam.type`, once its ADD was called (the spec DELs a failed one too).
-    ipam: Option<String>,
-    /// The spoof check, from before its setup (teardown of nothing is fine).
-    spoofchk: bool,
-    /// The masquerade's backend, from before its setup.
-    masq: Option<Backend>,
-    /// The bridge's lock ([`node::lock`]), held until this ADD's port is on
-    /// the bridge.
-    bridge_lock: Option<std::fs::File>,
-}
-
+/// ADD over the shared flow ([`libcni::attach`]): it opens the namespace,
+/// refuses an existing `CNI_IFNAME`, finds the IPAM plugin before the
+/// bridge is created (a rollback leaves a bridge that others use in
+/// place), and undoes what [`steps`] recorded when they fail.
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
-    let ns = args.open_netns()?;
-    let mut host = Netlink::open()?;
-    let mut container = Netlink::open_in(&ns)?;
-    if container.link_by_name(&args.ifname)?.is_some() {
-        return Err(veth::container_ifname_exists(&args.ifname));
-    }
-    // An IPAM plugin that cannot be found fails the ADD before the bridge,
-    // which a rollback leaves in place, is created.
-    if let Some(plugin) = &conf.ipam {
-        invoke::find_in_path(plugin, &invoke::cni_path_from_env())?;
-    }
-    let mut created = Created {
-        bridge_lock: Some(node::lock(&conf.bridge)?),
-        ..Created::default()
-    };
-    let br = node::ensure_bridge(&mut host, &conf)?;
-    let outcome = steps(
-        args,
-        &conf,
-        &ns,
-        &mut host,
-        &mut container,
-        &br,
-        &mut created,
-    );
-    if outcome.is_err() {
-        created.bridge_lock = None;
-        rollback(args, &mut host, &br, &created);
-    }
-    outcome
+    attach::add(args, "bridge", conf.ipam.as_deref(), |a| steps(a, &conf))
 }
 
-/// Undoes `created`, best effort, in reverse: the masquerade, the spoof
-/// check, the veth pair, the IPAM lease, and the bridge if this ADD made
-/// it and no other attachment uses it.
-fn rollback(args: &CmdArgs, host: &mut Netlink, br: &Bridge, created: &Created) {
-    if let Some(backend) = created.masq {
-        if let Err(e) = masq::teardown(backend, &firewall::owner(args)) {
-            eprintln!("bridge: rollback: removing the masquerade: {e}");
-        }
-    }
-    if created.spoofchk {
-        if let Err(e) = spoofcheck::teardown(&args.container_id, &args.ifname) {
-            eprintln!("bridge: rollback: removing the MAC spoof check: {e}");
-        }
-    }
-    if let Some(index) = created.veth {
-        if let Err(e) = host.delete_link(index) {
-            if !is_not_found(&e) {
-                eprintln!("bridge: rollback: deleting the veth pair: {e}");
-            }
-        }
-    }
-    if let Some(plugin) = &created.ipam {
-        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
-            eprintln!("bridge: rollback: IPAM DEL: {e}");
-        }
-    }
+/// The bridge, the veth pair on it, the spoof check, IPAM, the container's
+/// addresses and routes, the gateway, the masquerade and the port wait,
+/// each recorded for the rollback as it is made: the masquerade, the spoof
+/// check, the veth pair, the IPAM lease, and last the bridge if this ADD
+/// made it and no other attachment uses it.
+fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
+    let args = a.args();
+    // The bridge's lock ([`node::lock`]), held until this ADD's port is on
+    // the bridge. On a failure it is dropped with this frame, before the
+    // rollback, which takes it again to decide whether to delete the bridge.
+    let mut bridge_lock = Some(node::lock(&conf.bridge)?);
+    let br = node::ensure_bridge(a.host()?, conf)?;
     if br.created {
-        let removed = node::lock(&br.name).and_then(|_held| node::remove_if_unused(host, br));
-        if let Err(e) = removed {
-            eprintln!("bridge: rollback: deleting bridge {:?}: {e}", br.name);
-        }
+        let created = br.clone();
+        a.undo_last(format!("deleting bridge {:?}", br.name), move || {
+            let _held = node::lock(&created.name)?;
+            node::remove_if_unused(&mut Netlink::open()?, &created)
+        });
     }
-}
 
-fn steps(
-    args: &CmdArgs,
-    conf: &Conf,
-    ns: &NetNs,
-    host: &mut Netlink,
-    container: &mut Netlink,
-    br: &Bridge,
-    created: &mut Created,
-) -> Result<CniResult, Error> {
-    let pair = veth::create(host, container, ns, &args.ifname, conf.mtu, conf.mac)?;
-    created.veth = Some(pair.host.index);
+    let pair = a.create_veth(conf.mtu, conf.mac)?;
     fault::point("bridge/veth");
 
-    veth::attach(host, pair.host.index, br, conf)?;
+    veth::attach(a.host()?, pair.host.index, &br, conf)?;
     // With our port on it, a failed ADD of another attachment keeps the bridge.
-    created.bridge_lock = None;
+    bridge_lock.take();
     fault::point("bridge/attach");
 
     if conf.macspoofchk {
@@ -134,7 +71,9 @@ fn steps(
                 std::io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
             )
         })?;
-        created.spoofchk = true;
+        a.undo("removing the MAC spoof check", move || {
+            spoofcheck::teardown(&args.container_id, &args.ifname)
+        });
         spoofcheck::setup(&pair.host.name, mac, &args.container_id, &args.ifname)?;
         fault::point("bridge/spoofchk");
     }
@@ -146,12 +85,8 @@ fn steps(
     let mut vlan_gateway = None;
 
     if let Some(plugin) = &conf.ipam {
-        // The spec asks for a DEL of a delegate whose ADD failed too, so the
-        // rollback owns the lease from before the call.
-        created.ipam = Some(plugin.clone());
-        let allocated = ipam::exec_add(plugin, &args.stdin, args.version)?;
+        let allocated = a.ipam_add(plugin, 2)?;
         fault::point("bridge/ipam");
-        ipam::require_ips(plugin, &allocated)?;
         result.ips = allocated.ips;
         result.routes = allocated.routes;
         result.dns = allocated.dns;
@@ -171,12 +106,13 @@ fn steps(
             enable_dad: conf.enable_dad,
             ..IfaceOptions::default()
         };
-        ipam::configure_interface(ns, container, &args.ifname, &result, opts)?;
+        a.configure(&result, opts)?;
         fault::point("bridge/configure");
 
         if conf.is_gateway {
+            let host = a.host()?;
             let (target, target_name) = if conf.vlan != 0 {
-                let l = veth::ensure_vlan_gateway(host, br, conf)?;
+                let l = veth::ensure_vlan_gateway(host, &br, conf)?;
                 let r = (l.index, l.name.clone());
                 vlan_gateway = Some(l);
                 r
@@ -187,9 +123,9 @@ fn steps(
                 node::ensure_gateway_address(host, target, &target_name, *gw, conf.force_address)?;
             }
             if conf.vlan == 0 && !gateways.is_empty() {
-                node::pin_mac(host, br)?;
+                node::pin_mac(host, &br)?;
             }
-            node::enable_forwarding(
+            sysctl::enable_forwarding(
                 gateways.iter().any(IpPrefix::is_ipv4),
                 gateways.iter().any(|g| !g.is_ipv4()),
             )?;
@@ -198,17 +134,22 @@ fn steps(
 
         if conf.ip_masq {
             let backend = conf.masq_backend();
-            created.masq = Some(backend);
+            let owner = firewall::owner(args);
             let addrs: Vec<IpPrefix> = result.ips.iter().map(|ip| ip.address).collect();
-            masq::setup(backend, &firewall::owner(args), &addrs)?;
+            a.undo("removing the masquerade", {
+                let owner = owner.clone();
+                move || masq::teardown(backend, &owner)
+            });
+            masq::setup(backend, &owner, &addrs)?;
             fault::point("bridge/masq");
         }
     } else if !conf.disable_container_interface {
         // Layer 2 only: the container end still comes up.
-        container.set_link_up(pair.container.index)?;
+        a.container().set_link_up(pair.container.index)?;
         fault::point("bridge/configure");
     }
 
+    let host = a.host()?;
     if !conf.disable_container_interface {
         node::wait_port_ready(host, &mut link_events, pair.host.index, &pair.host.name)?;
     }
@@ -235,9 +176,7 @@ fn steps(
         interfaces.push(ipam::interface_of(&l, ""));
     }
     result.interfaces = interfaces;
-    if let Some(dns) = &conf.dns {
-        result.dns = dns.clone();
-    }
+    attach::apply_dns(&mut result, conf.dns.as_ref());
     Ok(result)
 }
 

@@ -5,6 +5,7 @@
 //! the container's addresses and routes, and with `ipMasq` the masquerade
 //! of those addresses. A difference is code 102 naming what differs.
 
+use libcni::attach::Check;
 use libcni::ipam;
 use libcni::netfilter::masq;
 use libcni::netlink::{Link, Netlink};
@@ -17,25 +18,17 @@ use crate::firewall;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
-    let ns = args.open_netns()?;
-    if let Some(plugin) = &conf.ipam {
-        ipam::exec_check(plugin, &args.stdin)?;
-    }
-    let prev = args.required_prev_result("CHECK needs the ADD result (prevResult)")?;
+    let mut c = Check::begin(args, conf.ipam.as_deref())?;
     let mut host = Netlink::open()?;
-    let mut container = Netlink::open_in(&ns)?;
 
-    let br = check_bridge(&mut host, &prev, &conf)?;
-    let cont = check_container(&mut container, &prev, args)?;
-    check_host_veth(&mut host, &prev, &conf, &br, &cont, &args.ifname)?;
+    let br = check_bridge(&mut host, &c.prev, &conf)?;
+    let cont = c.container_link("veth")?;
+    check_host_veth(&mut host, &c.prev, &conf, &br, &cont, &args.ifname)?;
 
     // Addresses the result gives to the container interface (or to no
     // interface in particular), and every route.
-    let ips = ipam::container_addresses(&prev, &args.ifname, &args.netns);
-    ipam::check_addresses(&mut container, &args.ifname, &ips)?;
-    ipam::check_routes(&mut container, &prev.routes)?;
+    let addrs = c.addresses_and_routes()?;
     if conf.ip_masq {
-        let addrs: Vec<_> = ips.iter().map(|ip| ip.address).collect();
         masq::check(conf.masq_backend(), &firewall::owner(args), &addrs)?;
     }
     Ok(())
@@ -75,22 +68,6 @@ fn check_bridge(host: &mut Netlink, prev: &CniResult, conf: &Conf) -> Result<Lin
         )));
     }
     Ok(br)
-}
-
-fn check_container(c: &mut Netlink, prev: &CniResult, args: &CmdArgs) -> Result<Link, Error> {
-    let ifname = &args.ifname;
-    let want = ipam::container_interface(prev, ifname, &args.netns)?;
-    let link = c
-        .link_by_name(ifname)?
-        .ok_or_else(|| failed(format!("container interface {ifname:?} not found")))?;
-    if link.kind.as_deref() != Some("veth") {
-        return Err(failed(format!(
-            "container interface {ifname:?} is not a veth (kind {})",
-            link.kind.as_deref().unwrap_or("none")
-        )));
-    }
-    ipam::check_mac(&format!("container interface {ifname:?}"), want, &link)?;
-    Ok(link)
 }
 
 fn check_host_veth(

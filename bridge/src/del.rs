@@ -1,55 +1,23 @@
-//! DEL, best effort: removes the container end of the veth pair (which
-//! takes the host end with it), always calls IPAM DEL, then removes the
-//! spoof check and the masquerade (with `macspoofchk` / `ipMasq`) by
-//! container ID and network name alone, so they go even when the namespace
-//! or the interface is already gone. What is already gone (the namespace,
-//! the interface, the lease, the rules) is success; a step that fails does
-//! not stop the next, and the failures are reported together. The bridge,
-//! its address and the forwarding sysctls stay, as in the reference.
+//! DEL, best effort, over the shared flow (`libcni::attach::del`): removes
+//! the container end of the veth pair (which takes the host end with it)
+//! on its own thread, always calls IPAM DEL, and removes the spoof check
+//! and the masquerade (with `macspoofchk` / `ipMasq`) by container ID and
+//! network name alone, so they go even when the namespace or the interface
+//! is already gone. What is already gone (the namespace, the interface,
+//! the lease, the rules) is success; a step that fails does not stop the
+//! next, and the failures are reported together. The bridge, its address
+//! and the forwarding sysctls stay, as in the reference.
 //!
 //! DEL reads only `ipam.type` and, leniently, the firewall keys from the
 //! config: a config ADD rejected (a contradiction, a bad value) must still
 //! be deletable, since runtimes DEL every ADD, a failed one too.
-//!
-//! The three steps touch nothing of each other's, and two of them mostly
-//! wait on the kernel (deleting a veth blocks for its RCU grace periods,
-//! some 15 ms; a nf_tables commit with deletions makes the socket's close
-//! wait for one too), so the link goes on its own thread while IPAM and
-//! the firewall run: a DEL takes about the longest step, not their sum.
 
-use std::path::Path;
-
-use libcni::ipam;
-use libcni::netlink::Netlink;
-use libcni::netns::NetNs;
+use libcni::attach;
 use libcni::skel::CmdArgs;
-use libcni::{Error, ErrorList};
+use libcni::Error;
 
 use crate::firewall;
 
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
-    let mut errors = ErrorList::new();
-    std::thread::scope(|s| {
-        let link = s.spawn(|| delete_container_link(args));
-        if let Some(plugin) = args.teardown_ipam_type() {
-            errors.record(ipam::exec_del(&plugin, &args.stdin));
-        }
-        errors.extend(firewall::del(args, &firewall::Keys::lenient(args)));
-        errors.record(link.join().unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "deleting the container link panicked".into(),
-            ))
-        }));
-    });
-    errors.finish()
-}
-
-/// Deletes the container end of the veth pair, if the namespace and the
-/// interface are still there. Never an interface of the node's own
-/// namespace.
-fn delete_container_link(args: &CmdArgs) -> Result<(), Error> {
-    match NetNs::open_container_if_present(Path::new(&args.netns))? {
-        Some(ns) => Netlink::open_in(&ns)?.delete_link_if_present(&args.ifname),
-        None => Ok(()), // no namespace: its links are gone with it
-    }
+    attach::del(args, || firewall::del(args, &firewall::Keys::lenient(args)))
 }

@@ -12,7 +12,7 @@ pub mod firewall;
 pub mod node;
 pub mod veth;
 
-use libcni::ipam;
+use libcni::attach;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::CniResult;
 use libcni::Error;
@@ -40,18 +40,11 @@ impl Plugin for BridgePlugin {
     /// best effort, the errors reported together.
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let keys = firewall::Keys::lenient(args);
-        let mut errors = firewall::gc(args, &keys);
-        if let Some(plugin) = args.teardown_ipam_type() {
-            errors.record(ipam::exec_gc(&plugin, &args.stdin));
-        }
-        errors.finish()
+        attach::gc(args, firewall::gc(args, &keys))
     }
 
     /// The bridge can always serve ADD; STATUS is IPAM's answer.
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        match args.conf.ipam_type()? {
-            Some(plugin) => ipam::exec_status(&plugin, &args.stdin),
-            None => Ok(()),
-        }
+        attach::status(args)
     }
 }

@@ -1,6 +1,7 @@
 //! The node side of the plugin, in the namespace it runs in: the bridge
-//! (create or reuse, VLAN filtering probe), its gateway addresses, IP
-//! forwarding, and waiting for a port to be ready.
+//! (create or reuse, VLAN filtering probe), its gateway addresses and
+//! MAC, and waiting for a port to be ready (IP forwarding is
+//! `libcni::sysctl::enable_forwarding`).
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -237,18 +238,6 @@ pub fn pin_mac(nl: &mut Netlink, br: &Bridge) -> Result<(), Error> {
     };
     if let Some(mac) = mac.filter(|m| *m != [0; 6]) {
         nl.set_mac(br.index, &mac)?;
-    }
-    Ok(())
-}
-
-/// Turns on IPv4 and/or IPv6 forwarding of the node, writing only what is
-/// not already 1.
-pub fn enable_forwarding(v4: bool, v6: bool) -> Result<(), Error> {
-    if v4 {
-        sysctl::ensure_here(&Key::ipv4_forward(), "1")?;
-    }
-    if v6 {
-        sysctl::ensure_here(&Key::ipv6_forward(), "1")?;
     }
     Ok(())
 }

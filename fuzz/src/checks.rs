@@ -395,4 +395,23 @@ pub fn plugin_config(data: &[u8]) {
         Err(e) => assert_spec_code(&e, "sbr"),
     }
     let _ = sbr::config::Conf::for_teardown(&args);
+    match ptp::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(!c.ipam.is_empty());
+            assert!(c.mtu.is_none_or(|m| (68..=65535).contains(&m)));
+        }
+        Err(e) => assert_spec_code(&e, "ptp"),
+    }
+    // What DEL and GC read never fails.
+    let _ = ptp::config::MasqKeys::lenient(&args);
+    match tap::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.mtu.is_none_or(|m| (68..=65535).contains(&m)));
+            assert!(c.mac.is_none_or(|m| m[0] & 1 == 0 && m != [0; 6]));
+            if let Some(b) = &c.bridge {
+                assert!(!b.is_empty() && b.len() <= 15 && !b.contains('/'));
+            }
+        }
+        Err(e) => assert_spec_code(&e, "tap"),
+    }
 }

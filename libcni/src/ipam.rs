@@ -78,6 +78,12 @@ pub struct IfaceOptions {
     /// and return only once it has finished. Off: `accept_dad=0`, so IPv6
     /// addresses are usable at once.
     pub enable_dad: bool,
+    /// Return only once no IPv6 address is tentative, also without DAD:
+    /// with `accept_dad=0` the kernel still marks a new address tentative
+    /// until the link is ready (carrier on), and a route with that address
+    /// as its source (`src`) is refused until then. Implied by
+    /// [`IfaceOptions::enable_dad`].
+    pub settle: bool,
     /// Upper bound of the DAD wait.
     pub dad_timeout: Duration,
 }
@@ -86,6 +92,7 @@ impl Default for IfaceOptions {
     fn default() -> Self {
         IfaceOptions {
             enable_dad: false,
+            settle: false,
             dad_timeout: DAD_TIMEOUT,
         }
     }
@@ -132,7 +139,8 @@ pub fn interface_of(link: &Link, sandbox: &str) -> Interface {
 ///    already 0) and `keep_addr_on_down=1`;
 /// 2. the addresses whose `interface` index names `ifname`;
 /// 3. link up (after the addresses, so `arp_notify` announces them);
-/// 4. with DAD enabled, waits until no IPv6 address is tentative;
+/// 4. with DAD enabled (or [`IfaceOptions::settle`]), waits until no IPv6
+///    address is tentative;
 /// 5. the routes, each through its gateway or the first gateway of its
 ///    family, added like Go's `RouteAddEcmp`.
 pub fn configure_interface(
@@ -154,7 +162,7 @@ pub fn configure_interface(
     ns.run(|| interface_sysctls(ifname, has_v6, opts.enable_dad))??;
 
     // Subscribed before the addresses exist, so no DAD outcome is missed.
-    let mut events = if opts.enable_dad && has_v6 {
+    let mut events = if (opts.enable_dad || opts.settle) && has_v6 {
         Some(Notifications::open_in(ns, &[RTNLGRP_IPV6_IFADDR])?)
     } else {
         None

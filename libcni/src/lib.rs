@@ -2,11 +2,13 @@
 //!
 //! Plugin side: spec [`types`], the plugin entry point [`skel`], delegation
 //! ([`invoke`]), network namespaces ([`netns`]), a synchronous netlink
-//! client ([`netlink`]), MAC addresses ([`mac`]) and the files kept on disk
-//! ([`files`]). Runtime side: [`runtime`] (conflist loading, chain
+//! client ([`netlink`]), MAC addresses ([`mac`]), the files kept on disk
+//! ([`files`]), the shared flow of a main plugin ([`attach`]) and tap
+//! devices ([`tuntap`]). Runtime side: [`runtime`] (conflist loading, chain
 //! execution, result cache) behind the `cnitool` binary.
 
 pub mod args;
+pub mod attach;
 pub mod error;
 pub mod fault;
 pub mod files;
@@ -20,6 +22,7 @@ pub mod netns;
 pub mod runtime;
 pub mod skel;
 pub mod sysctl;
+pub mod tuntap;
 pub mod types;
 pub mod version;
 

@@ -194,6 +194,18 @@ pub fn ensure_here(key: &Key, value: &str) -> Result<bool> {
     Ok(true)
 }
 
+/// Turns on IPv4 and/or IPv6 forwarding of the calling thread's namespace
+/// (Go's `ip.EnableForward`), writing only what is not already 1.
+pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
+    if v4 {
+        ensure_here(&Key::ipv4_forward(), "1")?;
+    }
+    if v6 {
+        ensure_here(&Key::ipv6_forward(), "1")?;
+    }
+    Ok(())
+}
+
 /// Reads `key` inside `ns`.
 pub fn read(ns: &NetNs, key: &Key) -> Result<String> {
     ns.run(|| read_here(key))?

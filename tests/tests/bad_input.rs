@@ -96,7 +96,7 @@ fn without(base: &Value, ptr: &str) -> Value {
 fn reads_cni_args(plugin: &str) -> bool {
     matches!(
         plugin,
-        "host-local" | "bridge" | "flannel" | "tuning" | "macvlan" | "static"
+        "host-local" | "bridge" | "flannel" | "tuning" | "macvlan" | "static" | "ptp" | "tap"
     )
 }
 
@@ -1356,6 +1356,232 @@ fn bad_input_macvlan() {
         case(
             "an IPAM error keeps its code and key",
             with(&base, "/ipam/ranges/0/0/subnet", json!("10.90.0.0/33")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            &base,
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(&base, "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_ptp() {
+    if !require_root("bad_input_ptp") {
+        return;
+    }
+    let mut b = Bench::new("ptp", "eth0", true);
+    b.base = json!({"cniVersion": "1.0.0", "name": "ptp-net", "type": "ptp",
+        "ipMasq": true, "ipMasqBackend": "nftables",
+        "ipam": {"type": "host-local", "dataDir": b.path("leases"),
+                 "ranges": [[{"subnet": "10.91.0.0/24"}], [{"subnet": "fd91::/64"}]]}});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
+        case("mtu 67", with(&base, "/mtu", json!(67)), 7, "mtu"),
+        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
+        case(
+            "MTU capitalised, out of range",
+            with(&base, "/MTU", json!(-5)),
+            7,
+            "mtu",
+        ),
+        case(
+            "ipMasq a string",
+            with(&base, "/ipMasq", json!("yes")),
+            7,
+            "ipMasq",
+        ),
+        case(
+            "ipMasqBackend unknown",
+            with(&base, "/ipMasqBackend", json!("pf")),
+            7,
+            "ipMasqBackend",
+        ),
+        case(
+            "ipMasqBackend a number",
+            with(&base, "/ipMasqBackend", json!(5)),
+            7,
+            "ipMasqBackend",
+        ),
+        case("ipam missing", without(&base, "/ipam"), 7, "ipam"),
+        case(
+            "ipam without a type",
+            with(&base, "/ipam", json!({})),
+            7,
+            "ipam",
+        ),
+        case(
+            "ipam a string",
+            with(&base, "/ipam", json!("host-local")),
+            7,
+            "ipam",
+        ),
+        case(
+            "dns a list",
+            with(&base, "/dns", json!(["10.0.0.53"])),
+            7,
+            "dns",
+        ),
+        case(
+            "prevResult a string",
+            with(&base, "/prevResult", json!("x")),
+            7,
+            "prevResult",
+        ),
+        case(
+            "an IPAM error keeps its code and key",
+            with(&base, "/ipam/ranges/0/0/subnet", json!("10.91.0.0/33")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            &base,
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(&base, "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_tap() {
+    if !require_root("bad_input_tap") {
+        return;
+    }
+    let mut b = Bench::new("tap", "eth0", true);
+    b.pod.ip(&["link", "add", "br-tap", "type", "bridge"]);
+    b.pod.ip(&[
+        "link", "add", "not-br", "type", "veth", "peer", "name", "not-br1",
+    ]);
+    b.base = json!({"cniVersion": "1.0.0", "name": "tap-net", "type": "tap",
+        "owner": 107, "group": 107, "multiQueue": true, "bridge": "br-tap",
+        "ipam": {"type": "host-local", "dataDir": b.path("leases"),
+                 "ranges": [[{"subnet": "10.92.0.0/24"}]]}});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
+        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
+        case(
+            "MTU capitalised, negative",
+            with(&base, "/MTU", json!(-1)),
+            7,
+            "mtu",
+        ),
+        case(
+            "multiQueue a string",
+            with(&base, "/multiQueue", json!("yes")),
+            7,
+            "multiQueue",
+        ),
+        case(
+            "owner negative",
+            with(&base, "/owner", json!(-1)),
+            7,
+            "owner",
+        ),
+        case(
+            "owner above 32 bits",
+            with(&base, "/owner", json!(4294967296u64)),
+            7,
+            "owner",
+        ),
+        case(
+            "owner a name",
+            with(&base, "/owner", json!("qemu")),
+            7,
+            "owner",
+        ),
+        case(
+            "group a fraction",
+            with(&base, "/group", json!(1.5)),
+            7,
+            "group",
+        ),
+        case(
+            "bridge a number",
+            with(&base, "/bridge", json!(5)),
+            7,
+            "bridge",
+        ),
+        case(
+            "bridge of 16 bytes",
+            with(&base, "/bridge", json!("bridge0123456789")),
+            7,
+            "bridge",
+        ),
+        case(
+            "bridge not in the pod",
+            with(&base, "/bridge", json!("br-none")),
+            7,
+            "bridge",
+        ),
+        case(
+            "bridge not a bridge",
+            with(&base, "/bridge", json!("not-br")),
+            7,
+            "bridge",
+        ),
+        case("mac not a MAC", with(&base, "/mac", json!("zz")), 7, "mac"),
+        case(
+            "runtimeConfig.mac multicast",
+            with(&base, "/runtimeConfig", json!({"mac": "01:00:5e:00:00:01"})),
+            7,
+            "runtimeConfig.mac",
+        ),
+        case(
+            "args.cni.mac not a MAC",
+            with(&base, "/args", json!({"cni": {"mac": "0a:00"}})),
+            7,
+            "args.cni.mac",
+        ),
+        env_case(
+            "CNI_ARGS MAC not a MAC",
+            &base,
+            &[("CNI_ARGS", Some("IgnoreUnknown=1;MAC=nope"))],
+            4,
+            "CNI_ARGS MAC",
+        ),
+        case(
+            "selinuxContext without SELinux",
+            with(
+                &base,
+                "/selinuxContext",
+                json!("system_u:system_r:container_t:s0"),
+            ),
+            2,
+            "selinuxContext",
+        ),
+        case(
+            "selinuxContext a number",
+            with(&base, "/selinuxContext", json!(1)),
+            7,
+            "selinuxContext",
+        ),
+        case(
+            "an IPAM error keeps its code and key",
+            with(&base, "/ipam/ranges/0/0/subnet", json!("10.92.0.0/33")),
             7,
             "ipam.ranges[0][0].subnet",
         ),

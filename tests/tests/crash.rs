@@ -35,6 +35,8 @@ const CRATES: &[&str] = &[
     "plugins/tuning",
     "plugins/macvlan",
     "plugins/sbr",
+    "plugins/ptp",
+    "plugins/tap",
 ];
 
 /// The attachment that is crashed over and over.
@@ -614,6 +616,101 @@ fn crash_macvlan_at_every_fault_point() {
             );
         } else {
             assert_met(&met, &["macvlan/up"]);
+        }
+    }
+}
+
+/// kind's kindnet chain (ptp + host-local + portmap, dual-stack) with
+/// ipMasq on nftables and a host port, through our cnitool.
+#[test]
+fn crash_kindnet_ptp_chain_at_every_fault_point() {
+    if !require_root("crash_kindnet_ptp_chain_at_every_fault_point") {
+        return;
+    }
+    let site = Site::new(
+        "crash-ptp",
+        "kindnet",
+        json!({"portMappings": [{"hostPort": 9081, "containerPort": 80, "protocol": "tcp"}]}),
+    );
+    site.node.write_conf(
+        "10-kindnet.conflist",
+        &json!({"name": "kindnet", "cniVersion": "1.1.0", "plugins": [
+            {"type": "ptp", "ipMasq": true, "ipMasqBackend": "nftables", "mtu": 1500,
+             "ipam": {"type": "host-local", "dataDir": site.path("leases"),
+                      "ranges": [[{"subnet": "10.244.2.0/24"}], [{"subnet": "fd00:10:244:2::/64"}]],
+                      "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}},
+            {"type": "portmap", "capabilities": {"portMappings": true}}
+        ]}),
+    );
+    let points = points_of(&["plugins/ptp", "host-local", "portmap"]);
+    let met = site.campaign(&points, &|site, result, what| {
+        let addr = result["ips"][0]["address"].as_str().unwrap();
+        let addr = addr.split('/').next().unwrap();
+        let veth = result["interfaces"][0]["name"].as_str().unwrap();
+        let routes = site.node.ns.ip(&["route", "show", "dev", veth]);
+        assert!(
+            routes.contains(&format!("{addr} scope host")),
+            "{what}: ADD again: no host route to {addr}: {routes}"
+        );
+        let nft = nft_ruleset(&site.node.ns);
+        for elem in [
+            format!("{addr} comment \"net=kindnet cid={CID}\""),
+            format!("tcp . 9081 comment \"net=kindnet cid={CID}\" : {addr} . 80"),
+        ] {
+            assert!(
+                nft.contains(&elem),
+                "{what}: ADD again: no {elem:?} in\n{nft}"
+            );
+        }
+    });
+    // portmap's iptables step is the other campaigns' business.
+    assert_met(&met, &["portmap/between-families"]);
+}
+
+/// tap in the pod, with host-local, then layer 2 only, through our cnitool.
+#[test]
+fn crash_tap_at_every_fault_point() {
+    if !require_root("crash_tap_at_every_fault_point") {
+        return;
+    }
+    let points = points_of(&["plugins/tap", "host-local"]);
+    for l2 in [false, true] {
+        let net = if l2 { "tapl2" } else { "tapnet" };
+        let mut site = Site::new(&format!("crash-{net}"), net, json!({}));
+        site.l2 = l2;
+        let ipam = if l2 {
+            json!({})
+        } else {
+            json!({"type": "host-local", "dataDir": site.path("leases"),
+                   "ranges": [[{"subnet": "10.82.0.0/24"}], [{"subnet": "fd00:82::/64"}]]})
+        };
+        site.pod.ip(&["link", "add", "br-vm", "type", "bridge"]);
+        site.warm.ip(&["link", "add", "br-vm", "type", "bridge"]);
+        site.node.write_conf(
+            "50-tap.conflist",
+            &json!({"name": net, "cniVersion": "1.1.0", "plugins": [
+                {"type": "tap", "owner": 107, "multiQueue": true, "bridge": "br-vm", "ipam": ipam}
+            ]}),
+        );
+        let met = site.campaign(&points, &|site, _result, what| {
+            let eth0 = site.pod.link("eth0").expect("eth0");
+            assert_eq!(eth0["linkinfo"]["info_kind"], "tun", "{what}: {eth0}");
+            assert_eq!(eth0["master"], "br-vm", "{what}: {eth0}");
+        });
+        if l2 {
+            assert_met(
+                &met,
+                &[
+                    "host-local/last-reserved",
+                    "host-local/linked",
+                    "host-local/released",
+                    "host-local/temp-written",
+                    "tap/configure",
+                    "tap/ipam",
+                ],
+            );
+        } else {
+            assert_met(&met, &["tap/up"]);
         }
     }
 }

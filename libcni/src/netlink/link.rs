@@ -749,7 +749,7 @@ fn oper_state_name(state: rtlink::State) -> String {
 
 impl Netlink {
     /// The full `RTM_NEWLINK` answer for link `index`, or `None`.
-    fn link_message_of(&mut self, index: u32) -> Result<Option<LinkMessage>> {
+    pub(crate) fn link_message_of(&mut self, index: u32) -> Result<Option<LinkMessage>> {
         if index == 0 {
             return Ok(None);
         }

@@ -2,7 +2,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
+use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteMetric, RouteProtocol,
     RouteScope, RouteType,
@@ -47,6 +47,8 @@ pub struct Route {
     pub mtu: Option<u32>,
     /// Advertised MSS (`RTAX_ADVMSS`).
     pub advmss: Option<u32>,
+    /// Preferred source address (`RTA_PREFSRC`, `ip route ... src`).
+    pub prefsrc: Option<IpAddr>,
 }
 
 impl Route {
@@ -70,6 +72,7 @@ impl Route {
             priority: None,
             mtu: None,
             advmss: None,
+            prefsrc: None,
         }
     }
 
@@ -97,6 +100,7 @@ impl Route {
             priority: None,
             mtu: None,
             advmss: None,
+            prefsrc: None,
         };
         for attr in msg.attributes {
             match attr {
@@ -106,6 +110,7 @@ impl Route {
                     }
                 }
                 RouteAttribute::Gateway(a) => route.gateway = ip_of(a),
+                RouteAttribute::PrefSource(a) => route.prefsrc = ip_of(a),
                 RouteAttribute::Oif(i) => route.oif = Some(i),
                 RouteAttribute::Table(t) => route.table = t,
                 RouteAttribute::Priority(p) => route.priority = Some(p),
@@ -159,6 +164,10 @@ impl Route {
         if let Some(p) = self.priority {
             msg.attributes.push(RouteAttribute::Priority(p));
         }
+        if let Some(src) = self.prefsrc.filter(|_| !for_delete) {
+            msg.attributes
+                .push(RouteAttribute::PrefSource(RouteAddress::from(src)));
+        }
         if !for_delete {
             let mut metrics = Vec::new();
             if let Some(mtu) = self.mtu {
@@ -182,6 +191,9 @@ impl Route {
         }
         if let Some(oif) = self.oif {
             s.push_str(&format!(" dev {oif}"));
+        }
+        if let Some(src) = self.prefsrc {
+            s.push_str(&format!(" src {src}"));
         }
         if let Some(p) = self.priority {
             s.push_str(&format!(" metric {p}"));
@@ -267,6 +279,25 @@ impl Netlink {
             RouteNetlinkMessage::NewRoute(route.to_message(false)),
             NLM_F_CREATE,
             || format!("add route {}", route.describe()),
+        )?;
+        Ok(())
+    }
+}
+
+// ---- added for the ptp plugin ----
+
+/// `RT_SCOPE_HOST`: a route valid only inside this host (Go's `AddHostRoute`).
+pub const RT_SCOPE_HOST: u8 = 254;
+
+impl Netlink {
+    /// Adds `route`, or replaces the route to the same destination (and
+    /// metric) in its table (`NLM_F_CREATE | NLM_F_REPLACE`, `ip route
+    /// replace`).
+    pub fn replace_route(&mut self, route: &Route) -> Result<()> {
+        self.request(
+            RouteNetlinkMessage::NewRoute(route.to_message(false)),
+            NLM_F_CREATE | NLM_F_REPLACE,
+            || format!("replace route {}", route.describe()),
         )?;
         Ok(())
     }

@@ -1,16 +1,14 @@
-//! ADD: the macvlan, created directly in the container's namespace under
-//! `CNI_IFNAME` (`IFLA_NET_NS_FD`: no temporary name, no move), IPAM, the
-//! container's addresses and routes. A failure after the link exists
-//! deletes it again, and a failure after IPAM was called releases the
-//! address: a failed ADD leaves nothing behind.
+//! ADD over the shared flow (`libcni::attach`): the macvlan, created
+//! directly in the container's namespace under `CNI_IFNAME`
+//! (`IFLA_NET_NS_FD`: no temporary name, no move), IPAM, the container's
+//! addresses and routes. A failure after the link exists deletes it again,
+//! and a failure after IPAM was called releases the address: a failed ADD
+//! leaves nothing behind.
 
-use std::io;
-
+use libcni::attach::{self, Add};
 use libcni::fault;
-use libcni::ipam::{self, IfaceOptions};
+use libcni::ipam::IfaceOptions;
 use libcni::netlink::link::MacvlanSpec;
-use libcni::netlink::{is_exists, is_not_found, Netlink};
-use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::sysctl::{self, Key};
 use libcni::types::CniResult;
@@ -19,130 +17,44 @@ use libcni::Error;
 use crate::config::Conf;
 use crate::master;
 
-/// What this ADD created so far, for the rollback.
-#[derive(Default)]
-struct Created {
-    /// Index of the macvlan in the container.
-    link: Option<u32>,
-    /// `ipam.type`, once its ADD was called (the spec DELs a failed one too).
-    ipam: Option<String>,
-}
-
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
-    let ns = args.open_netns()?;
-    let mut container = Netlink::open_in(&ns)?;
-    // The master lives in the plugin's namespace, or in the container's.
-    let mut host = if conf.link_in_container {
-        None
-    } else {
-        Some(Netlink::open()?)
-    };
-    let master = match host.as_mut() {
-        Some(h) => master::find_for_add(h, &conf)?,
-        None => master::find_for_add(&mut container, &conf)?,
-    };
-    if container.link_by_name(&args.ifname)?.is_some() {
-        return Err(ifname_exists(&args.ifname));
-    }
+    attach::add(args, "macvlan", conf.ipam.as_deref(), |a| steps(a, &conf))
+}
 
-    let spec = MacvlanSpec {
-        name: &args.ifname,
-        master_index: master.index,
-        mode: conf.mode,
-        mtu: conf.mtu,
-        mac: conf.mac,
-        bc_queue_len: conf.bc_queue_len,
-        netns: if conf.link_in_container {
-            None
-        } else {
-            Some(&ns)
-        },
+fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
+    let args = a.args();
+    // The master lives in the plugin's namespace, or in the container's.
+    let master = if conf.link_in_container {
+        master::find_for_add(a.container(), conf)?
+    } else {
+        master::find_for_add(a.host()?, conf)?
     };
-    let created_link = match host.as_mut() {
-        Some(h) => h.add_macvlan(&spec),
-        None => container.add_macvlan(&spec),
-    };
-    created_link.map_err(|e| {
-        if is_exists(&e) {
-            ifname_exists(&args.ifname)
+    let link = a.create_link(|a| {
+        if conf.link_in_container {
+            a.container()
+                .add_macvlan(&spec(args, conf, master.index, None))
         } else {
-            e
+            let (host, _, ns) = a.sockets()?;
+            host.add_macvlan(&spec(args, conf, master.index, Some(ns)))
         }
     })?;
-
-    let mut created = Created::default();
-    let outcome = steps(args, &conf, &ns, &mut container, &mut created);
-    if outcome.is_err() {
-        rollback(args, &mut container, &created);
-    }
-    outcome
-}
-
-fn ifname_exists(ifname: &str) -> Error {
-    Error::kernel(
-        format!("container interface CNI_IFNAME {ifname:?} already exists in CNI_NETNS"),
-        io::Error::from_raw_os_error(libc::EEXIST),
-    )
-}
-
-/// Undoes `created`, best effort: the macvlan, then the IPAM lease.
-fn rollback(args: &CmdArgs, container: &mut Netlink, created: &Created) {
-    if let Some(index) = created.link {
-        if let Err(e) = container.delete_link(index) {
-            if !is_not_found(&e) {
-                eprintln!("macvlan: rollback: deleting {:?}: {e}", args.ifname);
-            }
-        }
-    }
-    if let Some(plugin) = &created.ipam {
-        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
-            eprintln!("macvlan: rollback: IPAM DEL: {e}");
-        }
-    }
-}
-
-fn steps(
-    args: &CmdArgs,
-    conf: &Conf,
-    ns: &NetNs,
-    container: &mut Netlink,
-    created: &mut Created,
-) -> Result<CniResult, Error> {
-    let gone = || {
-        Error::kernel(
-            format!(
-                "the new macvlan {:?} vanished from the container",
-                args.ifname
-            ),
-            io::Error::from_raw_os_error(libc::ENODEV),
-        )
-    };
-    let link = container.link_by_name(&args.ifname)?.ok_or_else(gone)?;
-    created.link = Some(link.index);
     fault::point("macvlan/link");
 
     let mut result = CniResult {
-        interfaces: vec![ipam::interface_of(&link, &args.netns)],
+        interfaces: vec![attach::interface_of(&link, &args.netns)],
         ..CniResult::default()
     };
 
     if let Some(plugin) = &conf.ipam {
-        // The spec asks for a DEL of a delegate whose ADD failed too, so the
-        // rollback owns the lease from before the call.
-        created.ipam = Some(plugin.clone());
-        let allocated = ipam::exec_add(plugin, &args.stdin, args.version)?;
+        let allocated = a.ipam_add(plugin, 0)?;
         fault::point("macvlan/ipam");
-        ipam::require_ips(plugin, &allocated)?;
         result.ips = allocated.ips;
-        for ip in &mut result.ips {
-            ip.interface = Some(0); // every address is the macvlan's
-        }
         result.routes = allocated.routes;
         result.dns = allocated.dns;
         // Neighbours learn the new MAC at once (the kernel announces on up
         // and on address changes); missing knobs (no IPv6) do not matter.
-        ns.run(|| {
+        a.ns().run(|| {
             for key in [
                 Key::ipv4_conf(&args.ifname, "arp_notify"),
                 Key::ipv6_conf(&args.ifname, "ndisc_notify"),
@@ -153,22 +65,33 @@ fn steps(
                 let _ = sysctl::write_here(&key, "1");
             }
         })?;
-        ipam::configure_interface(
-            ns,
-            container,
-            &args.ifname,
-            &result,
-            IfaceOptions::default(),
-        )?;
+        a.configure(&result, IfaceOptions::default())?;
         fault::point("macvlan/configure");
     } else {
         // Layer 2 only: the link just comes up.
-        container.set_link_up(link.index)?;
+        a.container().set_link_up(link.index)?;
         fault::point("macvlan/up");
     }
 
-    if let Some(dns) = &conf.dns {
-        result.dns = dns.clone();
-    }
+    attach::apply_dns(&mut result, conf.dns.as_ref());
     Ok(result)
+}
+
+/// The macvlan `CNI_IFNAME` on master `master_index` (in the namespace of
+/// the socket that sends it), created inside `netns` when given.
+fn spec<'a>(
+    args: &'a CmdArgs,
+    conf: &Conf,
+    master_index: u32,
+    netns: Option<&'a libcni::netns::NetNs>,
+) -> MacvlanSpec<'a> {
+    MacvlanSpec {
+        name: &args.ifname,
+        master_index,
+        mode: conf.mode,
+        mtu: conf.mtu,
+        mac: conf.mac,
+        bc_queue_len: conf.bc_queue_len,
+        netns,
+    }
 }

@@ -3,6 +3,7 @@
 //! configured master, with the MAC of the result; the container's
 //! addresses and routes. A difference is code 102 naming what differs.
 
+use libcni::attach::Check;
 use libcni::ipam;
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
@@ -13,18 +14,14 @@ use crate::master;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
-    let ns = args.open_netns()?;
-    if let Some(plugin) = &conf.ipam {
-        ipam::exec_check(plugin, &args.stdin)?;
-    }
-    let prev = args.required_prev_result("CHECK needs the ADD result (prevResult)")?;
+    let mut c = Check::begin(args, conf.ipam.as_deref())?;
     let ifname = &args.ifname;
     let failed = |msg: String| Err(Error::CheckFailed(msg));
-    let want = ipam::container_interface(&prev, ifname, &args.netns)?;
+    let want = c.record()?.clone();
 
-    let mut container = Netlink::open_in(&ns)?;
+    let container = &mut c.container;
     let master = if conf.link_in_container {
-        master::find(&mut container, &conf)
+        master::find(container, &conf)
     } else {
         master::find(&mut Netlink::open()?, &conf)
     }
@@ -61,11 +58,9 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
             master::place(&conf)
         ));
     }
-    ipam::check_mac(&format!("container interface {ifname:?}"), want, &d.link)?;
+    ipam::check_mac(&format!("container interface {ifname:?}"), &want, &d.link)?;
 
     // The addresses the result gives to this interface (or to none in
     // particular), and every route.
-    let ips = ipam::container_addresses(&prev, ifname, &args.netns);
-    ipam::check_addresses(&mut container, ifname, &ips)?;
-    ipam::check_routes(&mut container, &prev.routes)
+    c.addresses_and_routes().map(|_| ())
 }

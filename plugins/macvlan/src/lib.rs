@@ -10,11 +10,11 @@ pub mod config;
 pub mod del;
 pub mod master;
 
-use libcni::ipam;
+use libcni::attach;
 use libcni::netlink::Netlink;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::CniResult;
-use libcni::Error;
+use libcni::{Error, ErrorList};
 use serde::Deserialize;
 
 /// What the plugin prints when run without `CNI_COMMAND`.
@@ -48,10 +48,7 @@ impl Plugin for Macvlan {
     /// The macvlan keeps no state of its own: GC goes to IPAM, with the
     /// same stdin (and so the same `cni.dev/valid-attachments`).
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        match args.teardown_ipam_type() {
-            Some(plugin) => ipam::exec_gc(&plugin, &args.stdin),
-            None => Ok(()),
-        }
+        attach::gc(args, ErrorList::new())
     }
 
     /// ADD can be served when the master is there (checked in the plugin's
@@ -78,9 +75,6 @@ impl Plugin for Macvlan {
                 }
             }
         }
-        match args.conf.ipam_type()? {
-            Some(plugin) => ipam::exec_status(&plugin, &args.stdin),
-            None => Ok(()),
-        }
+        attach::status(args)
     }
 }

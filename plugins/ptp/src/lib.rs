@@ -1,0 +1,73 @@
+//! The `ptp` plugin: a veth pair with no bridge. The container end gets
+//! the IPAM addresses and reaches everything through the gateway, which
+//! the node end carries as a /32 or /128 (every ptp veth of the node
+//! shares it); the node routes to each container by a host route. What
+//! kind's kindnet and many GKE-style templates run (`ptp` + `host-local` +
+//! `portmap`). Behaviour follows the Go reference
+//! (containernetworking/plugins `plugins/main/ptp`, v1.9); the deliberate
+//! differences are in the README.
+
+pub mod add;
+pub mod check;
+pub mod config;
+
+use libcni::attach;
+use libcni::netfilter::masq;
+use libcni::skel::{CmdArgs, Plugin};
+use libcni::types::CniResult;
+use libcni::{Error, ErrorList};
+
+use crate::config::{Conf, MasqKeys};
+
+/// What the plugin prints when run without `CNI_COMMAND`.
+pub const ABOUT: &str = "CNI ptp plugin (Rust CNI suite)";
+
+pub struct Ptp;
+
+impl Plugin for Ptp {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
+        add::add(args)
+    }
+
+    /// Best effort: the container end of the pair (the node end, its
+    /// addresses and routes go with it), IPAM DEL, and with `ipMasq` the
+    /// masquerade, found by network name and container ID alone so it goes
+    /// even when the namespace is gone. DEL reads only `ipam.type` and,
+    /// leniently, the masquerade keys.
+    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
+        attach::del(args, || {
+            let keys = MasqKeys::lenient(args);
+            let mut errors = ErrorList::new();
+            if keys.ip_masq {
+                errors.record(masq::teardown(keys.masq_backend(), &config::owner(args)));
+            }
+            errors
+        })
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
+        check::check(args)
+    }
+
+    /// With `ipMasq`, the masquerade of this network's containers that are
+    /// not in `cni.dev/valid-attachments`; then IPAM's GC with the same
+    /// stdin; best effort, the errors reported together.
+    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
+        let keys = MasqKeys::lenient(args);
+        let mut errors = ErrorList::new();
+        // Without a list of valid attachments nothing may be collected.
+        if keys.ip_masq && args.conf.has_gc_attachments() {
+            if let Some(valid) = errors.record(args.conf.gc_valid_attachments()) {
+                errors.record(masq::gc(keys.masq_backend(), &args.conf.name, &valid));
+            }
+        }
+        attach::gc(args, errors)
+    }
+
+    /// A config ADD would refuse is refused (code 7 naming the key); then
+    /// IPAM's answer.
+    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
+        Conf::parse(args)?;
+        attach::status(args)
+    }
+}
