@@ -325,6 +325,32 @@ fn sbr_keys() {
     same_in_every_case("sbr", conf, &[], parse);
 }
 
+#[test]
+fn ptp_keys() {
+    let parse = |v: &Value| ptp::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("ptp"),
+        json!({"ipMasq": true, "ipMasqBackend": "nftables", "mtu": 1400,
+               "ipam": {"type": "host-local"},
+               "dns": {"nameservers": ["10.0.0.10"], "domain": "d", "search": ["s"], "options": ["o"]}}),
+    );
+    same_in_every_case("ptp", conf, &[], parse);
+}
+
+#[test]
+fn tap_keys() {
+    let parse = |v: &Value| tap::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("tap"),
+        json!({"mac": "02:00:00:00:00:09", "mtu": 1400, "multiQueue": true, "owner": 1000,
+               "group": 1000, "bridge": "br0",
+               "runtimeConfig": {"mac": "02:00:00:00:00:0a"},
+               "args": {"cni": {"mac": "02:00:00:00:00:0b"}},
+               "ipam": {"type": "host-local"}, "dns": {"nameservers": ["10.0.0.10"]}}),
+    );
+    same_in_every_case("tap", conf, &[], parse);
+}
+
 /// The runtime side: Go libcni reads a conflist's own keys from a map
 /// (exactly) and each plugin's `type` and `capabilities` from a struct.
 #[test]
