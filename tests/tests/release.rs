@@ -42,7 +42,7 @@ fn the_release_holds_every_plugin_binary_of_the_workspace_and_the_tools() {
                 .is_some_and(|k| k.contains(&"bin".into()));
             let src = t["src_path"].as_str().expect("src_path");
             let text = std::fs::read_to_string(src).expect("read main");
-            if is_bin && text.contains("plugin_main(") {
+            if is_bin && text.contains("skel::plugin_main") {
                 plugin_bins.push(t["name"].as_str().expect("name").to_string());
             }
         }
