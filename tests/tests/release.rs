@@ -406,8 +406,8 @@ const PACKAGE_TEST: &str =
 /// The package, built from this tree's binaries (the debug build the test
 /// suite uses, stripped; a release build is the same package with smaller
 /// files), installed with `dpkg -i` over Debian's containernetworking-plugins,
-/// linked into /opt/cni/bin, removed and purged with apt-get, all inside
-/// the VM.
+/// linked into /opt/cni/bin, reinstalled, removed and purged with apt-get,
+/// all inside the VM.
 #[test]
 fn the_package_replaces_go_plugins_and_goes_on_remove_and_purge_keeping_node_state() {
     if in_vm() {
@@ -591,6 +591,11 @@ fn package_in_vm() {
         sh_ok("/opt/cni/bin/loopback --version"),
         format!("loopback {SUITE_VERSION}\n")
     );
+
+    // A reinstall (dpkg's upgrade path) keeps the links.
+    let out = sh(&format!("dpkg -i {deb} 2>&1"));
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(tree(opt), want_links, "links kept over an upgrade");
 
     phase("apt-get remove");
     // apt-get remove: our files and links go, the rest stays.
