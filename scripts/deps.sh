@@ -59,3 +59,18 @@ ensure_reference_tools() {
     echo "warning: go-cni-cri is not available (../shared/tools/go-cni-cri missing): its tests will say SKIPPED" >&2
   fi
 }
+
+# What the release and install tests use (tests/tests/release.rs,
+# install.rs): python3 (scripts/suite.sh reads cargo metadata with it),
+# objcopy, dpkg-deb, unshare, and Go libcni's sources for the VERSION check
+# through invoke.GetVersionInfo.
+ensure_release_test_deps() {
+  ensure_cmd python3 python3
+  ensure_cmd objcopy binutils
+  ensure_cmd dpkg-deb dpkg
+  ensure_cmd unshare util-linux
+  if ! command -v go >/dev/null 2>&1 ||
+    [ ! -d /usr/share/gocode/src/github.com/containernetworking/cni/pkg/invoke ]; then
+    apt_install golang-go golang-github-appc-cni-dev
+  fi
+}

@@ -27,4 +27,4 @@ pub mod types;
 pub mod version;
 
 pub use error::{Error, ErrorList, ErrorResult, Result};
-pub use version::Version;
+pub use version::{Version, SUITE_VERSION};

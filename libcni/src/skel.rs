@@ -205,8 +205,15 @@ pub struct Outcome {
 static ERROR_VERSION: OnceLock<String> = OnceLock::new();
 
 /// Runs `plugin` for this process and exits. `about` is printed on stderr
-/// when `CNI_COMMAND` is unset, as Go's skel does.
+/// with the suite's version when `CNI_COMMAND` is unset, as Go's skel does;
+/// then `--version` as the only argument prints `<name> <version>` on
+/// stdout instead ([`version_line`]).
 pub fn plugin_main<P: Plugin>(plugin: P, about: &str) -> ! {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if wants_version_line(&args, std::env::var_os("CNI_COMMAND").as_deref()) {
+        let name = args.first().map(program_name).unwrap_or_default();
+        print_and_exit(&(version_line(&name) + "\n"), 0);
+    }
     std::panic::set_hook(Box::new(|info| {
         let msg = match info.payload().downcast_ref::<&str>() {
             Some(s) => s.to_string(),
@@ -224,6 +231,37 @@ pub fn plugin_main<P: Plugin>(plugin: P, about: &str) -> ! {
     let mut stdin = std::io::stdin().lock();
     let outcome = execute(&plugin, about, &|k| std::env::var(k).ok(), &mut stdin);
     print_and_exit(&outcome.stdout, outcome.exit_code)
+}
+
+/// True for `<program> --version` with `CNI_COMMAND` unset or empty: a
+/// runtime always sets `CNI_COMMAND` and passes no arguments, so a call
+/// from one is never taken for this.
+pub fn wants_version_line(
+    args: &[std::ffi::OsString],
+    cni_command: Option<&std::ffi::OsStr>,
+) -> bool {
+    args.len() == 2 && args[1] == "--version" && cni_command.is_none_or(|c| c.is_empty())
+}
+
+/// `<name> <version>`: one line, the suite's version (the workspace's).
+/// `name` is the program's file name, which for a plugin is its `type`.
+pub fn version_line(name: &str) -> String {
+    format!("{name} {}", crate::version::SUITE_VERSION)
+}
+
+/// The file name of `argv0` (`/opt/cni/bin/bridge` gives `bridge`).
+pub fn program_name(argv0: &std::ffi::OsString) -> String {
+    std::path::Path::new(argv0)
+        .file_name()
+        .unwrap_or(argv0.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The about line: the plugin's `ABOUT` and the suite's version, as Go's
+/// plugins print `CNI bridge plugin v1.1.1`.
+pub fn about_line(about: &str) -> String {
+    format!("{about} v{}", crate::version::SUITE_VERSION)
 }
 
 fn print_and_exit(stdout: &str, code: i32) -> ! {
@@ -273,7 +311,8 @@ fn run<P: Plugin>(
     if command_str.is_empty() {
         let versions: Vec<&str> = version::ALL.iter().map(|v| v.as_str()).collect();
         eprintln!(
-            "{about}\nCNI protocol versions supported: {}",
+            "{}\nCNI protocol versions supported: {}",
+            about_line(about),
             versions.join(", ")
         );
         return Ok(String::new());
@@ -490,6 +529,33 @@ mod tests {
         assert_eq!(
             v["supportedVersions"],
             json!(["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
+        );
+    }
+
+    #[test]
+    fn version_line_only_for_a_lone_flag_without_cni_command() {
+        let args = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        let ver = args(&["/opt/cni/bin/bridge", "--version"]);
+        assert!(wants_version_line(&ver, None));
+        assert!(wants_version_line(&ver, Some("".as_ref())));
+        assert!(!wants_version_line(&ver, Some("ADD".as_ref())));
+        assert!(!wants_version_line(&args(&["bridge"]), None));
+        assert!(!wants_version_line(
+            &args(&["bridge", "--version", "x"]),
+            None
+        ));
+        assert!(!wants_version_line(&args(&["bridge", "-v"]), None));
+        assert_eq!(program_name(&ver[0]), "bridge");
+        assert_eq!(program_name(&"host-local".into()), "host-local");
+        let line = version_line("bridge");
+        assert_eq!(line, format!("bridge {}", env!("CARGO_PKG_VERSION")));
+        assert!(!line.contains('\n'));
+        assert_eq!(
+            about_line("CNI bridge plugin (Rust CNI suite)"),
+            format!(
+                "CNI bridge plugin (Rust CNI suite) v{}",
+                env!("CARGO_PKG_VERSION")
+            )
         );
     }
 

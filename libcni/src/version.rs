@@ -83,13 +83,22 @@ impl fmt::Display for Version {
     }
 }
 
+/// The suite's own version (the workspace's `version`, shared by every
+/// crate): what `--version`, the about line and VERSION's `pluginVersion`
+/// say, and what the release tarball and package are named after.
+pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// The answer to VERSION for a plugin speaking `supported`:
-/// `{"cniVersion": "1.1.0", "supportedVersions": [...]}`.
+/// `{"cniVersion": "1.1.0", "supportedVersions": [...], "pluginVersion": "<suite>"}`.
+/// `pluginVersion` is ours: the spec names only the first two keys, and Go
+/// libcni's decoder (`version.PluginDecoder`, behind `invoke.GetVersionInfo`)
+/// ignores any other, as `encoding/json` does.
 pub fn version_info_json(supported: &[Version]) -> String {
     let versions: Vec<&str> = supported.iter().map(|v| v.as_str()).collect();
     serde_json::json!({
         "cniVersion": Version::CURRENT.as_str(),
         "supportedVersions": versions,
+        "pluginVersion": SUITE_VERSION,
     })
     .to_string()
 }
@@ -143,6 +152,8 @@ mod tests {
         let v = crate::gojson::parse_value(version_info_json(&ALL).as_bytes()).unwrap();
         assert_eq!(v["cniVersion"], "1.1.0");
         assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
+        assert_eq!(v["pluginVersion"], SUITE_VERSION);
+        assert_eq!(v.as_object().unwrap().len(), 3);
         let e = parse_supported("0.2.0", &ALL[2..]).unwrap_err();
         assert_eq!(e.code(), 1);
         assert!(e.to_string().contains("incompatible"));

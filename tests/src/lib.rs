@@ -7,6 +7,7 @@
 //! it. Names carry a per-run prefix and a counter, so tests run in
 //! parallel; a guard deletes each namespace on drop, after a panic too.
 
+pub mod release;
 pub mod topology;
 pub mod traffic;
 

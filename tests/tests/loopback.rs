@@ -54,7 +54,11 @@ fn every_plugin_answers_version_with_its_versions() {
         assert_eq!(out.exit_code, 0, "{p}: {out:?}");
         assert_eq!(
             out.json(),
-            json!({"cniVersion": "1.1.0", "supportedVersions": supported_versions(p)}),
+            json!({
+                "cniVersion": "1.1.0",
+                "supportedVersions": supported_versions(p),
+                "pluginVersion": env!("CARGO_PKG_VERSION"),
+            }),
             "{p}"
         );
     }

@@ -34,6 +34,7 @@ Options:
   -i, --ifname IFNAME   interface name in the container (default: $CNI_IFNAME or eth0)
       --cache-dir DIR   result cache directory (default: $CNI_CACHE_DIR or /var/lib/cni)
   -h, --help            print this help
+      --version         print cnitool and its version
 
 Environment:
   NETCONFPATH      configuration directory (default /etc/cni/net.d)
@@ -93,6 +94,7 @@ struct Invocation {
 #[derive(Debug, PartialEq, Eq)]
 enum Cli {
     Help,
+    Version,
     Run(Invocation),
 }
 
@@ -123,6 +125,7 @@ fn parse_cli(args: &[String]) -> std::result::Result<Cli, String> {
         };
         match flag {
             "-h" | "--help" => return Ok(Cli::Help),
+            "--version" => return Ok(Cli::Version),
             "--" => flags_done = true,
             "-i" | "--ifname" => ifname = Some(value(flag)?),
             "--cache-dir" => cache_dir = Some(PathBuf::from(value(flag)?)),
@@ -341,6 +344,10 @@ fn main() -> ExitCode {
             print!("{USAGE}");
             return ExitCode::SUCCESS;
         }
+        Ok(Cli::Version) => {
+            println!("{}", libcni::skel::version_line("cnitool"));
+            return ExitCode::SUCCESS;
+        }
         Ok(Cli::Run(inv)) => inv,
         Err(msg) => {
             eprintln!("cnitool: {msg}\n\n{USAGE}");
@@ -420,6 +427,7 @@ mod tests {
             Ok(inv(Verb::Status, Some("net0"), None))
         );
         assert_eq!(parse_cli(&args(&["add", "--help"])), Ok(Cli::Help));
+        assert_eq!(parse_cli(&args(&["--version"])), Ok(Cli::Version));
     }
 
     #[test]

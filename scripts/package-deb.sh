@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Builds the Debian package of the suite from a directory of built binaries
+# (scripts/release.sh calls it with its release binaries):
+#
+#   scripts/package-deb.sh BINS_DIR OUT_DIR
+#
+# writes OUT_DIR/cni-rs_<version>_<arch>.deb and prints its path. Every
+# executable file of BINS_DIR goes to /usr/lib/cni (where Debian's
+# containernetworking-plugins puts its plugins), cnitool is linked from
+# /usr/bin and cni-rs-install from /usr/sbin, and the dhcp daemon's systemd
+# units (plugins/dhcp/systemd/cni-dhcp.{service,socket}) go to
+# /lib/systemd/system, disabled. See "Install on a node" in the README.
+#
+# The package Conflicts with, Replaces and Provides containernetworking-plugins
+# (and container-network-stack, which podman's dependencies name): dpkg then
+# removes the Go package as it installs this one, files are never shared
+# between the two, and whatever depended on the Go package stays installed.
+#
+# Same inputs, same bytes: file times are SOURCE_DATE_EPOCH (default: the
+# last commit's time), owners root, dpkg-deb sorts the entries.
+# Environment: SOURCE_DATE_EPOCH; DEB_COMPRESS (xz, the default, or gzip,
+# none); CNI_RS_VERSION (default: the workspace's version).
+set -euo pipefail
+umask 022
+repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/suite.sh"
+
+if [ $# -ne 2 ]; then
+  echo "usage: $0 BINS_DIR OUT_DIR" >&2
+  exit 2
+fi
+bins_dir=$1
+out_dir=$2
+version=${CNI_RS_VERSION:-$(suite_version)}
+arch=$(dpkg --print-architecture)
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
+compress=${DEB_COMPRESS:-xz}
+units_src=$repo/plugins/dhcp/systemd
+units=(cni-dhcp.service cni-dhcp.socket)
+
+names=()
+for f in "$bins_dir"/*; do
+  if [ -f "$f" ] && [ -x "$f" ]; then
+    names+=("$(basename "$f")")
+  fi
+done
+if [ ${#names[@]} -eq 0 ]; then
+  echo "error: no binaries in $bins_dir" >&2
+  exit 1
+fi
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+root=$stage/root
+install -d -m 0755 "$root/DEBIAN" "$root/usr/lib/cni" "$root/usr/bin" "$root/usr/sbin" \
+  "$root/usr/share/doc/cni-rs"
+for n in "${names[@]}"; do
+  install -m 0755 "$bins_dir/$n" "$root/usr/lib/cni/$n"
+done
+has() {
+  local n
+  for n in "${names[@]}"; do [ "$n" = "$1" ] && return 0; done
+  return 1
+}
+if has cnitool; then ln -s ../lib/cni/cnitool "$root/usr/bin/cnitool"; fi
+if has cni-rs-install; then ln -s ../lib/cni/cni-rs-install "$root/usr/sbin/cni-rs-install"; fi
+rmdir --ignore-fail-on-non-empty "$root/usr/bin" "$root/usr/sbin"
+
+# The dhcp daemon's units: shipped when they are in the tree, required with
+# the dhcp plugin. /lib, not /usr/lib: the path Debian's package ships them
+# at, so that dpkg sees one file taken over, not two aliases of it.
+shipped_units=
+if [ -f "$units_src/${units[0]}" ] || [ -f "$units_src/${units[1]}" ] || has dhcp; then
+  install -d -m 0755 "$root/lib/systemd/system"
+  for u in "${units[@]}"; do
+    if [ ! -f "$units_src/$u" ]; then
+      echo "error: $units_src/$u is missing (the dhcp plugin's systemd units ship with it)" >&2
+      exit 1
+    fi
+    install -m 0644 "$units_src/$u" "$root/lib/systemd/system/$u"
+  done
+  shipped_units="${units[*]}"
+fi
+
+install -m 0644 "$repo/scripts/deb/copyright" "$root/usr/share/doc/cni-rs/copyright"
+for script in postinst prerm postrm; do
+  sed -e "s|@UNITS@|$shipped_units|" -e "s|@NAMES@|${names[*]}|" \
+    "$repo/scripts/deb/$script" >"$root/DEBIAN/$script"
+  chmod 0755 "$root/DEBIAN/$script"
+done
+
+# The oldest glibc the binaries run on: the newest symbol version they use.
+glibc=$(objdump -T "$root"/usr/lib/cni/* | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
+  sort -u -V | tail -n 1)
+depends=${glibc:+libc6 (>= $glibc)}
+installed_size=$(du -s -k --apparent-size "$root" --exclude=DEBIAN | cut -f1)
+
+cat >"$root/DEBIAN/control" <<EOF
+Package: cni-rs
+Version: $version
+Architecture: $arch
+Maintainer: cni-rs developers <cni-rs@invalid>
+Installed-Size: $installed_size
+Depends: $depends
+Recommends: iptables
+Conflicts: containernetworking-plugins
+Replaces: containernetworking-plugins
+Provides: containernetworking-plugins, container-network-stack (= 1)
+Section: net
+Priority: optional
+Description: CNI reference plugins in Rust, a drop-in for containernetworking-plugins
+ The CNI plugins (bridge, host-local, portmap, bandwidth, firewall, tuning,
+ macvlan, flannel, ...) with the Go reference plugins' config keys, results
+ and files on disk, in /usr/lib/cni as Debian's containernetworking-plugins,
+ which this package replaces. Also cnitool, and cni-rs-install, which links
+ or copies the plugins into /opt/cni/bin for runtimes that look there:
+   cni-rs-install --link /opt/cni/bin
+ The dhcp daemon's systemd units are installed disabled.
+EOF
+
+(cd "$root" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | LC_ALL=C sort -z |
+  xargs -0 md5sum) >"$root/DEBIAN/md5sums"
+chmod 0644 "$root/DEBIAN/control" "$root/DEBIAN/md5sums"
+find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+
+mkdir -p "$out_dir"
+deb=$out_dir/cni-rs_${version}_${arch}.deb
+dpkg-deb --root-owner-group -Z"$compress" --build "$root" "$deb" >/dev/null
+echo "$deb"

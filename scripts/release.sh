@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Builds the release binaries and writes the release artifacts:
+#
+#   dist/cni-rs-linux-<arch>-v<version>.tgz          every plugin, cnitool and
+#                                                    cni-rs-install, flat, as
+#                                                    upstream's cni-plugins tarball
+#   dist/cni-rs-linux-<arch>-v<version>.tgz.sha256   `sha256sum` line of it
+#   dist/cni-rs-linux-<arch>-v<version>.tgz.sha512   `sha512sum` line of it
+#   dist/cni-rs_<version>_<debarch>.deb              the Debian package (scripts/package-deb.sh)
+#   dist/SHA256SUMS                                  `sha256sum` of the tarball and the package
+#
+# Usage: scripts/release.sh [--out DIR] [--only NAME,NAME]
+#   --out DIR    write there instead of dist/
+#   --only ...   build and ship only these binaries (the reproducibility test
+#                uses it to keep CI fast); default: the whole suite
+#
+# The binaries are the workspace's bin targets (scripts/suite.sh), the
+# version is the workspace's. Reproducible: the same commit gives the same
+# bytes, wherever the source and the target dir are. Paths are remapped
+# (--remap-path-prefix for the source, CARGO_HOME and the target dir), rustc
+# and the linker write no time stamps, the tarball's entries are sorted with
+# owner root and mtime SOURCE_DATE_EPOCH (default: the last commit's time),
+# gzip -n stores no name or time. RUSTFLAGS from the environment are not
+# used: they would change the bytes.
+#
+# Environment: SOURCE_DATE_EPOCH; CARGO_TARGET_DIR (default target/dist, apart
+# from target/release so the remapping flags do not rebuild a developer's
+# release tree).
+set -euo pipefail
+umask 022
+repo=$(cd "$(dirname "$0")/.." && pwd)
+. "$repo/scripts/suite.sh"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
+out=$repo/dist
+only=
+while [ $# -gt 0 ]; do
+  case $1 in
+  --out) out=${2:?--out needs a directory}; shift 2 ;;
+  --out=*) out=${1#--out=}; shift ;;
+  --only) only=${2:?--only needs names}; shift 2 ;;
+  --only=*) only=${1#--only=}; shift ;;
+  -h | --help) usage; exit 0 ;;
+  *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+version=$(suite_version)
+mapfile -t bins < <(suite_bins)
+if [ -n "$only" ]; then
+  IFS=, read -r -a wanted <<<"$only"
+  for w in "${wanted[@]}"; do
+    if ! printf '%s\n' "${bins[@]}" | grep -qx -- "$w"; then
+      echo "error: --only: $w is not a binary of the suite (${bins[*]})" >&2
+      exit 2
+    fi
+  done
+  bins=("${wanted[@]}")
+fi
+
+host=$(rustc -vV | sed -n 's/^host: //p')
+case $host in
+x86_64-*-linux-gnu) arch=amd64 ;;
+aarch64-*-linux-gnu) arch=arm64 ;;
+*) echo "error: no release arch name for host $host" >&2; exit 1 ;;
+esac
+
+if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
+  SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct 2>/dev/null) || {
+    echo "error: not a git checkout: set SOURCE_DATE_EPOCH (the commit's time, seconds)" >&2
+    exit 1
+  }
+  if [ -n "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    echo "warning: the work tree has uncommitted changes: this is not the commit's release" >&2
+  fi
+fi
+export SOURCE_DATE_EPOCH
+
+target=${CARGO_TARGET_DIR:-$repo/target/dist}
+mkdir -p "$target"
+target=$(cd "$target" && pwd)
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+# The last matching prefix wins, so the target dir (inside the source by
+# default) comes last.
+sep=$'\x1f'
+export CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=$repo=/cni-rs$sep--remap-path-prefix=$cargo_home=/cargo$sep--remap-path-prefix=$target=/target"
+unset RUSTFLAGS
+bin_args=()
+for b in "${bins[@]}"; do bin_args+=(--bin "$b"); done
+echo "building ${bins[*]} (release, v$version, $arch)" >&2
+start=$(date +%s)
+(cd "$repo" && cargo build --release --locked --workspace --target-dir "$target" "${bin_args[@]}")
+echo "built in $(($(date +%s) - start)) s" >&2
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+chmod 0755 "$stage"
+for b in "${bins[@]}"; do
+  install -m 0755 "$target/release/$b" "$stage/$b"
+done
+
+tgz=cni-rs-linux-$arch-v$version.tgz
+deb_name=
+rm -f "$out/$tgz" "$out/$tgz.sha256" "$out/$tgz.sha512" "$out/SHA256SUMS" \
+  "$out"/cni-rs_"$version"_*.deb
+tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
+  --mtime="@$SOURCE_DATE_EPOCH" -C "$stage" -cf - . | gzip -9 -n >"$out/$tgz"
+(cd "$out" && sha256sum "$tgz" >"$tgz.sha256" && sha512sum "$tgz" >"$tgz.sha512")
+
+deb=$("$repo/scripts/package-deb.sh" "$stage" "$out")
+deb_name=$(basename "$deb")
+(cd "$out" && sha256sum "$tgz" "$deb_name" >SHA256SUMS)
+
+echo "wrote $out:" >&2
+(cd "$out" && ls -l "$tgz" "$tgz.sha256" "$tgz.sha512" "$deb_name" SHA256SUMS) >&2

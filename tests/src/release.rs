@@ -1,0 +1,111 @@
+//! Release artifacts and node installs: the suite as `scripts/suite.sh`
+//! derives it from the workspace, copies of the source tree for
+//! reproducibility builds, and running one test inside the full-kernel VM
+//! (`../shared/tools/fullkernel/run.sh`), whose root is a throwaway
+//! copy-on-write overlay of this machine's: what a test does to dpkg's
+//! database or `/usr/lib/cni` there never reaches the host.
+
+use crate::workspace_root;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The suite's binaries, as the release script ships them.
+pub fn suite_bins() -> Vec<String> {
+    let out = crate::run_ok(
+        Command::new("bash")
+            .arg("-c")
+            .arg(". scripts/suite.sh && suite_bins")
+            .env("repo", workspace_root())
+            .current_dir(workspace_root()),
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// The workspace's version (every crate's, the tests' too).
+pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Copies the source tree (tracked files and untracked ones git does not
+/// ignore, as they are in the work tree; `fuzz/` left out, it is not in
+/// the workspace) to `dest`, keeping the execute bits.
+pub fn copy_source_tree(dest: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let root = workspace_root();
+    let out = crate::run_ok(Command::new("git").current_dir(&root).args([
+        "ls-files",
+        "-z",
+        "--cached",
+        "--others",
+        "--exclude-standard",
+    ]));
+    for rel in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        let rel = String::from_utf8_lossy(rel).into_owned();
+        if rel.starts_with("fuzz/") {
+            continue;
+        }
+        let src = root.join(&rel);
+        let Ok(meta) = std::fs::symlink_metadata(&src) else {
+            continue; // deleted in the work tree, not yet committed
+        };
+        let to = dest.join(&rel);
+        std::fs::create_dir_all(to.parent().expect("parent")).expect("mkdir");
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&src).expect("readlink");
+            std::os::unix::fs::symlink(target, &to).expect("symlink");
+        } else {
+            std::fs::copy(&src, &to).unwrap_or_else(|e| panic!("copy {rel}: {e}"));
+            let mode = meta.permissions().mode() & 0o755 | 0o644;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        }
+    }
+}
+
+/// The last commit's time, as the release script takes it.
+pub fn commit_time() -> String {
+    let out = crate::run_ok(Command::new("git").current_dir(workspace_root()).args([
+        "log",
+        "-1",
+        "--format=%ct",
+    ]));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// True inside the full-kernel VM.
+pub fn in_vm() -> bool {
+    std::env::var_os("FULLKERNEL_GUEST").is_some_and(|v| v == "1")
+}
+
+/// `shared/tools/fullkernel/run.sh` beside the repository (CI's layout) or
+/// beside the directory of work trees, or `None` (said loudly; a failure
+/// under `CI=true`).
+pub fn fullkernel_runner() -> Option<PathBuf> {
+    let root = workspace_root();
+    let candidates = [
+        root.join("../shared/tools/fullkernel/run.sh"),
+        root.join("../../shared/tools/fullkernel/run.sh"),
+    ];
+    if let Some(p) = candidates.iter().find(|p| p.is_file()) {
+        return Some(p.clone());
+    }
+    let shown = candidates[0].display();
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{shown} is missing; CI has it beside the repository");
+    }
+    eprintln!("!!! SKIPPED part of this test: {shown} is missing !!!");
+    None
+}
+
+/// Runs the test `name` of this test binary again, alone, inside the VM
+/// (where [`in_vm`] is true), with `env` added; returns its output.
+pub fn rerun_in_vm(runner: &Path, name: &str, env: &[(&str, &str)]) -> Output {
+    let exe = std::env::current_exe().expect("current_exe");
+    let mut cmd = Command::new(runner);
+    cmd.arg("--")
+        .arg(exe)
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .envs(env.iter().copied())
+        .stdin(std::process::Stdio::null());
+    cmd.output().expect("run the VM")
+}

@@ -1,0 +1,418 @@
+//! `cni-rs-install` (issue 19), the binary as a node's install step runs
+//! it: its default source, what it prints, its exit codes and messages on a
+//! missing or read-only bin dir, and the replacement of a live bin dir
+//! while a runtime keeps calling the plugins in it.
+
+use serde_json::json;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+use tests::*;
+
+fn installer() -> PathBuf {
+    bin("cni-rs-install")
+}
+
+fn install(args: &[&str], dirs: &[&Path]) -> PluginOutput {
+    let out = Command::new(installer())
+        .args(args)
+        .args(dirs)
+        .output()
+        .expect("run cni-rs-install");
+    PluginOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn lines(out: &PluginOutput) -> Vec<&str> {
+    out.stdout.lines().collect()
+}
+
+fn inode(p: &Path) -> u64 {
+    std::fs::symlink_metadata(p).expect("lstat").ino()
+}
+
+#[test]
+fn installs_from_its_own_directory_lists_changes_first_and_keeps_foreign_files() {
+    // An unpacked release: the installer beside the suite.
+    let src = TempDir::new("inst-src");
+    std::fs::copy(installer(), src.path().join("cni-rs-install")).expect("copy installer");
+    src.write_executable("bridge", "#!/bin/sh\necho new bridge\n");
+    src.write_executable("portmap", "#!/bin/sh\necho new portmap\n");
+    src.write_executable("tuning", "#!/bin/sh\necho tuning\n");
+    src.write("README.md", "not a binary");
+    let dest = TempDir::new("inst-dest");
+    dest.write_executable("portmap", "#!/bin/sh\necho old portmap\n");
+    dest.write_executable("tuning", "#!/bin/sh\necho tuning\n");
+    dest.write_executable("calico", "#!/bin/sh\necho foreign\n");
+    let before = tree(dest.path());
+    let inodes: Vec<u64> = ["portmap", "tuning", "calico"]
+        .iter()
+        .map(|n| inode(&dest.path().join(n)))
+        .collect();
+    let run = |args: &[&str]| {
+        let out = Command::new(src.path().join("cni-rs-install"))
+            .args(args)
+            .arg(dest.path())
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    assert_eq!(
+        run(&["--dry-run"]),
+        "would install bridge\nwould replace portmap\nunchanged tuning\nkeep calico\n"
+    );
+    assert_eq!(tree(dest.path()), before, "a dry run changes nothing");
+    assert_eq!(
+        run(&[]),
+        "install bridge\nreplace portmap\nunchanged tuning\nkeep calico\n"
+    );
+    assert_eq!(tree(dest.path()), ["bridge", "calico", "portmap", "tuning"]);
+    for (name, text) in [("bridge", "new bridge"), ("portmap", "new portmap")] {
+        let p = dest.path().join(name);
+        assert_eq!(mode_of(&p), 0o755);
+        let out = run_ok(&mut Command::new(&p));
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), text);
+    }
+    assert_ne!(
+        inode(&dest.path().join("portmap")),
+        inodes[0],
+        "replaced by rename"
+    );
+    assert_eq!(
+        inode(&dest.path().join("tuning")),
+        inodes[1],
+        "unchanged: untouched"
+    );
+    assert_eq!(
+        inode(&dest.path().join("calico")),
+        inodes[2],
+        "foreign: untouched"
+    );
+    assert_eq!(
+        run(&[]),
+        "unchanged bridge\nunchanged portmap\nunchanged tuning\nkeep calico\n"
+    );
+}
+
+#[test]
+fn bad_choices_and_usage_fail_with_a_clear_message() {
+    let src = TempDir::new("inst-bad-src");
+    src.write_executable("bridge", "#!/bin/sh\n");
+    src.write_executable("flannel", "#!/bin/sh\n");
+    let dest = TempDir::new("inst-bad-dest");
+    let from = src.path().to_str().expect("utf8");
+
+    let out = install(&["--from", from, "--only", "ptp"], &[dest.path()]);
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    assert_eq!(
+        out.stderr.trim(),
+        format!(
+            "cni-rs-install: error: --only: \"ptp\" is not in the suite at {from} (it has: bridge, flannel)"
+        )
+    );
+    let out = install(&["--from", from, "--skip", "flannel"], &[dest.path()]);
+    assert_eq!(lines(&out), ["install bridge"], "{out:?}");
+    assert_eq!(tree(dest.path()), ["bridge"]);
+
+    let out = install(&["--from", from, "--frobnicate"], &[dest.path()]);
+    assert_eq!(out.exit_code, 2, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("cni-rs-install: unknown flag \"--frobnicate\""),
+        "{out:?}"
+    );
+    let out = install(&["--from", from], &[]);
+    assert_eq!(out.exit_code, 2, "{out:?}");
+    assert!(out.stderr.contains("missing BIN_DIR"), "{out:?}");
+    let empty = TempDir::new("inst-bad-empty");
+    let out = install(
+        &["--from", empty.path().to_str().expect("utf8")],
+        &[dest.path()],
+    );
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    assert!(out.stderr.contains("no binaries in"), "{out:?}");
+}
+
+#[test]
+fn a_missing_or_read_only_bin_dir_fails_clearly_and_nothing_changes() {
+    let src = TempDir::new("inst-ro-src");
+    src.write_executable("bridge", "#!/bin/sh\necho new\n");
+    let from = src.path().to_str().expect("utf8").to_string();
+
+    let parent = TempDir::new("inst-ro-missing");
+    let missing = parent.path().join("opt/cni/bin");
+    for dry in [false, true] {
+        let args: &[&str] = if dry { &["--dry-run"] } else { &[] };
+        let out = install(&[&["--from", from.as_str()], args].concat(), &[&missing]);
+        assert_eq!(out.exit_code, 1, "{out:?}");
+        assert_eq!(out.stdout, "");
+        assert_eq!(
+            out.stderr.trim(),
+            format!(
+                "cni-rs-install: error: bin dir {0} does not exist (create it first, e.g. mkdir -p {0})",
+                missing.display()
+            )
+        );
+        assert!(tree(parent.path()).is_empty(), "nothing created");
+    }
+
+    if !require_root("a_missing_or_read_only_bin_dir_fails_clearly_and_nothing_changes") {
+        return;
+    }
+    // The bin dir made read-only by a bind mount in a private mount
+    // namespace: only the installer's process sees it so.
+    let dest = TempDir::new("inst-ro-dest");
+    dest.write_executable("bridge", "#!/bin/sh\necho old\n");
+    let before = inode(&dest.path().join("bridge"));
+    for dry in ["", "--dry-run"] {
+        let script = r#"mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && exec "$2" --from "$3" $4 "$1""#;
+        let out = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(dest.path())
+            .arg(installer())
+            .arg(&from)
+            .arg(dry)
+            .output()
+            .expect("unshare");
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr).trim(),
+            format!(
+                "cni-rs-install: error: bin dir {} is on a read-only file system: nothing can be installed there",
+                dest.path().display()
+            )
+        );
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+    assert_eq!(tree(dest.path()), ["bridge"]);
+    assert_eq!(inode(&dest.path().join("bridge")), before);
+    let out = run_ok(&mut Command::new(dest.path().join("bridge")));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "old");
+}
+
+/// The chain the runtime keeps calling while the installer works.
+const CHAIN: &[&str] = &["bridge", "host-local", "portmap"];
+const ROUNDS: usize = 50;
+
+/// ADD and DEL of bridge + host-local + portmap through cnitool, with
+/// `CNI_PATH` the live bin dir, in a loop, while the installer replaces
+/// the chain's binaries 50 times (each round from the other of two builds
+/// that differ in a byte, so every binary is really replaced). Each round
+/// starts only once the loop has finished one more call, so calls and
+/// replacements interleave throughout; beside it, one thread per binary
+/// execs it (`--version`) in a tight loop. No call and no exec may fail:
+/// no "text file busy", no partial binary, no missing one. (Replacing the
+/// files in place with `cp -f` instead fails this test: execs see "text
+/// file busy" and missing files.)
+#[test]
+fn replacing_a_live_bin_dir_fails_no_plugin_call() {
+    if !require_root("replacing_a_live_bin_dir_fails_no_plugin_call") {
+        return;
+    }
+    let builds = [TempDir::new("live-a"), TempDir::new("live-b")];
+    for name in CHAIN {
+        let a = builds[0].path().join(name);
+        run_ok(
+            Command::new("objcopy")
+                .arg("--strip-all")
+                .arg(bin(name))
+                .arg(&a),
+        );
+        let mut bytes = std::fs::read(&a).expect("read");
+        bytes.push(b'\n');
+        std::fs::write(builds[1].path().join(name), bytes).expect("write");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            builds[1].path().join(name),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .expect("chmod");
+    }
+    let live = TempDir::new("live-bin");
+    live.write_executable("calico", "#!/bin/sh\nexit 0\n");
+    let out = install(
+        &["--from", builds[0].path().to_str().expect("utf8")],
+        &[live.path()],
+    );
+    assert_eq!(
+        lines(&out),
+        [
+            "install bridge",
+            "install host-local",
+            "install portmap",
+            "keep calico"
+        ],
+        "{out:?}"
+    );
+
+    let node = Node::new("live");
+    let pod = Netns::new("live-pod");
+    let data = TempDir::new("live-ipam");
+    node.write_conf(
+        "10-live.conflist",
+        &json!({
+            "cniVersion": "1.1.0",
+            "name": "livenet",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni-live0", "isGateway": true,
+                 "ipam": {"type": "host-local", "subnet": "10.66.0.0/24",
+                          "dataDir": data.path()}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        }),
+    );
+    let live_path = live.path().to_str().expect("utf8").to_string();
+    let cap_args = json!({"portMappings": [
+        {"hostPort": 18080, "containerPort": 80, "protocol": "tcp"}
+    ]})
+    .to_string();
+    let pod_path = pod.path().to_str().expect("utf8").to_string();
+    let cnitool = bin("cnitool");
+
+    let calls = Mutex::new(0usize);
+    let progressed = Condvar::new();
+    let done = AtomicBool::new(false);
+    let mut failures = Vec::new();
+    let mut replaced_inodes = Vec::new();
+    std::thread::scope(|s| {
+        let looper = s.spawn(|| {
+            let mut failed = Vec::new();
+            let mut n = 0usize;
+            while !done.load(Ordering::SeqCst) || !n.is_multiple_of(2) {
+                let verb = if n.is_multiple_of(2) { "add" } else { "del" };
+                let out = node.cnitool_with(
+                    &cnitool,
+                    &[verb, "livenet", &pod_path],
+                    &[("CNI_PATH", &live_path), ("CAP_ARGS", &cap_args)],
+                );
+                // host-local hands out the next address each time.
+                let ok = out.exit_code == 0
+                    && (verb == "del"
+                        || out.json()["ips"][0]["address"]
+                            .as_str()
+                            .is_some_and(|a| a.starts_with("10.66.0.") && a.ends_with("/24")));
+                if !ok {
+                    failed.push(format!("call {n} ({verb}): {out:?}"));
+                    if verb == "add" {
+                        // DEL what a failed ADD may have left, then go on.
+                        node.cnitool_with(
+                            &cnitool,
+                            &["del", "livenet", &pod_path],
+                            &[("CNI_PATH", &live_path)],
+                        );
+                        n += 1;
+                    }
+                }
+                n += 1;
+                *calls.lock().expect("lock") = n;
+                progressed.notify_all();
+            }
+            (n, failed)
+        });
+
+        // Beside the runtime, a tight loop of execs of each binary: any
+        // moment a name had no whole binary behind it would show here.
+        let hammers: Vec<_> = CHAIN
+            .iter()
+            .map(|name| {
+                let (live, done) = (live.path(), &done);
+                s.spawn(move || {
+                    let mut failed = Vec::new();
+                    let mut n = 0u64;
+                    while !done.load(Ordering::SeqCst) {
+                        let out = Command::new(live.join(name)).arg("--version").output();
+                        let ok = out.as_ref().is_ok_and(|o| {
+                            o.status.success()
+                                && o.stdout
+                                    == format!("{name} {}\n", env!("CARGO_PKG_VERSION")).as_bytes()
+                        });
+                        if !ok && failed.len() < 10 {
+                            failed.push(format!("exec {n} of {name}: {out:?}"));
+                        }
+                        n += 1;
+                    }
+                    (n, failed)
+                })
+            })
+            .collect();
+
+        let deadline = Instant::now() + Duration::from_secs(600);
+        for round in 0..ROUNDS {
+            // Wait for one more finished call (a bounded wait, no sleep).
+            let mut c = calls.lock().expect("lock");
+            while *c < round + 1 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                assert!(!left.is_zero(), "the call loop stalled at {c}");
+                c = progressed.wait_timeout(c, left).expect("wait").0;
+            }
+            drop(c);
+            let from = builds[(round + 1) % 2].path().to_str().expect("utf8");
+            let out = install(&["--from", from], &[live.path()]);
+            let want = [
+                "replace bridge",
+                "replace host-local",
+                "replace portmap",
+                "keep calico",
+            ];
+            if out.exit_code != 0 || lines(&out) != want {
+                failures.push(format!("install round {round}: {out:?}"));
+            }
+            replaced_inodes.push(inode(&live.path().join("bridge")));
+        }
+        done.store(true, Ordering::SeqCst);
+        let (n, failed) = looper.join().expect("loop thread");
+        assert!(n >= ROUNDS, "{n} calls");
+        failures.extend(failed);
+        for h in hammers {
+            let (n, failed) = h.join().expect("exec thread");
+            assert!(n > 0);
+            failures.extend(failed);
+        }
+    });
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    replaced_inodes.dedup();
+    assert_eq!(
+        replaced_inodes.len(),
+        ROUNDS,
+        "every round renamed a new bridge in"
+    );
+    assert_eq!(
+        tree(live.path()),
+        ["bridge", "calico", "host-local", "portmap"],
+        "no temp file left"
+    );
+    for name in CHAIN {
+        let want = std::fs::read(builds[ROUNDS % 2].path().join(name)).expect("read");
+        assert_eq!(
+            std::fs::read(live.path().join(name)).expect("read"),
+            want,
+            "{name}"
+        );
+    }
+    // The loop ended on a DEL: the lease is released.
+    assert_eq!(
+        leases_in(&data.path().join("livenet")),
+        Vec::<String>::new()
+    );
+}

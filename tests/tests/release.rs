@@ -1,0 +1,635 @@
+//! Release artifacts (issue 19): which binaries the release holds, the
+//! version every one of them reports, the reproducibility of
+//! `scripts/release.sh`, and the Debian package's install, removal and
+//! purge (inside the full-kernel VM, whose root is a throwaway overlay of
+//! this machine's: the Go reference plugins in `/usr/lib/cni` that other
+//! tests use are never touched on the host).
+
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use tests::release::*;
+use tests::*;
+
+/// The suite's binaries that are not plugins.
+const TOOLS: &[&str] = &["cnitool", "cni-rs-install"];
+
+fn plugins() -> Vec<String> {
+    suite_bins()
+        .into_iter()
+        .filter(|b| !TOOLS.contains(&b.as_str()))
+        .collect()
+}
+
+#[test]
+fn the_release_holds_every_plugin_binary_of_the_workspace_and_the_tools() {
+    let bins = suite_bins();
+    let out = run_ok(Command::new("cargo").current_dir(workspace_root()).args([
+        "metadata",
+        "--no-deps",
+        "--format-version",
+        "1",
+    ]));
+    let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata");
+    // Every bin target whose main calls the plugin skeleton is a plugin.
+    let mut plugin_bins = Vec::new();
+    for p in meta["packages"].as_array().expect("packages") {
+        for t in p["targets"].as_array().expect("targets") {
+            let is_bin = t["kind"]
+                .as_array()
+                .is_some_and(|k| k.contains(&"bin".into()));
+            let src = t["src_path"].as_str().expect("src_path");
+            let text = std::fs::read_to_string(src).expect("read main");
+            if is_bin && text.contains("skel::plugin_main") {
+                plugin_bins.push(t["name"].as_str().expect("name").to_string());
+            }
+        }
+    }
+    plugin_bins.sort();
+    assert!(plugin_bins.len() >= 9, "{plugin_bins:?}");
+    assert_eq!(plugins(), plugin_bins, "the release's plugins");
+    for tool in TOOLS {
+        assert!(bins.contains(&tool.to_string()), "{tool} in {bins:?}");
+    }
+    assert!(!bins.contains(&"cni-bench".to_string()), "{bins:?}");
+    let mut sorted = bins.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(bins, sorted, "sorted, once each");
+}
+
+#[test]
+fn every_binary_prints_name_and_version_and_plugins_say_it_in_version_and_about() {
+    for b in suite_bins() {
+        let out = run_ok(
+            Command::new(bin(&b))
+                .arg("--version")
+                .env_remove("CNI_COMMAND"),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{b} {SUITE_VERSION}\n"),
+            "{b} --version"
+        );
+        assert!(out.stderr.is_empty(), "{b}: {out:?}");
+    }
+    for p in plugins() {
+        let out = call_plugin(None, &bin(&p), &[("CNI_COMMAND", "VERSION")], "");
+        assert_eq!(out.exit_code, 0, "{p}: {out:?}");
+        let v = out.json();
+        assert_eq!(v["pluginVersion"], SUITE_VERSION, "{p}: {v}");
+        assert_eq!(v["cniVersion"], "1.1.0", "{p}: {v}");
+        let keys: Vec<&String> = v.as_object().expect("object").keys().collect();
+        assert_eq!(
+            keys,
+            ["cniVersion", "supportedVersions", "pluginVersion"],
+            "{p}"
+        );
+
+        // No CNI_COMMAND: the about line carries the version, as Go's
+        // "CNI bridge plugin v1.1.1".
+        let out = call_plugin(None, &bin(&p), &[], "");
+        assert_eq!(
+            (out.exit_code, out.stdout.as_str()),
+            (0, ""),
+            "{p}: {out:?}"
+        );
+        let about = out.stderr.lines().next().unwrap_or_default();
+        assert!(
+            about.len() > 10 && about.ends_with(&format!(" v{SUITE_VERSION}")),
+            "{p}: {about:?}"
+        );
+
+        // A runtime's call is never taken for --version.
+        let out = Command::new(bin(&p))
+            .arg("--version")
+            .env("CNI_COMMAND", "VERSION")
+            .output()
+            .expect("run");
+        let v: Value = serde_json::from_slice(&out.stdout).expect("VERSION JSON");
+        assert_eq!(v["pluginVersion"], SUITE_VERSION, "{p}");
+    }
+}
+
+/// Go libcni, as runtimes call it (`invoke.GetVersionInfo`), decodes our
+/// VERSION answers, `pluginVersion` and all, to the versions we list.
+#[test]
+fn go_libcni_reads_every_plugins_version_answer() {
+    let gocode = Path::new("/usr/share/gocode/src/github.com/containernetworking/cni/pkg/invoke");
+    let go = Command::new("go").arg("version").output();
+    if go.is_err() || !gocode.is_dir() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("go and golang-github-appc-cni-dev are missing; the test script installs them");
+        }
+        eprintln!("!!! SKIPPED: go or golang-github-appc-cni-dev missing !!!");
+        return;
+    }
+    let work = TempDir::new("vercheck");
+    let src = work.path().join("src/vercheck");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::copy(
+        workspace_root().join("tests/go/vercheck/main.go"),
+        src.join("main.go"),
+    )
+    .expect("copy");
+    let exe = work.path().join("vercheck");
+    run_ok(
+        Command::new("go")
+            .current_dir(&src)
+            .args(["build", "-o"])
+            .arg(&exe)
+            .arg(".")
+            .env("GO111MODULE", "off")
+            .env(
+                "GOPATH",
+                format!("{}:/usr/share/gocode", work.path().display()),
+            )
+            .env("GOCACHE", work.path().join("cache"))
+            .env("GOFLAGS", ""),
+    );
+    for p in plugins() {
+        let out = Command::new(&exe).arg(bin(&p)).output().expect("vercheck");
+        let ours = call_plugin(None, &bin(&p), &[("CNI_COMMAND", "VERSION")], "").json();
+        let want: Vec<&str> = ours["supportedVersions"]
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|v| v.as_str().expect("str"))
+            .collect();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            (Some(0), want.join(" ").as_str()),
+            "{p}: {out:?}"
+        );
+    }
+}
+
+/// What a release run wrote: file name -> bytes.
+fn artifacts(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .expect("read dist")
+        .map(|e| {
+            let e = e.expect("entry");
+            let name = e.file_name().into_string().expect("utf8");
+            (name, std::fs::read(e.path()).expect("read"))
+        })
+        .collect()
+}
+
+/// The binaries the reproducibility check builds: one plugin crate and the
+/// two tools (libcni's cnitool, the installer). A release build of the
+/// whole suite (LTO, one codegen unit per crate) takes minutes per binary
+/// set on two cores; `scripts/release.sh` builds them all the same way.
+const REPRO_BINS: &str = "loopback,cnitool,cni-rs-install";
+
+fn release(src: &Path, out: &Path, target: Option<&Path>, epoch: &str) {
+    let mut cmd = Command::new("bash");
+    cmd.arg(src.join("scripts/release.sh"))
+        .args(["--only", REPRO_BINS, "--out"])
+        .arg(out)
+        .current_dir(src)
+        .env("SOURCE_DATE_EPOCH", epoch)
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("LD_LIBRARY_PATH");
+    if let Some(t) = target {
+        cmd.env("CARGO_TARGET_DIR", t);
+    }
+    run_ok(&mut cmd);
+}
+
+#[test]
+fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
+    let epoch = commit_time();
+    let work = TempDir::new("repro");
+    // Two source trees of different names and depths, one building into
+    // its own target/, the other into a target dir elsewhere.
+    let a = work.path().join("a/cni-rs");
+    let b = work.path().join("second/build/src-tree-b");
+    copy_source_tree(&a);
+    copy_source_tree(&b);
+    let b_target = work.path().join("elsewhere/target-b");
+    release(&a, &a.join("dist"), None, &epoch);
+    release(&b, &b.join("dist"), Some(&b_target), &epoch);
+
+    let (da, db) = (artifacts(&a.join("dist")), artifacts(&b.join("dist")));
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no release arch for {other}"),
+    };
+    let tgz = format!("cni-rs-linux-{arch}-v{SUITE_VERSION}.tgz");
+    let deb = format!("cni-rs_{SUITE_VERSION}_{arch}.deb");
+    let names: Vec<&String> = da.keys().collect();
+    let mut want = [
+        "SHA256SUMS".to_string(),
+        deb.clone(),
+        tgz.clone(),
+        format!("{tgz}.sha256"),
+        format!("{tgz}.sha512"),
+    ];
+    want.sort();
+    assert_eq!(names, want.iter().collect::<Vec<_>>());
+    for (name, bytes) in &da {
+        assert!(
+            db.get(name) == Some(bytes),
+            "{name} differs between the two builds"
+        );
+    }
+
+    let dist = a.join("dist");
+    // Checksum files in sha256sum/sha512sum format, and right.
+    let sha = |tool: &str, file: &str| {
+        let out = run_ok(Command::new(tool).arg(file).current_dir(&dist));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&da[&format!("{tgz}.sha256")]),
+        sha("sha256sum", &tgz)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&da[&format!("{tgz}.sha512")]),
+        sha("sha512sum", &tgz)
+    );
+    let sums = String::from_utf8_lossy(&da["SHA256SUMS"]).into_owned();
+    assert_eq!(sums, sha("sha256sum", &tgz) + &sha("sha256sum", &deb));
+    run_ok(
+        Command::new("sha256sum")
+            .args(["-c", "SHA256SUMS"])
+            .current_dir(&dist),
+    );
+
+    // gzip -n: no file name, no time in the header.
+    let gz = &da[&tgz];
+    assert_eq!(&gz[..3], &[0x1f, 0x8b, 8], "gzip, deflate");
+    assert_eq!(gz[3] & 0x08, 0, "no FNAME");
+    assert_eq!(&gz[4..8], &[0, 0, 0, 0], "no MTIME");
+
+    // Flat as upstream's: ./ and one entry per binary, sorted, root-owned,
+    // 0755, dated the commit.
+    let listing = run_ok(
+        Command::new("tar")
+            .args(["--numeric-owner", "--full-time", "-tvzf", &tgz])
+            .env("TZ", "UTC")
+            .current_dir(&dist),
+    );
+    let listing = String::from_utf8_lossy(&listing.stdout).into_owned();
+    let date = run_ok(Command::new("date").args(["-u", "-d", &format!("@{epoch}"), "+%F %T"]));
+    let date = String::from_utf8_lossy(&date.stdout).trim().to_string();
+    let mut want_names = vec!["./".to_string()];
+    let mut bins: Vec<&str> = REPRO_BINS.split(',').collect();
+    bins.sort();
+    want_names.extend(bins.iter().map(|b| format!("./{b}")));
+    let mut got_names = Vec::new();
+    for line in listing.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(f[1], "0/0", "{line}");
+        assert_eq!(format!("{} {}", f[3], f[4]), date, "{line}");
+        let want_mode = if f[5] == "./" {
+            "drwxr-xr-x"
+        } else {
+            "-rwxr-xr-x"
+        };
+        assert_eq!(f[0], want_mode, "{line}");
+        got_names.push(f[5].to_string());
+    }
+    assert_eq!(got_names, want_names);
+
+    // The binaries in it are the suite's, at this version.
+    let x = work.path().join("x");
+    std::fs::create_dir_all(&x).expect("mkdir");
+    run_ok(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(dist.join(&tgz))
+            .arg("-C")
+            .arg(&x),
+    );
+    for b in bins {
+        let out = run_ok(Command::new(x.join(b)).arg("--version"));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{b} {SUITE_VERSION}\n")
+        );
+    }
+}
+
+// ---- the Debian package -------------------------------------------------
+
+/// The dhcp daemon's units as the tree has them (the package ships them
+/// from there): name -> bytes, empty when the tree has none.
+fn dhcp_units() -> BTreeMap<String, Vec<u8>> {
+    ["cni-dhcp.service", "cni-dhcp.socket"]
+        .iter()
+        .filter_map(|u| {
+            let p = workspace_root().join("plugins/dhcp/systemd").join(u);
+            std::fs::read(p).ok().map(|b| (u.to_string(), b))
+        })
+        .collect()
+}
+
+/// Every file under `dir` with its bytes (a symlink as `-> target`).
+fn contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(base: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let rel = p.strip_prefix(base).expect("prefix").display().to_string();
+            let meta = std::fs::symlink_metadata(&p).expect("lstat");
+            if meta.file_type().is_symlink() {
+                let t = std::fs::read_link(&p).expect("readlink");
+                out.insert(rel, format!("-> {}", t.display()).into_bytes());
+            } else if meta.is_dir() {
+                out.insert(format!("{rel}/"), Vec::new());
+                walk(base, &p, out);
+            } else {
+                out.insert(rel, std::fs::read(&p).expect("read"));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+fn sh(script: &str) -> PluginOutput {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output()
+        .expect("sh");
+    PluginOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn sh_ok(script: &str) -> String {
+    let out = sh(script);
+    assert_eq!(out.exit_code, 0, "{script}: {out:?}");
+    out.stdout
+}
+
+fn status_of(pkg: &str) -> String {
+    sh(&format!("dpkg-query -W -f='${{Status}}' {pkg} 2>&1"))
+        .stdout
+        .trim()
+        .to_string()
+}
+
+/// Names of unit files (or links) anywhere under /etc/systemd/system.
+fn enabled_units() -> Vec<String> {
+    sh_ok("find /etc/systemd/system -name 'cni-dhcp*' 2>/dev/null | sort")
+        .lines()
+        .map(String::from)
+        .collect()
+}
+
+/// apt-get without the archive's package lists (the VM has no network, and
+/// parsing the lists of all Debian in an emulated CPU takes longer than the
+/// rest of the test): removal and purge need only dpkg's status.
+const APT_GET: &str = "mkdir -p /tmp/no-lists/partial && apt-get \
+    -o Dir::State::Lists=/tmp/no-lists -o Dir::Etc::SourceList=/dev/null \
+    -o Dir::Etc::SourceParts=/tmp/no-lists -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=";
+
+const PACKAGE_TEST: &str =
+    "the_package_replaces_go_plugins_and_goes_on_remove_and_purge_keeping_node_state";
+
+/// The package, built from this tree's binaries (the debug build the test
+/// suite uses, stripped; a release build is the same package with smaller
+/// files), installed with `dpkg -i` over Debian's containernetworking-plugins,
+/// linked into /opt/cni/bin, reinstalled, removed and purged with apt-get,
+/// all inside the VM.
+#[test]
+fn the_package_replaces_go_plugins_and_goes_on_remove_and_purge_keeping_node_state() {
+    if in_vm() {
+        return package_in_vm();
+    }
+    if !require_root(PACKAGE_TEST) {
+        return;
+    }
+    let Some(runner) = fullkernel_runner() else {
+        return;
+    };
+    let work = TempDir::new("deb");
+    let stage = work.path().join("bins");
+    std::fs::create_dir_all(&stage).expect("mkdir");
+    for b in suite_bins() {
+        run_ok(
+            Command::new("objcopy")
+                .arg("--strip-all")
+                .arg(bin(&b))
+                .arg(stage.join(&b)),
+        );
+    }
+    let out = run_ok(
+        Command::new("bash")
+            .arg(workspace_root().join("scripts/package-deb.sh"))
+            .arg(&stage)
+            .arg(work.path())
+            .env("DEB_COMPRESS", "gzip")
+            .env("SOURCE_DATE_EPOCH", commit_time()),
+    );
+    let deb = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(Path::new(&deb).is_file(), "{deb}");
+    let stage_s = stage.display().to_string();
+    let out = rerun_in_vm(
+        &runner,
+        PACKAGE_TEST,
+        &[("CNIT_DEB", &deb), ("CNIT_STAGE", &stage_s)],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("{stdout}");
+    assert!(
+        out.status.success() && stdout.contains("package checks done in the VM"),
+        "in the VM: {:?}\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+}
+
+fn package_in_vm() {
+    let t0 = std::time::Instant::now();
+    let phase = |what: &str| println!("[{:>6.1} s] {what}", t0.elapsed().as_secs_f64());
+    let deb = std::env::var("CNIT_DEB").expect("CNIT_DEB");
+    let stage = PathBuf::from(std::env::var("CNIT_STAGE").expect("CNIT_STAGE"));
+    let ours: Vec<String> = std::fs::read_dir(&stage)
+        .expect("stage")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
+    let units = dhcp_units();
+    let lib = Path::new("/usr/lib/cni");
+    let opt = Path::new("/opt/cni/bin");
+
+    // The node as a Debian node with the Go plugins and some state.
+    assert_eq!(
+        status_of("containernetworking-plugins"),
+        "install ok installed"
+    );
+    let go_files = sh_ok("dpkg -L containernetworking-plugins");
+    assert!(
+        go_files.lines().any(|l| l == "/usr/lib/cni/bridge"),
+        "{go_files}"
+    );
+    assert!(enabled_units().is_empty(), "{:?}", enabled_units());
+    let state = Path::new("/var/lib/cni");
+    for (file, text) in [
+        ("networks/cbr0/10.244.0.7", "c0ffee\r\neth0"),
+        ("networks/cbr0/last_reserved_ip.0", "10.244.0.7"),
+        ("results/cbr0-c0ffee-eth0", "{\"kind\":\"cniCacheV1\"}"),
+        ("flannel/c0ffee", "{\"type\":\"bridge\"}"),
+    ] {
+        let p = state.join(file);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, text).expect("write state");
+    }
+    let state_before = contents(state);
+    std::fs::create_dir_all(opt).expect("mkdir /opt/cni/bin");
+    std::fs::write(opt.join("calico"), "foreign plugin").expect("write");
+    std::fs::set_permissions(opt.join("calico"), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod");
+
+    phase("dpkg -i");
+    // dpkg -i: the Go package is removed in favour of ours, no file shared.
+    let out = sh(&format!("dpkg -i {deb} 2>&1"));
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains("will remove containernetworking-plugins in favour of cni-rs"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(status_of("cni-rs"), "install ok installed");
+    assert!(
+        !status_of("containernetworking-plugins").ends_with(" installed"),
+        "{}",
+        status_of("containernetworking-plugins")
+    );
+    let mut in_lib: Vec<String> = std::fs::read_dir(lib)
+        .expect("/usr/lib/cni")
+        .map(|e| e.expect("entry").file_name().into_string().expect("utf8"))
+        .collect();
+    in_lib.sort();
+    let mut want = ours.clone();
+    want.sort();
+    assert_eq!(in_lib, want, "/usr/lib/cni holds ours and nothing of Go's");
+    for n in &ours {
+        let p = lib.join(n);
+        assert_eq!(
+            std::fs::read(&p).expect("read"),
+            std::fs::read(stage.join(n)).expect("read"),
+            "{n}"
+        );
+        assert_eq!(mode_of(&p), 0o755, "{n}");
+        let v = sh_ok(&format!("{} --version", p.display()));
+        assert_eq!(v, format!("{n} {SUITE_VERSION}\n"));
+    }
+    // dpkg's record of who owns what (what dpkg -S reads).
+    let listed = std::fs::read_to_string("/var/lib/dpkg/info/cni-rs.list").expect("cni-rs.list");
+    for n in &ours {
+        assert!(
+            listed.lines().any(|l| l == format!("/usr/lib/cni/{n}")),
+            "{n}: {listed}"
+        );
+    }
+    let go_listed = std::fs::read_to_string("/var/lib/dpkg/info/containernetworking-plugins.list")
+        .unwrap_or_default();
+    let go_owns: Vec<&str> = go_listed
+        .lines()
+        .filter(|l| l.starts_with("/usr/lib/cni/") || l.contains("cni-dhcp"))
+        .collect();
+    assert!(go_owns.is_empty(), "the Go package owns {go_owns:?}");
+    assert_eq!(
+        sh_ok("/usr/bin/cnitool --version"),
+        format!("cnitool {SUITE_VERSION}\n")
+    );
+    assert_eq!(
+        sh_ok("/usr/sbin/cni-rs-install --version"),
+        format!("cni-rs-install {SUITE_VERSION}\n")
+    );
+    for u in ["cni-dhcp.service", "cni-dhcp.socket"] {
+        let p = Path::new("/lib/systemd/system").join(u);
+        match units.get(u) {
+            // Ours (the dhcp plugin's), not Go's, and not enabled.
+            Some(bytes) => assert_eq!(&std::fs::read(&p).expect("unit"), bytes, "{u}"),
+            None => assert!(!p.exists(), "{u}: Go's went with its package, we ship none"),
+        }
+    }
+    assert!(
+        enabled_units().is_empty(),
+        "disabled: {:?}",
+        enabled_units()
+    );
+    assert_eq!(contents(state), state_before, "/var/lib/cni untouched");
+    assert_eq!(
+        tree(opt),
+        ["calico"],
+        "/opt/cni/bin untouched without the links step"
+    );
+
+    phase("links step");
+    // The optional links step.
+    let out = sh("/usr/sbin/cni-rs-install --link /opt/cni/bin");
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let mut want_links: Vec<String> = ours
+        .iter()
+        .filter(|n| *n != "cni-rs-install")
+        .map(|n| format!("{n} -> /usr/lib/cni/{n}"))
+        .collect();
+    want_links.push("calico".into());
+    want_links.sort();
+    assert_eq!(tree(opt), want_links);
+    assert_eq!(
+        sh_ok("/opt/cni/bin/loopback --version"),
+        format!("loopback {SUITE_VERSION}\n")
+    );
+
+    // A reinstall (dpkg's upgrade path) keeps the links.
+    let out = sh(&format!("dpkg -i {deb} 2>&1"));
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(tree(opt), want_links, "links kept over an upgrade");
+
+    phase("apt-get remove");
+    // apt-get remove: our files and links go, the rest stays.
+    let out = sh(&format!("{APT_GET} remove -y cni-rs 2>&1"));
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(status_of("cni-rs"), "deinstall ok config-files");
+    for n in &ours {
+        assert!(!lib.join(n).exists(), "{n} removed");
+    }
+    for p in [
+        "/usr/bin/cnitool",
+        "/usr/sbin/cni-rs-install",
+        "/lib/systemd/system/cni-dhcp.socket",
+    ] {
+        assert!(std::fs::symlink_metadata(p).is_err(), "{p} removed");
+    }
+    assert_eq!(
+        tree(opt),
+        ["calico"],
+        "our links removed, the foreign plugin kept"
+    );
+    assert_eq!(contents(state), state_before, "/var/lib/cni kept on remove");
+
+    phase("apt-get purge");
+    // apt-get purge: the package is gone, the node's state is not.
+    let out = sh(&format!("{APT_GET} purge -y cni-rs 2>&1"));
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(
+        status_of("cni-rs").contains("no packages found"),
+        "{}",
+        status_of("cni-rs")
+    );
+    assert_eq!(contents(state), state_before, "/var/lib/cni kept on purge");
+    assert_eq!(tree(opt), ["calico"]);
+    phase("end");
+    println!("package checks done in the VM");
+}
