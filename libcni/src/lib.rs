@@ -7,6 +7,7 @@
 //! execution, result cache) behind the `cnitool` binary.
 
 pub mod args;
+pub mod dbus;
 pub mod error;
 pub mod fault;
 pub mod files;
