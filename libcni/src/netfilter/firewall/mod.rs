@@ -358,7 +358,7 @@ fn ipt_teardown(
         let wanted = hint.netfilter() == Backend::Iptables
             || nft
                 .as_mut()
-                .is_none_or(|n| nft::ipt_state_visible(n, v6, &addrs, true));
+                .is_none_or(|n| nft::ipt_state_visible(n, v6, &addrs));
         if wanted {
             errors.record(ipt::remove(&addrs, held, doomed, v6));
         }

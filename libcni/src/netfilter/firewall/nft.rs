@@ -307,18 +307,15 @@ pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
 }
 
 /// Whether iptables-nft shows state in the family's filter table that a
-/// DEL of `addrs` (or, with `unknown`, of a container whose addresses are
-/// not known) or a GC may have to remove: owner records, or an accept rule
-/// of one of the addresses. Read through nf_tables, without a process; a
-/// failed read answers yes.
-pub fn ipt_state_visible(nft: &mut Nft, v6: bool, addrs: &[IpAddr], unknown: bool) -> bool {
+/// DEL or GC of `addrs` may have to remove: our previous release's owner
+/// records, or an accept rule of one of the addresses. Read through
+/// nf_tables, without a process; a failed read answers yes.
+pub fn ipt_state_visible(nft: &mut Nft, v6: bool, addrs: &[IpAddr]) -> bool {
     let family = if v6 { Family::Ip6 } else { Family::Ip };
-    let owners = match nft.rules(family, "filter", ipt::OWNERS_CHAIN) {
-        Ok(r) => r,
+    match nft.rules(family, "filter", ipt::OWNERS_CHAIN) {
+        Ok(r) if !r.is_empty() => return true,
+        Ok(_) => {}
         Err(_) => return true,
-    };
-    if unknown {
-        return !owners.is_empty();
     }
     if addrs.is_empty() {
         return false;
@@ -328,8 +325,7 @@ pub fn ipt_state_visible(nft: &mut Nft, v6: bool, addrs: &[IpAddr], unknown: boo
         Err(_) => return true,
     };
     let wanted: Vec<Vec<u8>> = addrs.iter().map(|a| expr::ip_bytes(*a)).collect();
-    owners
+    forward
         .iter()
-        .chain(forward.iter())
         .any(|r| r.cmp_data.iter().any(|d| wanted.contains(d)))
 }
