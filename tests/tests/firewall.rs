@@ -1378,3 +1378,363 @@ fn firewall_nft_concurrent_adds_and_dels_keep_every_rule_once() {
     }
     concurrent("nftables");
 }
+
+// ---- upstream v1.7+ and our previous release, from fixtures ---------------------
+
+/// `tests/fixtures/firewall/<name>`.
+fn fixture(name: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/firewall")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Upstream's plugins built locally (`CNI_UPSTREAM_PLUGINS`, a directory
+/// holding upstream HEAD's `firewall`): when set, the fixture tests also
+/// run the real binary; the fixtures alone always run.
+fn upstream_firewall() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("CNI_UPSTREAM_PLUGINS")?).join("firewall");
+    assert!(
+        p.is_file(),
+        "CNI_UPSTREAM_PLUGINS has no firewall: {}",
+        p.display()
+    );
+    eprintln!("also running upstream's {}", p.display());
+    Some(p)
+}
+
+/// The pods of the fixtures: (container ID, ingressPolicy, bridge, IPv4,
+/// IPv6), ADDed in this order.
+const PODMAN_PODS: [(&str, &str, &str, &str, &str); 3] = [
+    (
+        "c1",
+        "same-bridge",
+        "cni-podman0",
+        "10.88.0.2",
+        "fd00:88::2",
+    ),
+    ("c2", "isolated", "cni-podman1", "10.89.0.2", "fd00:89::2"),
+    (
+        "c3",
+        "same-bridge",
+        "cni-podman0",
+        "10.88.0.3",
+        "fd00:88::3",
+    ),
+];
+
+/// The config of a fixture pod, with the bridge's `prevResult` (or none).
+fn podman_conf(pod: &(&str, &str, &str, &str, &str), extra: Value, with_prev: bool) -> String {
+    let (_, policy, bridge, v4, v6) = *pod;
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": bridge}, {"name": "eth0", "sandbox": "/run/netns/fixture-pod"}],
+        "ips": [{"address": format!("{v4}/16"), "interface": 1},
+                {"address": format!("{v6}/64"), "interface": 1}]
+    });
+    let mut e = json!({"ingressPolicy": policy});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        e[k] = v.clone();
+    }
+    conf("podman", e, with_prev.then_some(&prev))
+}
+
+/// Loads an `iptables-save` text into the node's filter table.
+fn restore(node: &Netns, v6: bool, text: &str) {
+    use std::io::Write;
+    let prog = if v6 {
+        "ip6tables-restore"
+    } else {
+        "iptables-restore"
+    };
+    let mut child = node
+        .command(prog)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect(prog);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{prog} of a fixture");
+}
+
+/// A filter table text without the per-address accept rules (what is
+/// left when every container is gone: the Go plugin never removes shared
+/// chains and isolation rules).
+fn without_accepts(table: &str) -> String {
+    table
+        .lines()
+        .filter(|l| !l.starts_with("-A CNI-FORWARD -d ") && !l.starts_with("-A CNI-FORWARD -s "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// What upstream's DEL runs for one address (`iptables.go`: `Delete` of
+/// its two rules, through go-iptables, errors ignored).
+fn upstream_del_commands(node: &Netns, v4: &str, v6: &str) {
+    for (prog, host) in [
+        ("iptables", format!("{v4}/32")),
+        ("ip6tables", format!("{v6}/128")),
+    ] {
+        for rule in [
+            vec![
+                "-d",
+                &host,
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "RELATED,ESTABLISHED",
+                "-j",
+                "ACCEPT",
+            ],
+            vec!["-s", &host, "-j", "ACCEPT"],
+        ] {
+            let mut args = vec!["-t", "filter", "-D", "CNI-FORWARD"];
+            args.extend(rule);
+            args.push("--wait");
+            run_ok(node.command(prog).args(&args));
+        }
+    }
+}
+
+#[test]
+fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
+    if !require_root("firewall_iptables_writes_exactly_what_upstream_v1_9_writes") {
+        return;
+    }
+    let want = (
+        fixture("upstream-v1.9-podman.ipv4.rules"),
+        fixture("upstream-v1.9-podman.ipv6.rules"),
+    );
+    // The default backend (no firewalld here) and "iptables" alike.
+    for backend in ["", "iptables"] {
+        let node = fw_node("fwup-write");
+        for pod in &PODMAN_PODS {
+            let c = podman_conf(pod, json!({"backend": backend}), true);
+            assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
+        }
+        assert_eq!(
+            (filter_table(&node, false), filter_table(&node, true)),
+            want,
+            "backend {backend:?}: our rules vs upstream v1.9's"
+        );
+    }
+    if let Some(up) = upstream_firewall() {
+        let node = fw_node("fwup-real");
+        for pod in &PODMAN_PODS {
+            let c = podman_conf(pod, json!({"backend": "iptables"}), true);
+            assert_ok(&call_eth0(&up, &node, "ADD", pod.0, "/run/netns/x", &c));
+        }
+        assert_eq!(
+            (filter_table(&node, false), filter_table(&node, true)),
+            want,
+            "the real upstream binary vs the fixture"
+        );
+    }
+}
+
+#[test]
+fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
+    if !require_root("firewall_iptables_takes_over_what_upstream_v1_9_wrote") {
+        return;
+    }
+    let up = upstream_firewall();
+    let node = fw_node("fwup-over");
+    let v4 = fixture("upstream-v1.9-podman.ipv4.rules");
+    let v6 = fixture("upstream-v1.9-podman.ipv6.rules");
+    match &up {
+        Some(up) => {
+            for pod in &PODMAN_PODS {
+                let c = podman_conf(pod, json!({"backend": "iptables"}), true);
+                assert_ok(&call_eth0(up, &node, "ADD", pod.0, "/run/netns/x", &c));
+            }
+        }
+        None => {
+            restore(&node, false, &v4);
+            restore(&node, true, &v6);
+        }
+    }
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (v4.clone(), v6.clone())
+    );
+    // Our CHECK accepts upstream's rules; our ADD adds no duplicate.
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({}), true);
+        assert_ok(&call_eth0(
+            &ours(),
+            &node,
+            "CHECK",
+            pod.0,
+            "/run/netns/x",
+            &c,
+        ));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
+    }
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (v4.clone(), v6.clone())
+    );
+    // Our DEL, with the prevResult the runtime keeps, removes each pod's
+    // rules; shared chains and isolation stay, as upstream leaves them.
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({}), true);
+        assert_ok(&call_eth0(&ours(), &node, "DEL", pod.0, "", &c));
+    }
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (without_accepts(&v4), without_accepts(&v6))
+    );
+    assert_eq!(records(), Vec::<String>::new());
+}
+
+#[test]
+fn firewall_iptables_rules_are_removed_by_upstream_v1_9s_del() {
+    if !require_root("firewall_iptables_rules_are_removed_by_upstream_v1_9s_del") {
+        return;
+    }
+    let up = upstream_firewall();
+    let v4 = fixture("upstream-v1.9-podman.ipv4.rules");
+    let v6 = fixture("upstream-v1.9-podman.ipv6.rules");
+    let node = fw_node("fwup-del");
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({}), true);
+        assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
+    }
+    // Upstream's CHECK on our rules, then its DEL: with the binary when
+    // there is one, else the commands its DEL runs (the tables are the
+    // fixture's, so upstream's CHECK would look for exactly these rules).
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({"backend": "iptables"}), true);
+        match &up {
+            Some(up) => {
+                assert_ok(&call_eth0(up, &node, "CHECK", pod.0, "/run/netns/x", &c));
+                assert_ok(&call_eth0(up, &node, "DEL", pod.0, "/run/netns/x", &c));
+            }
+            None => upstream_del_commands(&node, pod.3, pod.4),
+        }
+    }
+    // Nothing of ours is left in the firewall.
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (without_accepts(&v4), without_accepts(&v6))
+    );
+    // The owner records, files beside the firewall, go with our next GC.
+    assert_eq!(records().len(), 6, "{:?}", records());
+    assert_ok(&gc(&node, "podman", json!({}), &[]));
+    assert_eq!(records(), Vec::<String>::new());
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (without_accepts(&v4), without_accepts(&v6))
+    );
+}
+
+/// Loads our previous release's state (fixtures): its iptables owner
+/// records and its nf_tables elements of `c1` and `c2`.
+fn load_previous_release(node: &Netns) -> (String, String) {
+    let v4 = fixture("cni-rs-v0.1-owners.ipv4.rules");
+    let v6 = fixture("cni-rs-v0.1-owners.ipv6.rules");
+    restore(node, false, &v4);
+    restore(node, true, &v6);
+    let dir = TempDir::new("fw-prev-nft");
+    let f = dir.write("ruleset.nft", &fixture("cni-rs-v0.1-nft.ruleset"));
+    run_ok(node.command("nft").arg("-f").arg(&f));
+    assert!(v4.contains(&legacy_owner_rule("10.88.0.2", false, "podman", "c1")));
+    (v4, v6)
+}
+
+#[test]
+fn firewall_del_and_gc_remove_what_our_previous_release_left() {
+    if !require_root("firewall_del_and_gc_remove_what_our_previous_release_left") {
+        return;
+    }
+    let node = fw_node("fwprev");
+    let (v4, v6) = load_previous_release(&node);
+    let bare = conf("podman", json!({}), None);
+    // DEL of c1 without prevResult: its old owner records name it.
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "c1", "", &bare));
+    let t4 = filter_table(&node, false);
+    assert!(
+        !t4.contains("10.88.0.2") && t4.contains("10.88.0.3"),
+        "{t4}"
+    );
+    assert!(
+        t4.contains(&legacy_owner_rule("10.88.0.3", false, "podman", "c2")),
+        "{t4}"
+    );
+    assert_eq!(
+        elements(&node, "allowed4"),
+        vec!["10.88.0.3 net=podman cid=c2".to_string()]
+    );
+    // GC with no valid attachment: c2 goes, and so does the old chain.
+    assert_ok(&gc(&node, "podman", json!({}), &[]));
+    let gone = |t: &str| -> String {
+        without_accepts(t)
+            .lines()
+            .filter(|l| !l.contains("CNI-FORWARD-OWNERS"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (gone(&v4), gone(&v6))
+    );
+    assert_eq!(elements(&node, "allowed4"), Vec::<String>::new());
+    assert_eq!(elements(&node, "allowed6"), Vec::<String>::new());
+    assert_eq!(records(), Vec::<String>::new());
+}
+
+#[test]
+fn firewall_an_address_new_owner_replaces_our_previous_releases_record() {
+    if !require_root("firewall_an_address_new_owner_replaces_our_previous_releases_record") {
+        return;
+    }
+    let node = fw_node("fwprev-own");
+    load_previous_release(&node);
+    // c9 gets c1's old address: c1's old record goes, c2's stays.
+    let pod = ("c9", "open", "cni-podman0", "10.88.0.2", "fd00:88::2");
+    let c = podman_conf(&pod, json!({"backend": "iptables"}), true);
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "c9", "/run/netns/x", &c));
+    let t4 = filter_table(&node, false);
+    assert!(!t4.contains("id: \\\"c1\\\""), "{t4}");
+    assert!(
+        t4.contains(&legacy_owner_rule("10.88.0.3", false, "podman", "c2")),
+        "{t4}"
+    );
+    // A late DEL of c1, with its old prevResult, leaves c9's rules.
+    let late = podman_conf(
+        &("c1", "open", "cni-podman0", "10.88.0.2", "fd00:88::2"),
+        json!({}),
+        true,
+    );
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "c1", "", &late));
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "CHECK",
+        "c9",
+        "/run/netns/x",
+        &c,
+    ));
+    assert_eq!(
+        records(),
+        vec!["10.88.0.2 c9 iptables", "fd00:88::2 c9 iptables"]
+    );
+    // c2's DEL empties the old chain, which goes with its last record.
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "DEL",
+        "c2",
+        "",
+        &conf("podman", json!({}), None),
+    ));
+    for v6 in [false, true] {
+        let t = filter_table(&node, v6);
+        assert!(!t.contains("CNI-FORWARD-OWNERS"), "{t}");
+        assert!(!t.contains("10.88.0.3") && !t.contains("fd00:88::3"), "{t}");
+    }
+}
