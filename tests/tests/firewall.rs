@@ -1738,3 +1738,371 @@ fn firewall_an_address_new_owner_replaces_our_previous_releases_record() {
         assert!(!t.contains("10.88.0.3") && !t.contains("fd00:88::3"), "{t}");
     }
 }
+
+// ---- firewalld (a real one, on a private system bus) ------------------------------
+
+/// A plugin call inside `bus`'s namespaces (the node's network namespace,
+/// the private bus at its default path).
+fn call_in_bus(
+    bus: &PrivateBus,
+    plugin: &std::path::Path,
+    verb: &str,
+    cid: &str,
+    netns: &str,
+    stdin: &str,
+) -> PluginOutput {
+    call_plugin_cmd(
+        bus.command(plugin),
+        &[
+            ("CNI_COMMAND", verb),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        stdin,
+    )
+}
+
+fn gc_in_bus(bus: &PrivateBus, net: &str, extra: Value, valid: &[&str]) -> PluginOutput {
+    let valid: Vec<Value> = valid
+        .iter()
+        .map(|c| json!({"containerID": c, "ifname": "eth0"}))
+        .collect();
+    let mut c = json!({"cniVersion": "1.1.0", "name": net, "type": "firewall",
+                       "dataDir": records_dir(), "cni.dev/valid-attachments": valid});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        c[k] = v.clone();
+    }
+    call_plugin_cmd(
+        bus.command(ours()),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+        &c.to_string(),
+    )
+}
+
+/// The sources firewalld holds for a pod in `zone`.
+fn pod_sources(a: &Peer) -> Vec<String> {
+    let mut v = vec![format!("{}/32", a.v4()), format!("fd00:{}::2/128", a.idx)];
+    v.sort();
+    v
+}
+
+#[test]
+fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
+    if !require_root("firewall_firewalld_puts_the_pod_in_the_zone_while_added") {
+        return;
+    }
+    let node = fw_node("fwfd");
+    let a = Peer::attach(&node, "fwfd-a", 1);
+    let up = Peer::attach(&node, "fwfd-up", 9);
+    let _sa = server(&a.ns, "podA");
+    let _su = server(&up.ns, "up");
+    let mut bus = PrivateBus::start(&node);
+    bus.start_firewalld();
+    // The pod's side of the node in zone drop, the upstream side in zone
+    // block: no policy forwards between them, so only a source bound to
+    // trusted gets out.
+    bus.firewall_cmd(&["--zone=drop", "--change-interface=v1"]);
+    bus.firewall_cmd(&["--zone=block", "--change-interface=v9"]);
+    assert_eq!(connect(&a.ns, &up.v4()), None, "firewalld drops the pod");
+    let before_iptables = (filter_table(&node, false), filter_table(&node, true));
+    let prev = a.prev_result();
+    let c = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
+    assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
+    assert_eq!(bus.sources("trusted"), pod_sources(&a));
+    assert_eq!(
+        records(),
+        vec![
+            format!("{} ctr-a firewalld", a.v4()),
+            format!("{} ctr-a firewalld", a.v6())
+        ]
+    );
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        before_iptables,
+        "the firewalld backend writes no iptables rule"
+    );
+    let from_a = format!("up {}", a.v4());
+    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
+    let from_a6 = format!("up {}", a.v6());
+    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
+    assert_eq!(
+        bus.sources("trusted"),
+        pod_sources(&a),
+        "ADD again: once each"
+    );
+
+    // Removed behind the plugin's back: CHECK says which; ADD repairs.
+    bus.firewall_cmd(&["--zone=trusted", "--remove-source=fd00:1::2/128"]);
+    call_in_bus(&bus, &ours(), "CHECK", "ctr-a", &a.netns(), &c).assert_error(
+        102,
+        "fd00:1::2/128 is not a source of firewalld zone \"trusted\"",
+    );
+    assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+
+    // DEL without prevResult and namespace: found by the records.
+    let bare = conf("fwnet", json!({"backend": "firewalld"}), None);
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    assert_eq!(bus.sources("trusted"), Vec::<String>::new());
+    assert_eq!(connect(&a.ns, &up.v4()), None, "dropped again after DEL");
+    no_address_left(&node, &a);
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+
+    // Another zone; and a zone firewalld does not have (code 7, nothing left).
+    let public = conf(
+        "fwnet",
+        json!({"backend": "firewalld", "firewalldZone": "public"}),
+        Some(&prev),
+    );
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-p",
+        &a.netns(),
+        &public,
+    ));
+    assert_eq!(bus.sources("public"), pod_sources(&a));
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-p", "", &public));
+    assert_eq!(bus.sources("public"), Vec::<String>::new());
+    let nosuch = conf(
+        "fwnet",
+        json!({"backend": "firewalld", "firewalldZone": "nosuch"}),
+        Some(&prev),
+    );
+    call_in_bus(&bus, &ours(), "ADD", "ctr-n", &a.netns(), &nosuch)
+        .assert_error(7, "firewalldZone: firewalld has no zone \"nosuch\"");
+    assert_eq!(
+        records(),
+        Vec::<String>::new(),
+        "a failed ADD leaves no record"
+    );
+
+    // An address bound to another zone is a conflict (code 103).
+    bus.firewall_cmd(&["--zone=public", "--add-source=10.1.0.2/32"]);
+    call_in_bus(&bus, &ours(), "ADD", "ctr-x", &a.netns(), &c)
+        .assert_error(103, "10.1.0.2/32 is bound to another zone than \"trusted\"");
+    assert_eq!(bus.sources("trusted"), Vec::<String>::new(), "undone");
+    assert_eq!(records(), Vec::<String>::new());
+    bus.firewall_cmd(&["--zone=public", "--remove-source=10.1.0.2/32"]);
+}
+
+#[test]
+fn firewall_firewalld_gc_removes_attachments_that_are_not_valid() {
+    if !require_root("firewall_firewalld_gc_removes_attachments_that_are_not_valid") {
+        return;
+    }
+    let node = fw_node("fwfd-gc");
+    let a = Peer::attach(&node, "fwfg-a", 1);
+    let b = Peer::attach(&node, "fwfg-b", 2);
+    let o = Peer::attach(&node, "fwfg-o", 3);
+    let mut bus = PrivateBus::start(&node);
+    bus.start_firewalld();
+    let extra = json!({"backend": "firewalld"});
+    for (p, net, cid) in [
+        (&a, "fwnet", "ctr-a"),
+        (&b, "fwnet", "ctr-b"),
+        (&o, "other", "ctr-o"),
+    ] {
+        let c = conf(net, extra.clone(), Some(&p.prev_result()));
+        assert_ok(&call_in_bus(&bus, &ours(), "ADD", cid, &p.netns(), &c));
+    }
+    // An address the admin put in the zone is not ours: GC leaves it.
+    bus.firewall_cmd(&["--zone=trusted", "--add-source=192.0.2.7/32"]);
+    assert_ok(&gc_in_bus(&bus, "fwnet", extra.clone(), &["ctr-a"]));
+    let mut want: Vec<String> = pod_sources(&a)
+        .into_iter()
+        .chain(pod_sources(&o))
+        .chain(["192.0.2.7/32".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(bus.sources("trusted"), want);
+    let recs = records();
+    assert!(!recs.iter().any(|r| r.contains("ctr-b")), "{recs:?}");
+    assert_eq!(recs.len(), 4, "{recs:?}");
+    // With firewalld gone its runtime sources are gone too: DEL and GC
+    // still succeed and drop the records.
+    bus.stop_firewalld();
+    assert_ok(&gc_in_bus(&bus, "fwnet", extra.clone(), &[]));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "DEL",
+        "ctr-o",
+        "",
+        &conf("other", extra, None),
+    ));
+    assert_eq!(records(), Vec::<String>::new());
+}
+
+#[test]
+fn firewall_default_backend_is_firewalld_only_where_it_runs() {
+    if !require_root("firewall_default_backend_is_firewalld_only_where_it_runs") {
+        return;
+    }
+    let node = fw_node("fwfd-auto");
+    let a = Peer::attach(&node, "fwfa-a", 1);
+    let prev = a.prev_result();
+    let auto = conf("fwnet", json!({}), Some(&prev));
+    let bare = conf("fwnet", json!({}), None);
+    // No bus socket at all (every test command's default): iptables.
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+    // A system bus without firewalld: iptables; "firewalld" is refused.
+    let mut bus = PrivateBus::start(&node);
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert_eq!(
+        records(),
+        vec![
+            format!("{} ctr-a iptables", a.v4()),
+            format!("{} ctr-a iptables", a.v6())
+        ]
+    );
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+    let explicit = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
+    call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &explicit).assert_error(
+        2,
+        "firewalld is not running on this node (org.fedoraproject.FirewallD1 is not on the system bus)",
+    );
+    // firewalld running: the default is firewalld, as in Go.
+    bus.start_firewalld();
+    let before = (filter_table(&node, false), filter_table(&node, true));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert_eq!(bus.sources("trusted"), pod_sources(&a));
+    assert_eq!(
+        before,
+        (filter_table(&node, false), filter_table(&node, true))
+    );
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    assert_eq!(bus.sources("trusted"), Vec::<String>::new());
+    no_address_left(&node, &a);
+    // ingressPolicy with firewalld isolates through iptables, as Go does.
+    let iso = conf("fwnet", json!({"ingressPolicy": "isolated"}), Some(&prev));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &iso,
+    ));
+    assert_eq!(bus.sources("trusted"), pod_sources(&a));
+    let r = rules(&node, false);
+    assert!(
+        r.contains(&"-A CNI-ISOLATION-STAGE-1 -i v1 -o v1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: isolated)\" -j DROP".to_string()),
+        "{r:#?}"
+    );
+    assert!(!r.iter().any(|l| l.contains("-A CNI-FORWARD")), "{r:#?}");
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &iso,
+    ));
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+}
+
+#[test]
+fn firewall_firewalld_switches_with_the_go_plugin_both_ways() {
+    if !require_root("firewall_firewalld_switches_with_the_go_plugin_both_ways") {
+        return;
+    }
+    let Some(go) = go_plugin("firewall") else {
+        return;
+    };
+    let node = fw_node("fwfd-go");
+    let a = Peer::attach(&node, "fwfgo-a", 1);
+    let mut bus = PrivateBus::start(&node);
+    bus.start_firewalld();
+    let prev = a.prev_result();
+    // What podman writes: no backend, so firewalld where it runs.
+    let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
+    let mut sides = vec![("Go 1.1.1", go)];
+    if let Some(up) = upstream_firewall() {
+        sides.push(("upstream v1.9", up));
+    }
+    for (name, go) in &sides {
+        // Go ADD, our CHECK and DEL (with the runtime's prevResult).
+        assert_ok(&call_in_bus(&bus, go, "ADD", "ctr-go", &a.netns(), &c));
+        assert_eq!(bus.sources("trusted"), pod_sources(&a), "{name} ADD");
+        assert_ok(&call_in_bus(
+            &bus,
+            &ours(),
+            "CHECK",
+            "ctr-go",
+            &a.netns(),
+            &c,
+        ));
+        assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-go", "", &c));
+        assert_eq!(
+            bus.sources("trusted"),
+            Vec::<String>::new(),
+            "our DEL of {name}'s"
+        );
+        // Our ADD, Go's CHECK and DEL: nothing left in firewalld.
+        assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-rs", &a.netns(), &c));
+        assert_ok(&call_in_bus(&bus, go, "CHECK", "ctr-rs", &a.netns(), &c));
+        assert_ok(&call_in_bus(&bus, go, "DEL", "ctr-rs", &a.netns(), &c));
+        assert_eq!(
+            bus.sources("trusted"),
+            Vec::<String>::new(),
+            "{name}'s DEL of ours"
+        );
+        // Our record of it goes with our GC.
+        assert_ok(&gc_in_bus(&bus, "fwnet", json!({}), &[]));
+        assert_eq!(records(), Vec::<String>::new());
+    }
+}

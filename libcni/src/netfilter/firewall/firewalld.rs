@@ -137,7 +137,8 @@ impl Firewalld {
         }
     }
 
-    /// Unbinds `addr` from `zone` (not bound is success).
+    /// Unbinds `addr` from `zone` (not bound there, or bound to another
+    /// zone by someone else, is success: nothing of ours is left).
     pub fn remove_source(&mut self, zone: &str, addr: IpAddr) -> Result<()> {
         let src = source(addr);
         match self.zone_call("removeSource", zone, &src) {
@@ -145,7 +146,7 @@ impl Firewalld {
             Err(e)
                 if matches!(
                     error_code(&e),
-                    Some("UNKNOWN_SOURCE" | "NOT_ENABLED" | "INVALID_ZONE")
+                    Some("UNKNOWN_SOURCE" | "NOT_ENABLED" | "INVALID_ZONE" | "ZONE_CONFLICT")
                 ) =>
             {
                 Ok(())
