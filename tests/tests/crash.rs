@@ -647,7 +647,7 @@ fn crash_firewall_chain_at_every_fault_point() {
                  "ipMasq": true,
                  "ipam": {"type": "host-local", "dataDir": site.path("leases"),
                           "ranges": [[{"subnet": "10.81.0.0/24"}], [{"subnet": "fd00:81::/64"}]]}},
-                {"type": "firewall", "backend": backend}
+                {"type": "firewall", "backend": backend, "dataDir": site.path("firewall")}
             ]}),
         );
         let met = site.campaign(&points, &|site, result, what| {
