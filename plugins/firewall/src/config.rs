@@ -108,16 +108,6 @@ impl FirewallConf {
             None | Some("") => fw::IPT_DEFAULT_ADMIN_CHAIN.to_string(),
             Some(name) => {
                 fw::validate_chain_name("iptablesAdminChainName", name)?;
-                if requested == Requested::Nftables {
-                    return Err(Error::config(
-                        "iptablesAdminChainName",
-                        format!(
-                            "{name:?} is an iptables option, but the backend is nftables (its \
-                             admin chain is `admin` of table inet {})",
-                            fw::TABLE
-                        ),
-                    ));
-                }
                 name.to_string()
             }
         };

@@ -285,10 +285,23 @@ fn is_conflict(e: &Error) -> bool {
     s.contains("already exists") || s.contains("does a matching rule exist")
 }
 
-/// One save of the filter table, the changes `build` derives from it, one
-/// restore (none when there is nothing to change); retried on a fresh save
+/// How the rules get to the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// `iptables-save` and `iptables-restore` (the iptables backend).
+    Programs,
+    /// nf_tables over netlink in iptables-nft's encoding (the nftables
+    /// backend, [`super::native`]).
+    Netlink,
+}
+
+/// One read of the filter table, the changes `build` derives from it, one
+/// write (none when there is nothing to change); retried on a fresh read
 /// when another process changed the chains in between.
-fn apply(fam: IptFamily, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
+fn apply(fam: IptFamily, via: Transport, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
+    if via == Transport::Netlink {
+        return super::native::apply(fam == IptFamily::V6, build);
+    }
     let mut attempt = 1;
     loop {
         let saved = iptables::save(fam, IptTable::Filter)?;
@@ -306,8 +319,14 @@ fn apply(fam: IptFamily, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()
 /// `isolate_only`, for the firewalld backend, which leaves forwarding to
 /// firewalld but isolates through iptables as Go does) and the
 /// isolation rules of `spec`.
-pub fn add(spec: &FirewallSpec, addrs: &[IpAddr], v6: bool, isolate_only: bool) -> Result<()> {
-    apply(IptFamily::of_v6(v6), &|saved, r| {
+pub fn add(
+    spec: &FirewallSpec,
+    addrs: &[IpAddr],
+    v6: bool,
+    isolate_only: bool,
+    via: Transport,
+) -> Result<()> {
+    apply(IptFamily::of_v6(v6), via, &|saved, r| {
         if !isolate_only {
             for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {
                 if !saved.has_chain(c) {
@@ -362,8 +381,9 @@ pub fn remove(
     held: &[IpAddr],
     doomed: &dyn Fn(&LegacyRecord) -> bool,
     v6: bool,
+    via: Transport,
 ) -> Result<()> {
-    apply(IptFamily::of_v6(v6), &|saved, r| {
+    apply(IptFamily::of_v6(v6), via, &|saved, r| {
         let (gone, kept): (Vec<LegacyRecord>, Vec<LegacyRecord>) = legacy_records(saved)
             .into_iter()
             .partition(|rec| doomed(rec));
@@ -392,9 +412,18 @@ pub fn remove(
 
 /// CHECK for the addresses of one family (accept rules unless
 /// `isolate_only`, and the isolation rules).
-pub fn check(spec: &FirewallSpec, addrs: &[IpAddr], v6: bool, isolate_only: bool) -> Result<()> {
+pub fn check(
+    spec: &FirewallSpec,
+    addrs: &[IpAddr],
+    v6: bool,
+    isolate_only: bool,
+    via: Transport,
+) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save(fam, IptTable::Filter)?;
+    let saved = match via {
+        Transport::Programs => iptables::save(fam, IptTable::Filter)?,
+        Transport::Netlink => super::native::saved(v6)?,
+    };
     let tool = if v6 { "ip6tables" } else { "iptables" };
     let failed = |what: String| Error::CheckFailed(format!("firewall: {what}"));
     if !isolate_only {

@@ -5,12 +5,14 @@
 //! bridge, and `isolated` also between containers of the same bridge.
 //! IPv4 and IPv6, three backends:
 //!
-//! - [`ipt`]: the Go plugin's iptables chains and rules, byte for byte
-//!   (one `iptables-save` and one `iptables-restore` per family and
-//!   operation);
-//! - [`nft`]: our own nf_tables table over netlink, no process;
-//! - [`firewalld`]: the addresses bound to a firewalld zone over D-Bus, as
-//!   Go does (isolation then goes to iptables, as in Go).
+//! - iptables ([`ipt`]): the Go plugin's iptables chains and rules, byte
+//!   for byte (one `iptables-save` and one `iptables-restore` per family
+//!   and operation);
+//! - nftables ([`native`]): the same rules, written over netlink in
+//!   iptables-nft's encoding, no process (upstream has no nftables
+//!   backend for the firewall: on an iptables-nft node its rules are these);
+//! - firewalld ([`firewalld`]): the addresses bound to a firewalld zone
+//!   over D-Bus, as Go does (isolation then goes to iptables, as in Go).
 //!
 //! Who holds each address is kept in [`records`] (files beside the rules,
 //! which carry no owner), so DEL works without `prevResult`, GC finds the
@@ -18,25 +20,26 @@
 //! the address's new owner alone. DEL and GC clean every backend: an
 //! attachment is found wherever it was put (the config may have changed),
 //! and the state of our previous release (owner records in the iptables
-//! chain `CNI-FORWARD-OWNERS`) is removed as it is met.
+//! chain `CNI-FORWARD-OWNERS`, elements of its own nf_tables table
+//! `inet cni_rs_firewall`, [`nft`]) is removed as it is met.
 
 pub mod firewalld;
 pub mod ipt;
+pub mod native;
 pub mod nft;
 pub mod records;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use self::ipt::Transport;
 use self::records::{Record, Records};
-use super::nft::Nft;
 use super::{open_nft_for_teardown, Backend, Owner};
 use crate::fault;
 use crate::types::Attachment;
 use crate::{Error, ErrorList, Result};
 
 pub use self::ipt::DEFAULT_ADMIN_CHAIN as IPT_DEFAULT_ADMIN_CHAIN;
-pub use self::nft::TABLE;
 
 /// Longest iptables chain name.
 const MAX_CHAIN_LEN: usize = 28;
@@ -100,9 +103,16 @@ pub enum TeardownHint {
 }
 
 impl TeardownHint {
-    /// The nf_tables/iptables backend whose teardown rules apply: only
-    /// `nftables` spares the iptables programs when nf_tables shows no
-    /// iptables state of ours.
+    /// How the iptables rules are removed: over netlink for `nftables`
+    /// (iptables-nft's tables, no process), with the programs otherwise
+    /// (they also reach iptables-legacy).
+    fn transport(&self) -> Transport {
+        match self {
+            TeardownHint::Nftables => Transport::Netlink,
+            _ => Transport::Programs,
+        }
+    }
+
     fn netfilter(&self) -> Backend {
         match self {
             TeardownHint::Nftables => Backend::Nftables,
@@ -235,11 +245,8 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
         records.put(*a, &rec)?;
     }
     let done = match backend {
-        FwBackend::Nftables => Nft::open().and_then(|mut n| {
-            fault::point("firewall/add-before-commit");
-            nft::add(&mut n, spec)
-        }),
-        FwBackend::Iptables => ipt_add(spec, false),
+        FwBackend::Nftables => ipt_add(spec, false, Transport::Netlink),
+        FwBackend::Iptables => ipt_add(spec, false, Transport::Programs),
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
     };
     if let Err(e) = done {
@@ -256,7 +263,7 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
     Ok(())
 }
 
-fn ipt_add(spec: &FirewallSpec, isolate_only: bool) -> Result<()> {
+fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()> {
     if !isolate_only {
         fault::point("firewall/add-before-commit");
     }
@@ -269,7 +276,7 @@ fn ipt_add(spec: &FirewallSpec, isolate_only: bool) -> Result<()> {
         if !first && !isolate_only {
             fault::point("firewall/add-between-families");
         }
-        ipt::add(spec, &addrs, v6, isolate_only)?;
+        ipt::add(spec, &addrs, v6, isolate_only, via)?;
         first = false;
     }
     Ok(())
@@ -282,7 +289,7 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
         fw.add_source(zone, *a)?;
     }
     if spec.isolate.is_some() {
-        ipt_add(spec, true)?;
+        ipt_add(spec, true, Transport::Programs)?;
     }
     Ok(())
 }
@@ -291,8 +298,8 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
 /// missing otherwise. Only reads.
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
-        FwBackend::Nftables => nft::check(&mut Nft::open()?, spec),
-        FwBackend::Iptables => ipt_check(spec, false),
+        FwBackend::Nftables => ipt_check(spec, false, Transport::Netlink),
+        FwBackend::Iptables => ipt_check(spec, false, Transport::Programs),
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
             for a in &spec.addrs {
@@ -303,19 +310,19 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
                     )));
                 }
             }
-            ipt_check(spec, true)
+            ipt_check(spec, true, Transport::Programs)
         }
     }
 }
 
-fn ipt_check(spec: &FirewallSpec, isolate_only: bool) -> Result<()> {
+fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()> {
     if isolate_only && spec.isolate.is_none() {
         return Ok(());
     }
     for v6 in [false, true] {
         let addrs = spec.family_addrs(v6);
         if !addrs.is_empty() {
-            ipt::check(spec, &addrs, v6, isolate_only)?;
+            ipt::check(spec, &addrs, v6, isolate_only, via)?;
         }
     }
     Ok(())
@@ -343,11 +350,10 @@ fn firewalld_remove(sources: &Sources, errors: &mut ErrorList) {
 }
 
 /// Removes the iptables accept rules of `remove` (except `held`) and the
-/// legacy records `doomed` accepts, for each family where that may find
-/// something; then the old nf_tables side is `nft`'s business.
+/// legacy records `doomed` accepts, in each family: over netlink for the
+/// nftables hint (no process), else with the programs.
 fn ipt_teardown(
     hint: &TeardownHint,
-    nft: &mut Option<Nft>,
     remove: &[IpAddr],
     held: &[IpAddr],
     doomed: &dyn Fn(&ipt::LegacyRecord) -> bool,
@@ -355,13 +361,7 @@ fn ipt_teardown(
 ) {
     for v6 in [false, true] {
         let addrs = of_family(remove, v6);
-        let wanted = hint.netfilter() == Backend::Iptables
-            || nft
-                .as_mut()
-                .is_none_or(|n| nft::ipt_state_visible(n, v6, &addrs));
-        if wanted {
-            errors.record(ipt::remove(&addrs, held, doomed, v6));
-        }
+        errors.record(ipt::remove(&addrs, held, doomed, v6, hint.transport()));
     }
 }
 
@@ -429,15 +429,14 @@ pub fn del(
         .collect::<BTreeSet<IpAddr>>()
         .into_iter()
         .collect();
-    let mut nft = open_nft_for_teardown(hint.netfilter(), &mut errors);
-    if let Some(n) = nft.as_mut() {
-        // By key, or by tag when no address is known.
-        errors.record(nft::del(n, owner, &remove));
+    // Our previous release's own table: by key, or by tag when no address
+    // is known.
+    if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
+        errors.record(nft::del(&mut n, owner, &remove));
     }
     let legacy_mine = ipt::owner_comment(owner);
     ipt_teardown(
         hint,
-        &mut nft,
         &remove,
         &held,
         &|rec| rec.comment == legacy_mine,
@@ -489,13 +488,11 @@ pub fn gc(
         .filter(|(_, r)| r.backend != "firewalld")
         .map(|(a, _)| *a)
         .collect();
-    let mut nft = open_nft_for_teardown(hint.netfilter(), &mut errors);
-    if let Some(n) = nft.as_mut() {
-        errors.record(nft::gc(n, network, valid));
+    if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
+        errors.record(nft::gc(&mut n, network, valid));
     }
     ipt_teardown(
         hint,
-        &mut nft,
         &remove,
         &[],
         &|rec| ipt::legacy_stale(rec, network, valid),
@@ -512,7 +509,6 @@ pub fn gc(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::nft::kernel_tests::nft_list;
     use crate::netfilter::testing::run_in;
     use crate::netns::testing::{new_netns, privileged};
 
@@ -566,8 +562,8 @@ mod tests {
     }
 
     #[test]
-    fn netfilter_firewall_nft_lists_the_design_and_collects() {
-        if !privileged("netfilter_firewall_nft_lists_the_design_and_collects") {
+    fn netfilter_firewall_nftables_writes_the_iptables_rules_and_collects() {
+        if !privileged("netfilter_firewall_nftables_writes_the_iptables_rules_and_collects") {
             return;
         }
         let node = new_netns();
@@ -588,28 +584,35 @@ mod tests {
         })
         .unwrap()
         .unwrap();
-        let listed = nft_list(&node);
-        for want in [
-            "type filter hook forward priority filter; policy accept;",
-            "jump isolation1 comment \"cni-rs firewall skeleton v1\"",
-            "jump admin",
-            "ip daddr @allowed4 ct state established,related accept",
-            "ip saddr @allowed4 accept",
-            "ip6 daddr @allowed6 ct state established,related accept",
-            "ip6 saddr @allowed6 accept",
-            "iifname \"cni0\" oifname != \"cni0\" jump isolation2 comment \"same-bridge cni0\"",
-            "iifname \"cni0\" oifname \"cni0\" drop comment \"isolated cni0\"",
-            "oifname \"cni0\" drop comment \"same-bridge cni0\"",
-            "10.1.0.2 comment \"net=fwnet cid=ctr-a\"",
-            "fd00:1::2 comment \"net=fwnet cid=ctr-a\"",
-            "10.1.0.3 comment \"net=fwnet cid=ctr-b\"",
-        ] {
-            assert!(listed.contains(want), "{want:?} not in\n{listed}");
+        // iptables-save shows the Go plugin's rules, each once.
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        let rules: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
+        let mut want = vec![ipt::forward_jump(), ipt::admin_jump("CNI-ADMIN")];
+        for addr in ["10.1.0.2", "10.1.0.3"] {
+            want.extend(ipt::accept_rules(addr.parse().unwrap()));
         }
-        assert_eq!(
-            listed.matches("same-bridge cni0").count(),
-            2,
-            "one rule per stage per bridge:\n{listed}"
+        want.extend(
+            ipt::isolation_rules("cni0", Policy::Isolated)
+                .into_iter()
+                .map(|r| r.line),
+        );
+        want.push(
+            ipt::isolation_rules("cni0", Policy::SameBridge)[1]
+                .line
+                .clone(),
+        );
+        for w in &want {
+            assert_eq!(
+                rules.iter().filter(|l| *l == w).count(),
+                1,
+                "{w} in\n{saved}"
+            );
+        }
+        assert_eq!(rules.len(), want.len(), "{saved}");
+        let saved6 = run_in(&node, "ip6tables-save", &["-t", "filter"]);
+        assert!(
+            saved6.contains("-A CNI-FORWARD -s fd00:1::2/128 -j ACCEPT"),
+            "{saved6}"
         );
         assert_eq!(recs.all().unwrap().len(), 3);
         let valid = vec![Attachment {
@@ -619,16 +622,16 @@ mod tests {
         node.run(|| gc(&TeardownHint::Nftables, &recs, "fwnet", &valid))
             .unwrap()
             .unwrap();
-        let listed = nft_list(&node);
-        assert!(!listed.contains("ctr-b"), "{listed}");
-        assert!(listed.contains("cid=ctr-a"), "{listed}");
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        assert!(!saved.contains("10.1.0.3"), "{saved}");
+        assert!(saved.contains("10.1.0.2"), "{saved}");
         assert_eq!(recs.all().unwrap().len(), 2);
-        // DEL without addresses finds them by record and tag.
+        // DEL without addresses finds them by record.
         node.run(|| del(&TeardownHint::Nftables, &recs, &a.owner, "eth0", &[]))
             .unwrap()
             .unwrap();
-        let listed = nft_list(&node);
-        assert!(!listed.contains("cid=ctr-a"), "{listed}");
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        assert!(!saved.contains("10.1.0.2"), "{saved}");
         assert_eq!(recs.all().unwrap(), vec![]);
         let e = node.run(|| check(&n, &a)).unwrap().unwrap_err();
         assert_eq!(e.code(), 102, "{e}");
