@@ -1401,14 +1401,20 @@ fn bad_input_firewall() {
             "iptablesAdminChainName",
         ),
         case(
-            "iptablesAdminChainName with nftables",
+            "iptablesAdminChainName a target, with nftables",
             with(
                 &with(&base, "/backend", json!("nftables")),
                 "/iptablesAdminChainName",
-                json!("MY-ADMIN"),
+                json!("DROP"),
             ),
             7,
-            "is an iptables option, but the backend is nftables",
+            "iptablesAdminChainName: \"DROP\" is not a usable iptables chain name",
+        ),
+        case(
+            "backend in capitals",
+            with(&base, "/backend", json!("NFTables")),
+            7,
+            "backend: unknown backend \"NFTables\"",
         ),
         case(
             "firewalldZone not a zone name",

@@ -296,7 +296,8 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     assert_eq!(connect(&a.ns, &up.v4()), None, "FORWARD drops");
     assert_eq!(connect(&a.ns, &up.v6()), None, "FORWARD drops");
 
-    // The default backend ("" and absent alike) is iptables.
+    // The default backend ("" and absent alike) is iptables where
+    // firewalld does not run.
     let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
     assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
@@ -315,16 +316,17 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     no_address_left(&node, &a);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
 
-    // The nftables backend cannot open the iptables DROP policy: an accept
-    // ends only its own table's chain. This is why "" means iptables.
+    // The nftables backend writes the same rules itself, in the FORWARD
+    // chain the DROP policy governs: the pod gets out just the same.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
-    assert_eq!(
-        elements(&node, "allowed4"),
-        vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
-    );
-    assert_eq!(connect(&a.ns, &up.v4()), None);
+    assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
+    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
+    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    assert_eq!(connect(&up.ns, &a.v4()), None);
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_eq!(connect(&a.ns, &up.v4()), None);
     no_address_left(&node, &a);
 }
 
@@ -544,69 +546,58 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
 }
 
 #[test]
-fn firewall_nft_lists_its_table_and_del_finds_the_container_by_id() {
-    if !require_root("firewall_nft_lists_its_table_and_del_finds_the_container_by_id") {
+fn firewall_nft_writes_what_the_iptables_backend_writes_without_a_process() {
+    if !require_root("firewall_nft_writes_what_the_iptables_backend_writes_without_a_process") {
         return;
     }
+    let ipt_node = fw_node("fwnft-ipt");
+    let a = Peer::attach(&ipt_node, "fwn-a", 1);
+    let extra = |backend: &str| json!({"backend": backend, "ingressPolicy": "isolated", "iptablesAdminChainName": "MY-ADMIN"});
+    let c = conf("fwnet", extra("iptables"), Some(&a.prev_result()));
+    assert_ok(&call_eth0(
+        &ours(),
+        &ipt_node,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    let by_programs = (
+        filter_table(&ipt_node, false),
+        filter_table(&ipt_node, true),
+    );
     let node = fw_node("fwnft");
-    let a = Peer::attach(&node, "fwn-a", 1);
-    let before = filter_table(&node, false);
-    let c = conf(
-        "fwnet",
-        json!({"backend": "nftables"}),
-        Some(&a.prev_result()),
-    );
-    let out = call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c);
-    assert_ok(&out);
-    let table = nft_table(&node);
-    for want in [
-        "chain forward {",
-        "type filter hook forward priority filter; policy accept;",
-        "jump isolation1 comment \"cni-rs firewall skeleton v1\"",
-        "jump admin",
-        "ip daddr @allowed4 ct state established,related accept",
-        "ip saddr @allowed4 accept",
-        "ip6 daddr @allowed6 ct state established,related accept",
-        "ip6 saddr @allowed6 accept",
-        "chain admin {",
-    ] {
-        assert!(table.contains(want), "{want:?} not in\n{table}");
-    }
+    let b = Peer::attach(&node, "fwn-b", 1);
+    let n = conf("fwnet", extra("nftables"), Some(&b.prev_result()));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &b.netns(), &n));
     assert_eq!(
-        elements(&node, "allowed4"),
-        vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
+        (filter_table(&node, false), filter_table(&node, true)),
+        by_programs,
+        "iptables-save of the nftables backend's rules"
     );
-    assert_eq!(
-        elements(&node, "allowed6"),
-        vec![format!("{} net=fwnet cid=ctr-a", a.v6())]
+    assert_eq!(nft_table(&node), "", "our old table is not written");
+    // An admin rule survives the plugin's ADDs; DEL without namespace and
+    // prevResult, twice.
+    run_ok(
+        node.command("iptables")
+            .args(["-A", "MY-ADMIN", "-d", "10.1.0.99/32", "-j", "DROP"]),
     );
-    assert_eq!(filter_table(&node, false), before, "iptables untouched");
-    // An admin rule survives the plugin's ADDs.
-    run_ok(node.command("nft").args([
-        "add",
-        "rule",
-        "inet",
-        "cni_rs_firewall",
-        "admin",
-        "ip",
-        "daddr",
-        "10.1.0.99",
-        "drop",
-    ]));
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
-    assert!(nft_table(&node).contains("ip daddr 10.1.0.99 drop"));
-    // DEL without namespace and prevResult, twice.
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &b.netns(), &n));
     let bare = conf("fwnet", json!({"backend": "nftables"}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
-    no_address_left(&node, &a);
-    assert_eq!(filter_table(&node, false), before, "iptables untouched");
+    no_address_left(&node, &b);
+    assert!(rules(&node, false).contains(&"-A MY-ADMIN -d 10.1.0.99/32 -j DROP".to_string()));
     // DEL with prevResult only removes what this container owns.
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-new", &a.netns(), &c));
-    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-new", &b.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &n));
+    assert!(rules(&node, false).contains(&accept_rules(&b.v4(), false)[1]));
     assert_eq!(
-        elements(&node, "allowed4"),
-        vec![format!("{} net=fwnet cid=ctr-new", a.v4())]
+        records(),
+        vec![
+            format!("{} ctr-new nftables", b.v4()),
+            format!("{} ctr-new nftables", b.v6())
+        ]
     );
 }
 
@@ -659,30 +650,22 @@ fn firewall_check_names_what_was_removed_by_hand() {
         "ip6tables rule missing: -A CNI-ISOLATION-STAGE-2 -o v1",
     );
 
-    // nftables: delete the pod's element by hand.
+    // nftables: the same rules, removed by hand with iptables.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
-    run_ok(node.command("nft").args([
-        "delete",
-        "element",
-        "inet",
-        "cni_rs_firewall",
-        "allowed6",
-        "{ fd00:1::2 }",
+    run_ok(node.command("ip6tables").args([
+        "-D",
+        "CNI-FORWARD",
+        "-s",
+        "fd00:1::2/128",
+        "-j",
+        "ACCEPT",
     ]));
     call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n).assert_error(
         102,
-        "address fd00:1::2 of net=fwnet cid=ctr-n is not in set inet cni_rs_firewall allowed6",
+        "ip6tables rule missing: -A CNI-FORWARD -s fd00:1::2/128 -j ACCEPT",
     );
-    // A rule of the skeleton removed by hand.
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
-    run_ok(
-        node.command("nft")
-            .args(["flush", "chain", "inet", "cni_rs_firewall", "forward"]),
-    );
-    call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n)
-        .assert_error(102, "chain inet cni_rs_firewall forward does not hold");
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
 }
@@ -728,15 +711,7 @@ fn gc_collects(backend: &str) {
         &c(&b, "fwnet"),
     )
     .assert_error(102, "10.2.0.2");
-    if backend == "nftables" {
-        assert_eq!(
-            elements(&node, "allowed4"),
-            vec![
-                format!("{} net=fwnet cid=ctr-a", a.v4()),
-                format!("{} net=other cid=ctr-o", o.v4())
-            ]
-        );
-    } else {
+    {
         for v6 in [false, true] {
             let r = rules(&node, v6);
             assert!(
@@ -849,12 +824,6 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
             Some(&prev),
             7,
             "is a built-in chain or target",
-        ),
-        (
-            json!({"backend": "nftables", "iptablesAdminChainName": "MY-ADMIN"}),
-            Some(&prev),
-            7,
-            "iptablesAdminChainName: \"MY-ADMIN\" is an iptables option, but the backend is nftables",
         ),
         // same-bridge needs the bridge first in prevResult; here the first
         // interface is the container's.
@@ -976,29 +945,20 @@ fn crash_around_commits(backend: &str) {
             stdin,
         )
     };
-    let nft = backend == "nftables";
     // Which of the pod's two addresses are allowed, as (v4, v6).
     let allowed = |node: &Netns| -> (bool, bool) {
-        if nft {
-            (
-                !elements(node, "allowed4").is_empty(),
-                !elements(node, "allowed6").is_empty(),
-            )
-        } else {
-            (
-                rules(node, false).contains(&accept_rules(&a.v4(), false)[1]),
-                rules(node, true).contains(&accept_rules(&a.v6(), true)[1]),
-            )
-        }
+        (
+            rules(node, false).contains(&accept_rules(&a.v4(), false)[1]),
+            rules(node, true).contains(&accept_rules(&a.v6(), true)[1]),
+        )
     };
     let bare = conf("fwnet", json!({"backend": backend}), None);
-    let mut points = vec![
+    // One commit per family on both backends.
+    let points = vec![
         ("firewall/add-before-commit", (false, false)),
+        ("firewall/add-between-families", (true, false)),
         ("firewall/add-after-commit", (true, true)),
     ];
-    if !nft {
-        points.insert(1, ("firewall/add-between-families", (true, false)));
-    }
     for (point, want) in points {
         let out = run("ADD", &a.netns(), &c, point);
         assert_eq!(out.exit_code, -1, "{point}: killed: {out:?}");
@@ -1270,13 +1230,13 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         &c4,
     ));
     assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
-    // The nftables backend's DEL runs the iptables programs only for the
-    // family where nf_tables shows this container's iptables state.
+    // A DEL configured for nftables removes the rules an iptables ADD
+    // wrote (iptables-nft's are nf_tables rules) without any program.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&v4only));
     assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
-    assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
-    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
-    assert_eq!(runs(&log), Vec::<String>::new(), "nothing left to look at");
+    assert_eq!(runs(&log), Vec::<String>::new());
+    assert!(!rules(&node, false).iter().any(|r| r.contains("10.1.0.2")));
+    assert_eq!(records(), Vec::<String>::new());
 }
 
 fn concurrent(backend: &str) {
@@ -1319,7 +1279,7 @@ fn concurrent(backend: &str) {
         ));
     }
     assert_eq!(records().len(), 2 * n as usize, "{:?}", records());
-    if backend == "iptables" {
+    {
         for v6 in [false, true] {
             let r = rules(&node, v6);
             let count = |needle: &str| r.iter().filter(|l| l.contains(needle)).count();
@@ -1330,16 +1290,6 @@ fn concurrent(backend: &str) {
             assert_eq!(count("-A CNI-FORWARD -s "), n as usize, "{r:#?}");
             assert_eq!(count("-A CNI-ISOLATION-STAGE-2 -o v"), n as usize, "{r:#?}");
         }
-    } else {
-        assert_eq!(elements(&node, "allowed4").len(), n as usize);
-        assert_eq!(elements(&node, "allowed6").len(), n as usize);
-        let t = nft_table(&node);
-        assert_eq!(t.matches("jump admin").count(), 1, "{t}");
-        assert_eq!(
-            t.matches("drop comment \"same-bridge v").count(),
-            n as usize,
-            "{t}"
-        );
     }
     let bare = conf("fwnet", json!({"backend": backend}), None);
     std::thread::scope(|s| {
@@ -1509,8 +1459,9 @@ fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
         fixture("upstream-v1.9-podman.ipv4.rules"),
         fixture("upstream-v1.9-podman.ipv6.rules"),
     );
-    // The default backend (no firewalld here) and "iptables" alike.
-    for backend in ["", "iptables"] {
+    // The default backend (no firewalld here), "iptables" and "nftables"
+    // alike.
+    for backend in ["", "iptables", "nftables"] {
         let node = fw_node("fwup-write");
         for pod in &PODMAN_PODS {
             let c = podman_conf(pod, json!({"backend": backend}), true);
@@ -1536,13 +1487,9 @@ fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
     }
 }
 
-#[test]
-fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
-    if !require_root("firewall_iptables_takes_over_what_upstream_v1_9_wrote") {
-        return;
-    }
+fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
     let up = upstream_firewall();
-    let node = fw_node("fwup-over");
+    let node = fw_node(&format!("fwup-over-{backend}"));
     let v4 = fixture("upstream-v1.9-podman.ipv4.rules");
     let v6 = fixture("upstream-v1.9-podman.ipv6.rules");
     match &up {
@@ -1563,7 +1510,7 @@ fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
     );
     // Our CHECK accepts upstream's rules; our ADD adds no duplicate.
     for pod in &PODMAN_PODS {
-        let c = podman_conf(pod, json!({}), true);
+        let c = podman_conf(pod, json!({"backend": backend}), true);
         assert_ok(&call_eth0(
             &ours(),
             &node,
@@ -1581,7 +1528,7 @@ fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
     // Our DEL, with the prevResult the runtime keeps, removes each pod's
     // rules; shared chains and isolation stay, as upstream leaves them.
     for pod in &PODMAN_PODS {
-        let c = podman_conf(pod, json!({}), true);
+        let c = podman_conf(pod, json!({"backend": backend}), true);
         assert_ok(&call_eth0(&ours(), &node, "DEL", pod.0, "", &c));
     }
     assert_eq!(
@@ -1591,17 +1538,13 @@ fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
     assert_eq!(records(), Vec::<String>::new());
 }
 
-#[test]
-fn firewall_iptables_rules_are_removed_by_upstream_v1_9s_del() {
-    if !require_root("firewall_iptables_rules_are_removed_by_upstream_v1_9s_del") {
-        return;
-    }
+fn removed_by_upstream_v1_9s_del(backend: &str) {
     let up = upstream_firewall();
     let v4 = fixture("upstream-v1.9-podman.ipv4.rules");
     let v6 = fixture("upstream-v1.9-podman.ipv6.rules");
-    let node = fw_node("fwup-del");
+    let node = fw_node(&format!("fwup-del-{backend}"));
     for pod in &PODMAN_PODS {
-        let c = podman_conf(pod, json!({}), true);
+        let c = podman_conf(pod, json!({"backend": backend}), true);
         assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
     }
     // Upstream's CHECK on our rules, then its DEL: with the binary when
@@ -1624,12 +1567,44 @@ fn firewall_iptables_rules_are_removed_by_upstream_v1_9s_del() {
     );
     // The owner records, files beside the firewall, go with our next GC.
     assert_eq!(records().len(), 6, "{:?}", records());
-    assert_ok(&gc(&node, "podman", json!({}), &[]));
+    assert_ok(&gc(&node, "podman", json!({"backend": backend}), &[]));
     assert_eq!(records(), Vec::<String>::new());
     assert_eq!(
         (filter_table(&node, false), filter_table(&node, true)),
         (without_accepts(&v4), without_accepts(&v6))
     );
+}
+
+#[test]
+fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
+    if !require_root("firewall_iptables_takes_over_what_upstream_v1_9_wrote") {
+        return;
+    }
+    takes_over_what_upstream_v1_9_wrote("iptables");
+}
+
+#[test]
+fn firewall_nft_takes_over_what_upstream_v1_9_wrote() {
+    if !require_root("firewall_nft_takes_over_what_upstream_v1_9_wrote") {
+        return;
+    }
+    takes_over_what_upstream_v1_9_wrote("nftables");
+}
+
+#[test]
+fn firewall_iptables_rules_are_removed_by_upstream_v1_9s_del() {
+    if !require_root("firewall_iptables_rules_are_removed_by_upstream_v1_9s_del") {
+        return;
+    }
+    removed_by_upstream_v1_9s_del("iptables");
+}
+
+#[test]
+fn firewall_nft_rules_are_removed_by_upstream_v1_9s_del() {
+    if !require_root("firewall_nft_rules_are_removed_by_upstream_v1_9s_del") {
+        return;
+    }
+    removed_by_upstream_v1_9s_del("nftables");
 }
 
 /// Loads our previous release's state (fixtures): its iptables owner

@@ -323,16 +323,19 @@ fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
     Some(s)
 }
 
+/// The (chain, handle) of each rule line read back.
+pub type Handles = HashMap<String, Vec<(String, u64)>>;
+
 /// The family's filter table, read over netlink: as `iptables-save` would
 /// print it (chains and rule lines), and the handles of each line.
-pub fn read(nft: &mut Nft, v6: bool) -> Result<(SavedTable, HashMap<String, Vec<(String, u64)>>)> {
+pub fn read(nft: &mut Nft, v6: bool) -> Result<(SavedTable, Handles)> {
     let fam = family(v6);
     let chains: BTreeSet<String> = nft.chain_names(fam, TABLE)?.into_iter().collect();
     let mut saved = SavedTable {
         chains,
         rules: Vec::new(),
     };
-    let mut handles: HashMap<String, Vec<(String, u64)>> = HashMap::new();
+    let mut handles: Handles = HashMap::new();
     for rule in nft.table_rules_raw(fam, TABLE)? {
         let line = render(&rule, v6);
         handles
@@ -347,12 +350,7 @@ pub fn read(nft: &mut Nft, v6: bool) -> Result<(SavedTable, HashMap<String, Vec<
 /// The batch of a change list, against what `read` found. The table and
 /// its FORWARD base chain are created first when missing, as iptables-nft
 /// does (hook forward, priority filter, policy accept).
-fn translate(
-    r: &Restore,
-    v6: bool,
-    saved: &SavedTable,
-    handles: &mut HashMap<String, Vec<(String, u64)>>,
-) -> Result<Batch> {
+fn translate(r: &Restore, v6: bool, saved: &SavedTable, handles: &mut Handles) -> Result<Batch> {
     let fam = family(v6);
     let mut b = Batch::new();
     if r.is_empty() {
@@ -419,7 +417,7 @@ pub fn apply(v6: bool, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> 
         }
         match nft.commit(&b) {
             Ok(()) => return Ok(()),
-            Err(e) if attempt < ATTEMPTS && (is_changed(&e)) => attempt += 1,
+            Err(e) if attempt < ATTEMPTS && is_changed(&e) => attempt += 1,
             Err(e) => return Err(e),
         }
     }
