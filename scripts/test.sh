@@ -8,6 +8,7 @@ cd "$repo"
 need_root "the test suite"
 ensure_runtime_deps
 ensure_reference_tools
+ensure_firewalld
 
 cargo build --workspace --bins
 status=0
