@@ -379,12 +379,21 @@ pub fn del(
 ) -> Result<()> {
     let mut errors = ErrorList::new();
     fault::point("firewall/del-before-commit");
-    let all = match records.all() {
-        Ok(a) => a,
-        Err(e) => {
-            errors.push(e);
-            Vec::new()
+    // With the runtime's prevResult, the records of its addresses; without
+    // it, every record (to find this attachment's).
+    let all = if known.is_empty() {
+        match records.all() {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
         }
+    } else {
+        known
+            .iter()
+            .filter_map(|a| records.get(*a).map(|r| (*a, r)))
+            .collect()
     };
     let mine: Vec<&(IpAddr, Record)> = all
         .iter()

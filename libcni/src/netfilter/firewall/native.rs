@@ -326,8 +326,19 @@ fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
 /// The (chain, handle) of each rule line read back.
 pub type Handles = HashMap<String, Vec<(String, u64)>>;
 
+/// The chains whose rules the plugin's decisions look at (the admin chain
+/// only matters by existence).
+const READ_CHAINS: [&str; 5] = [
+    "FORWARD",
+    super::ipt::FORWARD_CHAIN,
+    super::ipt::OWNERS_CHAIN,
+    super::ipt::ISOLATION_STAGE_1,
+    super::ipt::ISOLATION_STAGE_2,
+];
+
 /// The family's filter table, read over netlink: as `iptables-save` would
-/// print it (chains and rule lines), and the handles of each line.
+/// print it (every chain, and the rule lines of the plugin's chains), and
+/// the handles of each line.
 pub fn read(nft: &mut Nft, v6: bool) -> Result<(SavedTable, Handles)> {
     let fam = family(v6);
     let chains: BTreeSet<String> = nft.chain_names(fam, TABLE)?.into_iter().collect();
@@ -336,7 +347,15 @@ pub fn read(nft: &mut Nft, v6: bool) -> Result<(SavedTable, Handles)> {
         rules: Vec::new(),
     };
     let mut handles: Handles = HashMap::new();
-    for rule in nft.table_rules_raw(fam, TABLE)? {
+    // Only the chains the plugin writes: a node's filter table may hold
+    // thousands of other rules (kube-proxy's), which are not read.
+    let mut rules = Vec::new();
+    for chain in READ_CHAINS {
+        if saved.chains.contains(chain) {
+            rules.extend(nft.rules_raw(fam, TABLE, Some(chain))?);
+        }
+    }
+    for rule in rules {
         let line = render(&rule, v6);
         handles
             .entry(line.clone())
@@ -405,10 +424,32 @@ fn translate(r: &Restore, v6: bool, saved: &SavedTable, handles: &mut Handles) -
 /// from it, one batch (none when there is nothing to change); retried on
 /// a fresh read when another process changed the table in between.
 pub fn apply(v6: bool, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
-    let mut nft = Nft::open()?;
+    with_nft(|nft| apply_with(nft, v6, build))
+}
+
+thread_local! {
+    /// One nf_tables socket per thread for both families: closing a socket
+    /// that deleted rules waits for an RCU grace period, paid once.
+    static NFT: std::cell::RefCell<Option<Nft>> = const { std::cell::RefCell::new(None) };
+}
+
+fn with_nft<T>(f: impl FnOnce(&mut Nft) -> Result<T>) -> Result<T> {
+    NFT.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(Nft::open()?);
+        }
+        match slot.as_mut() {
+            Some(nft) => f(nft),
+            None => Err(Error::Internal("nf_tables socket".into())),
+        }
+    })
+}
+
+fn apply_with(nft: &mut Nft, v6: bool, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
     let mut attempt = 1;
     loop {
-        let (saved, mut handles) = read(&mut nft, v6)?;
+        let (saved, mut handles) = read(nft, v6)?;
         let mut r = Restore::new(IptTable::Filter);
         build(&saved, &mut r);
         let b = translate(&r, v6, &saved, &mut handles)?;
@@ -431,8 +472,7 @@ fn is_changed(e: &Error) -> bool {
 /// The family's filter table as `iptables-save` would print it, read over
 /// netlink (CHECK).
 pub fn saved(v6: bool) -> Result<SavedTable> {
-    let mut nft = Nft::open()?;
-    Ok(read(&mut nft, v6)?.0)
+    with_nft(|nft| Ok(read(nft, v6)?.0))
 }
 
 #[cfg(test)]

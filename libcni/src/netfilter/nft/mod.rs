@@ -670,12 +670,24 @@ impl Nft {
             .collect())
     }
 
-    /// Every rule of a table with its expressions, in chain order (empty
-    /// when the table does not exist).
-    pub fn table_rules_raw(&mut self, family: Family, table: &str) -> Result<Vec<RawRule>> {
+    /// The rules of a chain (every chain of the table with `None`) with
+    /// their expressions, in order (empty when the table or chain does not
+    /// exist).
+    pub fn rules_raw(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: Option<&str>,
+    ) -> Result<Vec<RawRule>> {
         let mut a = Attrs::new();
         a.put_str(NFTA_RULE_TABLE, table);
-        let what = format!("list table {} {table}", family.as_str());
+        if let Some(c) = chain {
+            a.put_str(NFTA_RULE_CHAIN, c);
+        }
+        let what = match chain {
+            Some(c) => format!("list chain {} {table} {c}", family.as_str()),
+            None => format!("list table {} {table}", family.as_str()),
+        };
         let replies = self
             .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?
             .unwrap_or_default();
