@@ -443,14 +443,19 @@ pub fn del(
     if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
         errors.record(nft::del(&mut n, owner, &remove));
     }
-    let legacy_mine = ipt::owner_comment(owner);
-    ipt_teardown(
-        hint,
-        &remove,
-        &held,
-        &|rec| rec.comment == legacy_mine,
-        &mut errors,
-    );
+    // Known addresses that are all firewalld's need no iptables pass;
+    // otherwise the rules of `remove`, and our previous release's records
+    // of this owner (found only by reading the chain).
+    if !remove.is_empty() || known.is_empty() {
+        let legacy_mine = ipt::owner_comment(owner);
+        ipt_teardown(
+            hint,
+            &remove,
+            &held,
+            &|rec| rec.comment == legacy_mine,
+            &mut errors,
+        );
+    }
     fault::point("firewall/del-after-commit");
     if errors.is_empty() {
         for (a, _) in &mine {
