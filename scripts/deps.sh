@@ -74,3 +74,20 @@ ensure_release_test_deps() {
     apt_install golang-go golang-github-appc-cni-dev
   fi
 }
+
+# firewalld and dbus-daemon for the firewall plugin's firewalld tests, which
+# start their own on a private bus in a throwaway mount and network namespace
+# (tests/src/firewalld.rs), never the machine's. Installing must not start
+# the machine's firewalld: a policy-rc.d refuses service starts meanwhile.
+ensure_firewalld() {
+  ensure_cmd dbus-daemon dbus-daemon
+  command -v firewalld >/dev/null 2>&1 && return
+  local guard=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    guard=1
+  fi
+  apt_install --no-install-recommends firewalld
+  [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
+}

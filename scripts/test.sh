@@ -9,6 +9,7 @@ need_root "the test suite"
 ensure_runtime_deps
 ensure_reference_tools
 ensure_release_test_deps
+ensure_firewalld
 
 cargo build --workspace --bins
 status=0

@@ -7,10 +7,12 @@
 //! it. Names carry a per-run prefix and a counter, so tests run in
 //! parallel; a guard deletes each namespace on drop, after a panic too.
 
+pub mod firewalld;
 pub mod release;
 pub mod topology;
 pub mod traffic;
 
+pub use firewalld::PrivateBus;
 pub use topology::*;
 pub use traffic::*;
 
@@ -138,10 +140,14 @@ impl Netns {
         Path::new("/run/netns").join(&self.name)
     }
 
-    /// A command that runs `program` inside this namespace.
+    /// A command that runs `program` inside this namespace. It sees no
+    /// D-Bus system bus ([`firewalld::NO_BUS`]): no test reaches the
+    /// machine's (tests with a firewalld use a [`PrivateBus`]).
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.name]).arg(program);
+        c.args(["netns", "exec", &self.name])
+            .arg(program)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", firewalld::NO_BUS);
         c
     }
 
@@ -294,11 +300,22 @@ pub fn call_plugin(
     env: &[(&str, &str)],
     stdin: &str,
 ) -> PluginOutput {
-    use std::io::Write;
-    let mut cmd = match ns {
+    let cmd = match ns {
         Some(ns) => ns.command(plugin),
-        None => Command::new(plugin),
+        None => {
+            let mut c = Command::new(plugin);
+            c.env("DBUS_SYSTEM_BUS_ADDRESS", firewalld::NO_BUS);
+            c
+        }
     };
+    call_plugin_cmd(cmd, env, stdin)
+}
+
+/// [`call_plugin`] with the command that runs the plugin already built
+/// (e.g. inside a [`PrivateBus`]'s namespaces).
+pub fn call_plugin_cmd(mut cmd: Command, env: &[(&str, &str)], stdin: &str) -> PluginOutput {
+    use std::io::Write;
+    let plugin = format!("{:?}", cmd.get_program());
     for k in [
         "CNI_COMMAND",
         "CNI_CONTAINERID",
@@ -519,7 +536,22 @@ impl Node {
         args: &[&str],
         extra_env: &[(&str, &str)],
     ) -> PluginOutput {
-        let mut cmd = self.ns.command(tool);
+        self.cnitool_in(None, tool, args, extra_env)
+    }
+
+    /// [`Node::cnitool_with`], inside `bus`'s namespaces when given (the
+    /// node's network namespace and a private system bus).
+    pub fn cnitool_in(
+        &self,
+        bus: Option<&PrivateBus>,
+        tool: &Path,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> PluginOutput {
+        let mut cmd = match bus {
+            Some(b) => b.command(tool),
+            None => self.ns.command(tool),
+        };
         cmd.args(args)
             .env("NETCONFPATH", self.conf_dir.path())
             .env("CNI_PATH", bin_dir())
@@ -560,6 +592,18 @@ impl Node {
         args: &[&str],
         extra_env: &[(&str, &str)],
     ) -> PluginOutput {
+        self.go_cnitool_in(None, tool, args, extra_env)
+    }
+
+    /// [`Node::go_cnitool`], inside `bus`'s namespaces when given (then in
+    /// a mount namespace of its own below the bus's, for the bind mount).
+    pub fn go_cnitool_in(
+        &self,
+        bus: Option<&PrivateBus>,
+        tool: &Path,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+    ) -> PluginOutput {
         let mut full = vec![
             "-c",
             "mount --bind \"$CNIT_CACHE\" /var/lib && exec \"$@\"",
@@ -570,7 +614,14 @@ impl Node {
         let cache = self.cache_dir.path().to_str().expect("utf8").to_string();
         let mut env: Vec<(&str, &str)> = vec![("CNIT_CACHE", &cache)];
         env.extend_from_slice(extra_env);
-        self.cnitool_with(Path::new("/bin/sh"), &full, &env)
+        match bus {
+            None => self.cnitool_in(None, Path::new("/bin/sh"), &full, &env),
+            Some(b) => {
+                let mut wrapped = vec!["--mount", "--propagation", "private", "/bin/sh"];
+                wrapped.extend_from_slice(&full);
+                self.cnitool_in(Some(b), Path::new("unshare"), &wrapped, &env)
+            }
+        }
     }
 
     /// containerd's CRI path: `go-cni-cri <verb>` in the node namespace
@@ -589,6 +640,19 @@ impl Node {
         id: &str,
         extra: &[&str],
     ) -> PluginOutput {
+        self.cri_in(None, tool, verb, pod, id, extra)
+    }
+
+    /// [`Node::cri`], inside `bus`'s namespaces when given.
+    pub fn cri_in(
+        &self,
+        bus: Option<&PrivateBus>,
+        tool: &Path,
+        verb: &str,
+        pod: Option<&Netns>,
+        id: &str,
+        extra: &[&str],
+    ) -> PluginOutput {
         let conf_dir = self.conf_dir.path().to_str().expect("utf8").to_string();
         let bin = bin_dir().to_str().expect("utf8").to_string();
         let netns = pod
@@ -598,7 +662,7 @@ impl Node {
             verb, "-confdir", &conf_dir, "-bindir", &bin, "-netns", &netns, "-id", id,
         ];
         args.extend_from_slice(extra);
-        self.go_cnitool(tool, &args, &[])
+        self.go_cnitool_in(bus, tool, &args, &[])
     }
 
     /// The cache dir as both tools use it: ours takes `CNI_CACHE_DIR`

@@ -1316,6 +1316,167 @@ fn bad_input_tuning() {
 }
 
 #[test]
+fn bad_input_firewall() {
+    if !require_root("bad_input_firewall") {
+        return;
+    }
+    let mut b = Bench::new("firewall", "eth0", false);
+    let prev = wire_pod(&b, "fw-host");
+    // No system bus (the harness's default): the default backend is
+    // iptables; ingressPolicy isolated isolates fw-host.
+    b.base = json!({"cniVersion": "1.0.0", "name": "fw-net", "type": "firewall",
+        "backend": "", "ingressPolicy": "isolated", "dataDir": b.path("firewall"),
+        "prevResult": prev});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(false);
+    cases.extend([
+        case(
+            "backend unknown",
+            with(&base, "/backend", json!("ebtables")),
+            7,
+            "backend: unknown backend \"ebtables\"",
+        ),
+        case(
+            "backend a number",
+            with(&base, "/backend", json!(1)),
+            7,
+            "backend",
+        ),
+        case(
+            "backend firewalld where it does not run",
+            with(&base, "/backend", json!("firewalld")),
+            2,
+            "\"backend\": \"firewalld\": firewalld is not running on this node",
+        ),
+        case(
+            "ingressPolicy unknown",
+            with(&base, "/ingressPolicy", json!("closed")),
+            7,
+            "ingressPolicy: unknown ingress policy \"closed\"",
+        ),
+        case(
+            "ingressPolicy a list",
+            with(&base, "/ingressPolicy", json!(["isolated"])),
+            7,
+            "ingressPolicy",
+        ),
+        case(
+            "isolated without interfaces",
+            without(&base, "/prevResult/interfaces"),
+            7,
+            "ingressPolicy: \"isolated\" needs the bridge as prevResult.interfaces[0]",
+        ),
+        case(
+            "isolated with the container's interface first",
+            with(
+                &base,
+                "/prevResult/interfaces",
+                json!([{"name": "eth0", "sandbox": b.netns()}]),
+            ),
+            7,
+            "prevResult.interfaces[0]",
+        ),
+        case(
+            "bridge name a wildcard",
+            with(&base, "/prevResult/interfaces/0/name", json!("fw+")),
+            7,
+            "prevResult.interfaces[0].name: \"fw+\" is not a bridge name",
+        ),
+        case(
+            "iptablesAdminChainName with a space",
+            with(&base, "/iptablesAdminChainName", json!("MY ADMIN")),
+            7,
+            "iptablesAdminChainName: \"MY ADMIN\" is not a usable iptables chain name",
+        ),
+        case(
+            "iptablesAdminChainName too long",
+            with(&base, "/iptablesAdminChainName", json!("A".repeat(29))),
+            7,
+            "is longer than 28 characters",
+        ),
+        case(
+            "iptablesAdminChainName a built-in chain",
+            with(&base, "/iptablesAdminChainName", json!("INPUT")),
+            7,
+            "iptablesAdminChainName",
+        ),
+        case(
+            "iptablesAdminChainName a target, with nftables",
+            with(
+                &with(&base, "/backend", json!("nftables")),
+                "/iptablesAdminChainName",
+                json!("DROP"),
+            ),
+            7,
+            "iptablesAdminChainName: \"DROP\" is not a usable iptables chain name",
+        ),
+        case(
+            "backend in capitals",
+            with(&base, "/backend", json!("NFTables")),
+            7,
+            "backend: unknown backend \"NFTables\"",
+        ),
+        case(
+            "firewalldZone not a zone name",
+            with(
+                &with(&base, "/backend", json!("firewalld")),
+                "/firewalldZone",
+                json!("my/zone"),
+            ),
+            7,
+            "firewalldZone: \"my/zone\" is not a firewalld zone name",
+        ),
+        case(
+            "firewalldZone too long",
+            with(
+                &with(&base, "/backend", json!("firewalld")),
+                "/firewalldZone",
+                json!("z".repeat(18)),
+            ),
+            7,
+            "firewalldZone",
+        ),
+        case(
+            "firewalldZone a number",
+            with(&base, "/firewalldZone", json!(3)),
+            7,
+            "firewalldZone",
+        ),
+        case(
+            "dataDir relative",
+            with(&base, "/dataDir", json!("firewall")),
+            7,
+            "dataDir: \"firewall\" is not an absolute path",
+        ),
+        case(
+            "dataDir with ..",
+            with(&base, "/dataDir", json!("/run/../etc")),
+            7,
+            "dataDir",
+        ),
+        case(
+            "dataDir a number",
+            with(&base, "/dataDir", json!(0)),
+            7,
+            "dataDir",
+        ),
+        case(
+            "prevResult missing",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult address not a CIDR",
+            with(&base, "/prevResult/ips/0/address", json!("10.66.0.2")),
+            7,
+            "prevResult",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
 fn bad_input_macvlan() {
     if !require_root("bad_input_macvlan") {
         return;

@@ -10,9 +10,71 @@
 //! listener answering each TCP connection with "<name> <peer address>".
 
 use serde_json::{json, Value};
+use std::cell::RefCell;
 use std::path::PathBuf;
 use std::process::Stdio;
 use tests::*;
+
+thread_local! {
+    /// The owner records directory (`dataDir`) of the current test: every
+    /// config this file builds carries it, so no test writes to the
+    /// default `/run/cni/firewall` and parallel tests never share records.
+    static RECORDS: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+}
+
+/// A forwarding node and the test's records directory.
+struct FwNode {
+    ns: Netns,
+    _records: TempDir,
+}
+
+impl std::ops::Deref for FwNode {
+    type Target = Netns;
+    fn deref(&self) -> &Netns {
+        &self.ns
+    }
+}
+
+/// A forwarding node; its records directory becomes the `dataDir` of the
+/// configs this thread builds from now on.
+fn fw_node(tag: &str) -> FwNode {
+    let ns = forwarding_node(tag);
+    let records = TempDir::new(&format!("fwrec-{tag}"));
+    RECORDS.with(|r| *r.borrow_mut() = Some(records.path().to_path_buf()));
+    FwNode {
+        ns,
+        _records: records,
+    }
+}
+
+/// The current test's records directory.
+fn records_dir() -> PathBuf {
+    RECORDS
+        .with(|r| r.borrow().clone())
+        .expect("fw_node() makes the records directory first")
+}
+
+/// The owner records on disk: `<address> <containerID> <backend>`, sorted.
+fn records() -> Vec<String> {
+    let dir = records_dir();
+    let mut v: Vec<String> = std::fs::read_dir(&dir)
+        .map(|d| d.flatten().collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rec: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap())
+                .unwrap_or_else(|e| panic!("record {name}: {e}"));
+            format!(
+                "{name} {} {}",
+                rec["containerID"].as_str().unwrap_or_default(),
+                rec["backend"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
 
 const SERVER: &str = r#"
 import socket, sys
@@ -83,7 +145,8 @@ fn forward_policy_drop(node: &Netns) {
 
 /// A firewall config for network `net` with `extra` keys.
 fn conf(net: &str, extra: Value, prev: Option<&Value>) -> String {
-    let mut c = json!({"cniVersion": "1.0.0", "name": net, "type": "firewall"});
+    let mut c = json!({"cniVersion": "1.0.0", "name": net, "type": "firewall",
+                       "dataDir": records_dir()});
     if let Some(p) = prev {
         c["prevResult"] = p.clone();
     }
@@ -103,7 +166,7 @@ fn gc(node: &Netns, net: &str, extra: Value, valid: &[&str]) -> PluginOutput {
         .map(|c| json!({"containerID": c, "ifname": "eth0"}))
         .collect();
     let mut c = json!({"cniVersion": "1.1.0", "name": net, "type": "firewall",
-                       "cni.dev/valid-attachments": valid});
+                       "dataDir": records_dir(), "cni.dev/valid-attachments": valid});
     for (k, v) in extra.as_object().into_iter().flatten() {
         c[k] = v.clone();
     }
@@ -189,7 +252,8 @@ fn accept_rules(addr: &str, v6: bool) -> [String; 2] {
     ]
 }
 
-fn owner_rule(addr: &str, v6: bool, net: &str, cid: &str) -> String {
+/// An owner record of our previous release (in `CNI-FORWARD-OWNERS`).
+fn legacy_owner_rule(addr: &str, v6: bool, net: &str, cid: &str) -> String {
     let len = if v6 { 128 } else { 32 };
     format!(
         "-A CNI-FORWARD-OWNERS -s {addr}/{len} -m comment --comment \"name: \\\"{net}\\\" id: \\\"{cid}\\\"\""
@@ -197,6 +261,14 @@ fn owner_rule(addr: &str, v6: bool, net: &str, cid: &str) -> String {
 }
 
 fn no_address_left(node: &Netns, a: &Peer) {
+    let recs = records();
+    assert!(
+        !recs
+            .iter()
+            .any(|r| r.starts_with(&format!("{} ", a.v4()))
+                || r.starts_with(&format!("{} ", a.v6()))),
+        "{recs:?}"
+    );
     let v4 = filter_table(node, false);
     assert!(!v4.contains(&a.v4()), "{v4}");
     let v6 = filter_table(node, true);
@@ -212,7 +284,7 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     if !require_root("firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added") {
         return;
     }
-    let node = forwarding_node("fwdrop");
+    let node = fw_node("fwdrop");
     let a = Peer::attach(&node, "fwd-a", 1);
     let up = Peer::attach(&node, "fwd-up", 9);
     let _sa = server(&a.ns, "podA");
@@ -224,7 +296,8 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     assert_eq!(connect(&a.ns, &up.v4()), None, "FORWARD drops");
     assert_eq!(connect(&a.ns, &up.v6()), None, "FORWARD drops");
 
-    // The default backend ("" and absent alike) is iptables.
+    // The default backend ("" and absent alike) is iptables where
+    // firewalld does not run.
     let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
     assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
@@ -243,16 +316,17 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     no_address_left(&node, &a);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
 
-    // The nftables backend cannot open the iptables DROP policy: an accept
-    // ends only its own table's chain. This is why "" means iptables.
+    // The nftables backend writes the same rules itself, in the FORWARD
+    // chain the DROP policy governs: the pod gets out just the same.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
-    assert_eq!(
-        elements(&node, "allowed4"),
-        vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
-    );
-    assert_eq!(connect(&a.ns, &up.v4()), None);
+    assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
+    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
+    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    assert_eq!(connect(&up.ns, &a.v4()), None);
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    assert_eq!(connect(&a.ns, &up.v4()), None);
     no_address_left(&node, &a);
 }
 
@@ -260,7 +334,7 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
 /// and an upstream: with same-bridge, traffic from one isolated bridge to
 /// the other is dropped both ways, everything else passes.
 fn same_bridge_isolation(backend: &str) {
-    let node = forwarding_node(&format!("fwiso-{backend}"));
+    let node = fw_node(&format!("fwiso-{backend}"));
     let a = Peer::attach(&node, "fwi-a", 1);
     let b = Peer::attach(&node, "fwi-b", 2);
     let up = Peer::attach(&node, "fwi-up", 9);
@@ -324,8 +398,8 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
     let Some(go) = go_plugin("firewall") else {
         return;
     };
-    let go_node = forwarding_node("fwgo-rules");
-    let our_node = forwarding_node("fwrs-rules");
+    let go_node = fw_node("fwgo-rules");
+    let our_node = fw_node("fwrs-rules");
     let pod = Netns::new("fwr-pod");
     let netns = pod.path().to_str().unwrap().to_string();
     let prev = json!({
@@ -345,14 +419,26 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
     assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
     for (v6, addr) in [(false, "10.88.0.2"), (true, "fd00:88::2")] {
         let theirs = filter_table(&go_node, v6);
-        let mine: String = filter_table(&our_node, v6)
+        // Go 1.7 changed the comment of the shared isolation rules (the
+        // FORWARD jump, the RETURNs, stage 2's drop); we write v1.7's.
+        let theirs_v1_7: String = theirs
             .lines()
-            .filter(|l| !l.contains("CNI-FORWARD-OWNERS"))
+            .map(|l| {
+                if l.contains("ISOLATION") && !l.contains("-j CNI-ISOLATION-STAGE-2") {
+                    l.replace(
+                        "(ingressPolicy: same-bridge)",
+                        "(ingressPolicy: same-bridge|isolated)",
+                    )
+                } else {
+                    l.to_string()
+                }
+            })
             .map(|l| format!("{l}\n"))
             .collect();
         assert_eq!(
-            mine, theirs,
-            "v6={v6}: our table (owner records aside) vs Go's"
+            filter_table(&our_node, v6),
+            theirs_v1_7,
+            "v6={v6}: our table vs Go 1.1.1's in v1.7's comments"
         );
         let [est, src] = accept_rules(addr, v6);
         assert!(theirs.contains(&est) && theirs.contains(&src), "{theirs}");
@@ -360,13 +446,19 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
             theirs.contains("-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j MY-ADMIN"),
             "{theirs}"
         );
-        // Our only addition: the owner record of the address.
-        assert!(
-            rules(&our_node, v6).contains(&owner_rule(addr, v6, "podman", "ctr1")),
-            "{:?}",
-            rules(&our_node, v6)
-        );
     }
+    // The owner is recorded on disk, not in the firewall.
+    assert_eq!(
+        records(),
+        vec!["10.88.0.2 ctr1 iptables", "fd00:88::2 ctr1 iptables"]
+    );
+    // Our ADD on Go 1.1.1's rules adds nothing: its comments count.
+    let before = (filter_table(&go_node, false), filter_table(&go_node, true));
+    assert_ok(&call_eth0(&ours(), &go_node, "ADD", "ctr1", &netns, &c));
+    assert_eq!(
+        before,
+        (filter_table(&go_node, false), filter_table(&go_node, true))
+    );
     // A second ADD (ours) changes nothing: every rule once.
     assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
     let again = rules(&our_node, false);
@@ -387,7 +479,7 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     let Some(go) = go_plugin("firewall") else {
         return;
     };
-    let node = forwarding_node("fwipt-interop");
+    let node = fw_node("fwipt-interop");
     let a = Peer::attach(&node, "fwii-a", 1);
     let prev = a.prev_result();
     let c = conf("fwnet", json!({"backend": "iptables"}), Some(&prev));
@@ -405,18 +497,23 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &c));
     assert_eq!(all_accepts(&node), Vec::<String>::new());
 
-    // Our ADD, Go's DEL: the accept rules go; our owner records stay
-    // (matching nothing), and our GC or DEL removes them.
+    // Our ADD, Go's DEL: nothing of ours is left in the firewall (the
+    // owner records are files beside it); our GC removes the records.
+    let bare_tables = (filter_table(&node, false), filter_table(&node, true));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &a.netns(), &c));
     assert_eq!(all_accepts(&node).len(), 4);
     assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &a.netns(), &c));
-    assert_eq!(all_accepts(&node), Vec::<String>::new());
-    assert!(rules(&node, false).contains(&owner_rule(&a.v4(), false, "fwnet", "ctr-rs")));
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        bare_tables
+    );
+    assert_eq!(records().len(), 2, "{:?}", records());
     assert_ok(&gc(&node, "fwnet", json!({"backend": "iptables"}), &[]));
-    for v6 in [false, true] {
-        let r = rules(&node, v6);
-        assert!(!r.iter().any(|l| l.contains("CNI-FORWARD-OWNERS")), "{r:?}");
-    }
+    assert_eq!(records(), Vec::<String>::new());
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        bare_tables
+    );
 
     // Our ADD, our DEL (default backend) without prevResult and namespace:
     // found by the owner records.
@@ -449,69 +546,58 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
 }
 
 #[test]
-fn firewall_nft_lists_its_table_and_del_finds_the_container_by_id() {
-    if !require_root("firewall_nft_lists_its_table_and_del_finds_the_container_by_id") {
+fn firewall_nft_writes_what_the_iptables_backend_writes_without_a_process() {
+    if !require_root("firewall_nft_writes_what_the_iptables_backend_writes_without_a_process") {
         return;
     }
-    let node = forwarding_node("fwnft");
-    let a = Peer::attach(&node, "fwn-a", 1);
-    let before = filter_table(&node, false);
-    let c = conf(
-        "fwnet",
-        json!({"backend": "nftables"}),
-        Some(&a.prev_result()),
+    let ipt_node = fw_node("fwnft-ipt");
+    let a = Peer::attach(&ipt_node, "fwn-a", 1);
+    let extra = |backend: &str| json!({"backend": backend, "ingressPolicy": "isolated", "iptablesAdminChainName": "MY-ADMIN"});
+    let c = conf("fwnet", extra("iptables"), Some(&a.prev_result()));
+    assert_ok(&call_eth0(
+        &ours(),
+        &ipt_node,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    let by_programs = (
+        filter_table(&ipt_node, false),
+        filter_table(&ipt_node, true),
     );
-    let out = call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c);
-    assert_ok(&out);
-    let table = nft_table(&node);
-    for want in [
-        "chain forward {",
-        "type filter hook forward priority filter; policy accept;",
-        "jump isolation1 comment \"cni-rs firewall skeleton v1\"",
-        "jump admin",
-        "ip daddr @allowed4 ct state established,related accept",
-        "ip saddr @allowed4 accept",
-        "ip6 daddr @allowed6 ct state established,related accept",
-        "ip6 saddr @allowed6 accept",
-        "chain admin {",
-    ] {
-        assert!(table.contains(want), "{want:?} not in\n{table}");
-    }
+    let node = fw_node("fwnft");
+    let b = Peer::attach(&node, "fwn-b", 1);
+    let n = conf("fwnet", extra("nftables"), Some(&b.prev_result()));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &b.netns(), &n));
     assert_eq!(
-        elements(&node, "allowed4"),
-        vec![format!("{} net=fwnet cid=ctr-a", a.v4())]
+        (filter_table(&node, false), filter_table(&node, true)),
+        by_programs,
+        "iptables-save of the nftables backend's rules"
     );
-    assert_eq!(
-        elements(&node, "allowed6"),
-        vec![format!("{} net=fwnet cid=ctr-a", a.v6())]
+    assert_eq!(nft_table(&node), "", "our old table is not written");
+    // An admin rule survives the plugin's ADDs; DEL without namespace and
+    // prevResult, twice.
+    run_ok(
+        node.command("iptables")
+            .args(["-A", "MY-ADMIN", "-d", "10.1.0.99/32", "-j", "DROP"]),
     );
-    assert_eq!(filter_table(&node, false), before, "iptables untouched");
-    // An admin rule survives the plugin's ADDs.
-    run_ok(node.command("nft").args([
-        "add",
-        "rule",
-        "inet",
-        "cni_rs_firewall",
-        "admin",
-        "ip",
-        "daddr",
-        "10.1.0.99",
-        "drop",
-    ]));
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
-    assert!(nft_table(&node).contains("ip daddr 10.1.0.99 drop"));
-    // DEL without namespace and prevResult, twice.
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &b.netns(), &n));
     let bare = conf("fwnet", json!({"backend": "nftables"}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
-    no_address_left(&node, &a);
-    assert_eq!(filter_table(&node, false), before, "iptables untouched");
+    no_address_left(&node, &b);
+    assert!(rules(&node, false).contains(&"-A MY-ADMIN -d 10.1.0.99/32 -j DROP".to_string()));
     // DEL with prevResult only removes what this container owns.
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-new", &a.netns(), &c));
-    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &c));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-new", &b.netns(), &n));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &n));
+    assert!(rules(&node, false).contains(&accept_rules(&b.v4(), false)[1]));
     assert_eq!(
-        elements(&node, "allowed4"),
-        vec![format!("{} net=fwnet cid=ctr-new", a.v4())]
+        records(),
+        vec![
+            format!("{} ctr-new nftables", b.v4()),
+            format!("{} ctr-new nftables", b.v6())
+        ]
     );
 }
 
@@ -520,7 +606,7 @@ fn firewall_check_names_what_was_removed_by_hand() {
     if !require_root("firewall_check_names_what_was_removed_by_hand") {
         return;
     }
-    let node = forwarding_node("fwcheck");
+    let node = fw_node("fwcheck");
     let a = Peer::attach(&node, "fwc-a", 1);
     let prev = a.prev_result();
     // iptables: delete the pod's source rule by hand.
@@ -555,7 +641,7 @@ fn firewall_check_names_what_was_removed_by_hand() {
         "-m",
         "comment",
         "--comment",
-        "CNI firewall plugin rules (ingressPolicy: same-bridge)",
+        "CNI firewall plugin rules (ingressPolicy: same-bridge|isolated)",
         "-j",
         "DROP",
     ]));
@@ -564,36 +650,28 @@ fn firewall_check_names_what_was_removed_by_hand() {
         "ip6tables rule missing: -A CNI-ISOLATION-STAGE-2 -o v1",
     );
 
-    // nftables: delete the pod's element by hand.
+    // nftables: the same rules, removed by hand with iptables.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
-    run_ok(node.command("nft").args([
-        "delete",
-        "element",
-        "inet",
-        "cni_rs_firewall",
-        "allowed6",
-        "{ fd00:1::2 }",
+    run_ok(node.command("ip6tables").args([
+        "-D",
+        "CNI-FORWARD",
+        "-s",
+        "fd00:1::2/128",
+        "-j",
+        "ACCEPT",
     ]));
     call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n).assert_error(
         102,
-        "address fd00:1::2 of net=fwnet cid=ctr-n is not in set inet cni_rs_firewall allowed6",
+        "ip6tables rule missing: -A CNI-FORWARD -s fd00:1::2/128 -j ACCEPT",
     );
-    // A rule of the skeleton removed by hand.
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
-    run_ok(
-        node.command("nft")
-            .args(["flush", "chain", "inet", "cni_rs_firewall", "forward"]),
-    );
-    call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n)
-        .assert_error(102, "chain inet cni_rs_firewall forward does not hold");
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-n", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-n", &a.netns(), &n));
 }
 
 fn gc_collects(backend: &str) {
-    let node = forwarding_node(&format!("fwgc-{backend}"));
+    let node = fw_node(&format!("fwgc-{backend}"));
     let a = Peer::attach(&node, "fwg-a", 1);
     let b = Peer::attach(&node, "fwg-b", 2);
     let o = Peer::attach(&node, "fwg-o", 3);
@@ -633,15 +711,7 @@ fn gc_collects(backend: &str) {
         &c(&b, "fwnet"),
     )
     .assert_error(102, "10.2.0.2");
-    if backend == "nftables" {
-        assert_eq!(
-            elements(&node, "allowed4"),
-            vec![
-                format!("{} net=fwnet cid=ctr-a", a.v4()),
-                format!("{} net=other cid=ctr-o", o.v4())
-            ]
-        );
-    } else {
+    {
         for v6 in [false, true] {
             let r = rules(&node, v6);
             assert!(
@@ -650,7 +720,15 @@ fn gc_collects(backend: &str) {
                 "{r:?}"
             );
         }
-        assert!(rules(&node, false).contains(&owner_rule(&a.v4(), false, "fwnet", "ctr-a")));
+    }
+    {
+        let recs = records();
+        assert!(
+            recs.contains(&format!("{} ctr-a {backend}", a.v4()))
+                && recs.contains(&format!("{} ctr-o {backend}", o.v4()))
+                && !recs.iter().any(|r| r.contains("ctr-b")),
+            "{recs:?}"
+        );
     }
     // A GC with every container valid removes nothing.
     let before = (
@@ -692,7 +770,7 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
     if !require_root("firewall_validation_rejects_bad_keys_before_touching_anything") {
         return;
     }
-    let node = forwarding_node("fwval");
+    let node = fw_node("fwval");
     let pod = Netns::new("fwv-pod");
     let netns = pod.path().to_str().unwrap().to_string();
     let prev = json!({
@@ -712,9 +790,23 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
             json!({"backend": "firewalld"}),
             Some(&prev),
             2,
-            "\"backend\": \"firewalld\": firewalld is not available on this node",
+            "\"backend\": \"firewalld\": firewalld is not running on this node (no system bus at /nonexistent/",
         ),
-        (json!({"ingressPolicy": "closed"}), Some(&prev), 7, "ingressPolicy: unknown ingress policy \"closed\""),
+        // The zone is checked before firewalld is looked for.
+        (
+            json!({"backend": "firewalld", "firewalldZone": "no such zone"}),
+            Some(&prev),
+            7,
+            "firewalldZone: \"no such zone\" is not a firewalld zone name",
+        ),
+        (json!({"firewalldZone": 7}), Some(&prev), 7, "firewalldZone"),
+        (json!({"dataDir": "records"}), Some(&prev), 7, "dataDir: \"records\" is not an absolute path"),
+        (
+            json!({"ingressPolicy": "closed"}),
+            Some(&prev),
+            7,
+            "ingressPolicy: unknown ingress policy \"closed\" (expected \"open\", \"same-bridge\" or \"isolated\")",
+        ),
         (
             json!({"iptablesAdminChainName": "MY ADMIN"}),
             Some(&prev),
@@ -732,12 +824,6 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
             Some(&prev),
             7,
             "is a built-in chain or target",
-        ),
-        (
-            json!({"backend": "nftables", "iptablesAdminChainName": "MY-ADMIN"}),
-            Some(&prev),
-            7,
-            "iptablesAdminChainName: \"MY-ADMIN\" is an iptables option, but the backend is nftables",
         ),
         // same-bridge needs the bridge first in prevResult; here the first
         // interface is the container's.
@@ -798,7 +884,7 @@ fn firewall_add_passes_the_previous_result_through() {
     if !require_root("firewall_add_passes_the_previous_result_through") {
         return;
     }
-    let node = forwarding_node("fwpass");
+    let node = fw_node("fwpass");
     let pod = Netns::new("fwp-pod");
     let netns = pod.path().to_str().unwrap().to_string();
     let prev = json!({
@@ -841,7 +927,7 @@ fn firewall_add_passes_the_previous_result_through() {
 // ---- crashes ------------------------------------------------------------------
 
 fn crash_around_commits(backend: &str) {
-    let node = forwarding_node(&format!("fwfault-{backend}"));
+    let node = fw_node(&format!("fwfault-{backend}"));
     let a = Peer::attach(&node, "fwf-a", 1);
     let c = conf("fwnet", json!({"backend": backend}), Some(&a.prev_result()));
     let run = |verb: &str, netns: &str, stdin: &str, point: &str| {
@@ -859,29 +945,20 @@ fn crash_around_commits(backend: &str) {
             stdin,
         )
     };
-    let nft = backend == "nftables";
     // Which of the pod's two addresses are allowed, as (v4, v6).
     let allowed = |node: &Netns| -> (bool, bool) {
-        if nft {
-            (
-                !elements(node, "allowed4").is_empty(),
-                !elements(node, "allowed6").is_empty(),
-            )
-        } else {
-            (
-                rules(node, false).contains(&accept_rules(&a.v4(), false)[1]),
-                rules(node, true).contains(&accept_rules(&a.v6(), true)[1]),
-            )
-        }
+        (
+            rules(node, false).contains(&accept_rules(&a.v4(), false)[1]),
+            rules(node, true).contains(&accept_rules(&a.v6(), true)[1]),
+        )
     };
     let bare = conf("fwnet", json!({"backend": backend}), None);
-    let mut points = vec![
+    // One commit per family on both backends.
+    let points = vec![
         ("firewall/add-before-commit", (false, false)),
+        ("firewall/add-between-families", (true, false)),
         ("firewall/add-after-commit", (true, true)),
     ];
-    if !nft {
-        points.insert(1, ("firewall/add-between-families", (true, false)));
-    }
     for (point, want) in points {
         let out = run("ADD", &a.netns(), &c, point);
         assert_eq!(out.exit_code, -1, "{point}: killed: {out:?}");
@@ -962,7 +1039,7 @@ fn firewall_nft_runs_no_process_at_all() {
     if !require_root("firewall_nft_runs_no_process_at_all") {
         return;
     }
-    let node = forwarding_node("fwnoproc");
+    let node = fw_node("fwnoproc");
     let a = Peer::attach(&node, "fwnp-a", 1);
     let empty = TempDir::new("fw-empty-path");
     let path = empty.path().to_str().unwrap().to_string();
@@ -1009,7 +1086,8 @@ fn firewall_nft_runs_no_process_at_all() {
         &n,
     ));
     let gc_conf = json!({"cniVersion": "1.1.0", "name": "fwnet", "type": "firewall",
-                         "backend": "nftables", "cni.dev/valid-attachments": []});
+                         "backend": "nftables", "dataDir": records_dir(),
+                         "cni.dev/valid-attachments": []});
     assert_ok(&call_with_path(
         &node,
         &path,
@@ -1072,7 +1150,7 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
     if !require_root("firewall_iptables_runs_one_save_and_at_most_one_restore_per_family") {
         return;
     }
-    let node = forwarding_node("fwprocs");
+    let node = fw_node("fwprocs");
     let a = Peer::attach(&node, "fwpr-a", 1);
     let shims = TempDir::new("fw-shims");
     let log = counting_shims(&shims);
@@ -1152,35 +1230,39 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
         &c4,
     ));
     assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
-    // The nftables backend's DEL runs the iptables programs only for the
-    // family where nf_tables shows this container's iptables state.
+    // A DEL configured for nftables removes the rules an iptables ADD
+    // wrote (iptables-nft's are nf_tables rules) without any program.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&v4only));
     assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
-    assert_eq!(runs(&log), vec!["iptables-restore", "iptables-save"]);
-    assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
-    assert_eq!(runs(&log), Vec::<String>::new(), "nothing left to look at");
+    assert_eq!(runs(&log), Vec::<String>::new());
+    assert!(!rules(&node, false).iter().any(|r| r.contains("10.1.0.2")));
+    assert_eq!(records(), Vec::<String>::new());
 }
 
 fn concurrent(backend: &str) {
-    let node = forwarding_node(&format!("fwconc-{backend}"));
+    let node = fw_node(&format!("fwconc-{backend}"));
     let n = 8u8;
     let pods: Vec<Peer> = (1..=n)
         .map(|i| Peer::attach(&node, &format!("fwcc-{i}"), i))
         .collect();
     let extra = json!({"backend": backend, "ingressPolicy": "same-bridge"});
+    // Configs are built here: the records directory is this thread's.
+    let confs: Vec<String> = pods
+        .iter()
+        .map(|p| conf("fwnet", extra.clone(), Some(&p.prev_result())))
+        .collect();
     std::thread::scope(|s| {
         for (i, p) in pods.iter().enumerate() {
             let node = &node;
-            let extra = extra.clone();
+            let c = &confs[i];
             s.spawn(move || {
-                let c = conf("fwnet", extra, Some(&p.prev_result()));
                 assert_ok(&call_eth0(
                     &ours(),
                     node,
                     "ADD",
                     &format!("ctr-{i}"),
                     &p.netns(),
-                    &c,
+                    c,
                 ));
             });
         }
@@ -1196,32 +1278,24 @@ fn concurrent(backend: &str) {
             &c,
         ));
     }
-    if backend == "iptables" {
+    assert_eq!(records().len(), 2 * n as usize, "{:?}", records());
+    {
         for v6 in [false, true] {
             let r = rules(&node, v6);
             let count = |needle: &str| r.iter().filter(|l| l.contains(needle)).count();
             assert_eq!(count("-j CNI-FORWARD"), 1, "{r:#?}");
             assert_eq!(count("-j CNI-ADMIN"), 1, "{r:#?}");
             assert_eq!(count("-j CNI-ISOLATION-STAGE-1"), 1, "{r:#?}");
-            assert_eq!(count("-A CNI-FORWARD-OWNERS"), n as usize, "{r:#?}");
+            assert_eq!(count("CNI-FORWARD-OWNERS"), 0, "{r:#?}");
             assert_eq!(count("-A CNI-FORWARD -s "), n as usize, "{r:#?}");
             assert_eq!(count("-A CNI-ISOLATION-STAGE-2 -o v"), n as usize, "{r:#?}");
         }
-    } else {
-        assert_eq!(elements(&node, "allowed4").len(), n as usize);
-        assert_eq!(elements(&node, "allowed6").len(), n as usize);
-        let t = nft_table(&node);
-        assert_eq!(t.matches("jump admin").count(), 1, "{t}");
-        assert_eq!(
-            t.matches("drop comment \"same-bridge v").count(),
-            n as usize,
-            "{t}"
-        );
     }
+    let bare = conf("fwnet", json!({"backend": backend}), None);
     std::thread::scope(|s| {
         for i in 0..pods.len() {
             let node = &node;
-            let bare = conf("fwnet", json!({"backend": backend}), None);
+            let bare = &bare;
             s.spawn(move || {
                 assert_ok(&call_eth0(
                     &ours(),
@@ -1229,7 +1303,7 @@ fn concurrent(backend: &str) {
                     "DEL",
                     &format!("ctr-{i}"),
                     "",
-                    &bare,
+                    bare,
                 ));
             });
         }
@@ -1253,4 +1327,757 @@ fn firewall_nft_concurrent_adds_and_dels_keep_every_rule_once() {
         return;
     }
     concurrent("nftables");
+}
+
+// ---- upstream v1.7+ and our previous release, from fixtures ---------------------
+
+/// `tests/fixtures/firewall/<name>`.
+fn fixture(name: &str) -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/firewall")
+        .join(name);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// Upstream's plugins built locally (`CNI_UPSTREAM_PLUGINS`, a directory
+/// holding upstream HEAD's `firewall`): when set, the fixture tests also
+/// run the real binary; the fixtures alone always run.
+fn upstream_firewall() -> Option<PathBuf> {
+    let p = PathBuf::from(std::env::var_os("CNI_UPSTREAM_PLUGINS")?).join("firewall");
+    assert!(
+        p.is_file(),
+        "CNI_UPSTREAM_PLUGINS has no firewall: {}",
+        p.display()
+    );
+    eprintln!("also running upstream's {}", p.display());
+    Some(p)
+}
+
+/// The pods of the fixtures: (container ID, ingressPolicy, bridge, IPv4,
+/// IPv6), ADDed in this order.
+const PODMAN_PODS: [(&str, &str, &str, &str, &str); 3] = [
+    (
+        "c1",
+        "same-bridge",
+        "cni-podman0",
+        "10.88.0.2",
+        "fd00:88::2",
+    ),
+    ("c2", "isolated", "cni-podman1", "10.89.0.2", "fd00:89::2"),
+    (
+        "c3",
+        "same-bridge",
+        "cni-podman0",
+        "10.88.0.3",
+        "fd00:88::3",
+    ),
+];
+
+/// The config of a fixture pod, with the bridge's `prevResult` (or none).
+fn podman_conf(pod: &(&str, &str, &str, &str, &str), extra: Value, with_prev: bool) -> String {
+    let (_, policy, bridge, v4, v6) = *pod;
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": bridge}, {"name": "eth0", "sandbox": "/run/netns/fixture-pod"}],
+        "ips": [{"address": format!("{v4}/16"), "interface": 1},
+                {"address": format!("{v6}/64"), "interface": 1}]
+    });
+    let mut e = json!({"ingressPolicy": policy});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        e[k] = v.clone();
+    }
+    conf("podman", e, with_prev.then_some(&prev))
+}
+
+/// Loads an `iptables-save` text into the node's filter table.
+fn restore(node: &Netns, v6: bool, text: &str) {
+    use std::io::Write;
+    let prog = if v6 {
+        "ip6tables-restore"
+    } else {
+        "iptables-restore"
+    };
+    let mut child = node
+        .command(prog)
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect(prog);
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{prog} of a fixture");
+}
+
+/// A filter table text without the per-address accept rules (what is
+/// left when every container is gone: the Go plugin never removes shared
+/// chains and isolation rules).
+fn without_accepts(table: &str) -> String {
+    table
+        .lines()
+        .filter(|l| !l.starts_with("-A CNI-FORWARD -d ") && !l.starts_with("-A CNI-FORWARD -s "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// What upstream's DEL runs for one address (`iptables.go`: `Delete` of
+/// its two rules, through go-iptables, errors ignored).
+fn upstream_del_commands(node: &Netns, v4: &str, v6: &str) {
+    for (prog, host) in [
+        ("iptables", format!("{v4}/32")),
+        ("ip6tables", format!("{v6}/128")),
+    ] {
+        for rule in [
+            vec![
+                "-d",
+                &host,
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "RELATED,ESTABLISHED",
+                "-j",
+                "ACCEPT",
+            ],
+            vec!["-s", &host, "-j", "ACCEPT"],
+        ] {
+            let mut args = vec!["-t", "filter", "-D", "CNI-FORWARD"];
+            args.extend(rule);
+            args.push("--wait");
+            run_ok(node.command(prog).args(&args));
+        }
+    }
+}
+
+#[test]
+fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
+    if !require_root("firewall_iptables_writes_exactly_what_upstream_v1_9_writes") {
+        return;
+    }
+    let want = (
+        fixture("upstream-v1.9-podman.ipv4.rules"),
+        fixture("upstream-v1.9-podman.ipv6.rules"),
+    );
+    // The default backend (no firewalld here), "iptables" and "nftables"
+    // alike.
+    for backend in ["", "iptables", "nftables"] {
+        let node = fw_node("fwup-write");
+        for pod in &PODMAN_PODS {
+            let c = podman_conf(pod, json!({"backend": backend}), true);
+            assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
+        }
+        assert_eq!(
+            (filter_table(&node, false), filter_table(&node, true)),
+            want,
+            "backend {backend:?}: our rules vs upstream v1.9's"
+        );
+    }
+    if let Some(up) = upstream_firewall() {
+        let node = fw_node("fwup-real");
+        for pod in &PODMAN_PODS {
+            let c = podman_conf(pod, json!({"backend": "iptables"}), true);
+            assert_ok(&call_eth0(&up, &node, "ADD", pod.0, "/run/netns/x", &c));
+        }
+        assert_eq!(
+            (filter_table(&node, false), filter_table(&node, true)),
+            want,
+            "the real upstream binary vs the fixture"
+        );
+    }
+}
+
+fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
+    let up = upstream_firewall();
+    let node = fw_node(&format!("fwup-over-{backend}"));
+    let v4 = fixture("upstream-v1.9-podman.ipv4.rules");
+    let v6 = fixture("upstream-v1.9-podman.ipv6.rules");
+    match &up {
+        Some(up) => {
+            for pod in &PODMAN_PODS {
+                let c = podman_conf(pod, json!({"backend": "iptables"}), true);
+                assert_ok(&call_eth0(up, &node, "ADD", pod.0, "/run/netns/x", &c));
+            }
+        }
+        None => {
+            restore(&node, false, &v4);
+            restore(&node, true, &v6);
+        }
+    }
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (v4.clone(), v6.clone())
+    );
+    // Our CHECK accepts upstream's rules; our ADD adds no duplicate.
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({"backend": backend}), true);
+        assert_ok(&call_eth0(
+            &ours(),
+            &node,
+            "CHECK",
+            pod.0,
+            "/run/netns/x",
+            &c,
+        ));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
+    }
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (v4.clone(), v6.clone())
+    );
+    // Our DEL, with the prevResult the runtime keeps, removes each pod's
+    // rules; shared chains and isolation stay, as upstream leaves them.
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({"backend": backend}), true);
+        assert_ok(&call_eth0(&ours(), &node, "DEL", pod.0, "", &c));
+    }
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (without_accepts(&v4), without_accepts(&v6))
+    );
+    assert_eq!(records(), Vec::<String>::new());
+}
+
+fn removed_by_upstream_v1_9s_del(backend: &str) {
+    let up = upstream_firewall();
+    let v4 = fixture("upstream-v1.9-podman.ipv4.rules");
+    let v6 = fixture("upstream-v1.9-podman.ipv6.rules");
+    let node = fw_node(&format!("fwup-del-{backend}"));
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({"backend": backend}), true);
+        assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
+    }
+    // Upstream's CHECK on our rules, then its DEL: with the binary when
+    // there is one, else the commands its DEL runs (the tables are the
+    // fixture's, so upstream's CHECK would look for exactly these rules).
+    for pod in &PODMAN_PODS {
+        let c = podman_conf(pod, json!({"backend": "iptables"}), true);
+        match &up {
+            Some(up) => {
+                assert_ok(&call_eth0(up, &node, "CHECK", pod.0, "/run/netns/x", &c));
+                assert_ok(&call_eth0(up, &node, "DEL", pod.0, "/run/netns/x", &c));
+            }
+            None => upstream_del_commands(&node, pod.3, pod.4),
+        }
+    }
+    // Nothing of ours is left in the firewall.
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (without_accepts(&v4), without_accepts(&v6))
+    );
+    // The owner records, files beside the firewall, go with our next GC.
+    assert_eq!(records().len(), 6, "{:?}", records());
+    assert_ok(&gc(&node, "podman", json!({"backend": backend}), &[]));
+    assert_eq!(records(), Vec::<String>::new());
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (without_accepts(&v4), without_accepts(&v6))
+    );
+}
+
+#[test]
+fn firewall_iptables_takes_over_what_upstream_v1_9_wrote() {
+    if !require_root("firewall_iptables_takes_over_what_upstream_v1_9_wrote") {
+        return;
+    }
+    takes_over_what_upstream_v1_9_wrote("iptables");
+}
+
+#[test]
+fn firewall_nft_takes_over_what_upstream_v1_9_wrote() {
+    if !require_root("firewall_nft_takes_over_what_upstream_v1_9_wrote") {
+        return;
+    }
+    takes_over_what_upstream_v1_9_wrote("nftables");
+}
+
+#[test]
+fn firewall_iptables_rules_are_removed_by_upstream_v1_9s_del() {
+    if !require_root("firewall_iptables_rules_are_removed_by_upstream_v1_9s_del") {
+        return;
+    }
+    removed_by_upstream_v1_9s_del("iptables");
+}
+
+#[test]
+fn firewall_nft_rules_are_removed_by_upstream_v1_9s_del() {
+    if !require_root("firewall_nft_rules_are_removed_by_upstream_v1_9s_del") {
+        return;
+    }
+    removed_by_upstream_v1_9s_del("nftables");
+}
+
+/// Loads our previous release's state (fixtures): its iptables owner
+/// records and its nf_tables elements of `c1` and `c2`.
+fn load_previous_release(node: &Netns) -> (String, String) {
+    let v4 = fixture("cni-rs-v0.1-owners.ipv4.rules");
+    let v6 = fixture("cni-rs-v0.1-owners.ipv6.rules");
+    restore(node, false, &v4);
+    restore(node, true, &v6);
+    let dir = TempDir::new("fw-prev-nft");
+    let f = dir.write("ruleset.nft", &fixture("cni-rs-v0.1-nft.ruleset"));
+    run_ok(node.command("nft").arg("-f").arg(&f));
+    assert!(v4.contains(&legacy_owner_rule("10.88.0.2", false, "podman", "c1")));
+    (v4, v6)
+}
+
+#[test]
+fn firewall_del_and_gc_remove_what_our_previous_release_left() {
+    if !require_root("firewall_del_and_gc_remove_what_our_previous_release_left") {
+        return;
+    }
+    let node = fw_node("fwprev");
+    let (v4, v6) = load_previous_release(&node);
+    let bare = conf("podman", json!({}), None);
+    // DEL of c1 without prevResult: its old owner records name it.
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "c1", "", &bare));
+    let t4 = filter_table(&node, false);
+    assert!(
+        !t4.contains("10.88.0.2") && t4.contains("10.88.0.3"),
+        "{t4}"
+    );
+    assert!(
+        t4.contains(&legacy_owner_rule("10.88.0.3", false, "podman", "c2")),
+        "{t4}"
+    );
+    assert_eq!(
+        elements(&node, "allowed4"),
+        vec!["10.88.0.3 net=podman cid=c2".to_string()]
+    );
+    // GC with no valid attachment: c2 goes, and so does the old chain.
+    assert_ok(&gc(&node, "podman", json!({}), &[]));
+    let gone = |t: &str| -> String {
+        without_accepts(t)
+            .lines()
+            .filter(|l| !l.contains("CNI-FORWARD-OWNERS"))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    };
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        (gone(&v4), gone(&v6))
+    );
+    assert_eq!(elements(&node, "allowed4"), Vec::<String>::new());
+    assert_eq!(elements(&node, "allowed6"), Vec::<String>::new());
+    assert_eq!(records(), Vec::<String>::new());
+}
+
+#[test]
+fn firewall_an_address_new_owner_replaces_our_previous_releases_record() {
+    if !require_root("firewall_an_address_new_owner_replaces_our_previous_releases_record") {
+        return;
+    }
+    let node = fw_node("fwprev-own");
+    load_previous_release(&node);
+    // c9 gets c1's old address: c1's old record goes, c2's stays.
+    let pod = ("c9", "open", "cni-podman0", "10.88.0.2", "fd00:88::2");
+    let c = podman_conf(&pod, json!({"backend": "iptables"}), true);
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "c9", "/run/netns/x", &c));
+    let t4 = filter_table(&node, false);
+    assert!(!t4.contains("id: \\\"c1\\\""), "{t4}");
+    assert!(
+        t4.contains(&legacy_owner_rule("10.88.0.3", false, "podman", "c2")),
+        "{t4}"
+    );
+    // A late DEL of c1, with its old prevResult, leaves c9's rules.
+    let late = podman_conf(
+        &("c1", "open", "cni-podman0", "10.88.0.2", "fd00:88::2"),
+        json!({}),
+        true,
+    );
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "c1", "", &late));
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "CHECK",
+        "c9",
+        "/run/netns/x",
+        &c,
+    ));
+    assert_eq!(
+        records(),
+        vec!["10.88.0.2 c9 iptables", "fd00:88::2 c9 iptables"]
+    );
+    // c2's DEL empties the old chain, which goes with its last record.
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "DEL",
+        "c2",
+        "",
+        &conf("podman", json!({}), None),
+    ));
+    for v6 in [false, true] {
+        let t = filter_table(&node, v6);
+        assert!(!t.contains("CNI-FORWARD-OWNERS"), "{t}");
+        assert!(!t.contains("10.88.0.3") && !t.contains("fd00:88::3"), "{t}");
+    }
+}
+
+// ---- firewalld (a real one, on a private system bus) ------------------------------
+
+/// A plugin call inside `bus`'s namespaces (the node's network namespace,
+/// the private bus at its default path).
+fn call_in_bus(
+    bus: &PrivateBus,
+    plugin: &std::path::Path,
+    verb: &str,
+    cid: &str,
+    netns: &str,
+    stdin: &str,
+) -> PluginOutput {
+    call_plugin_cmd(
+        bus.command(plugin),
+        &[
+            ("CNI_COMMAND", verb),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        stdin,
+    )
+}
+
+fn gc_in_bus(bus: &PrivateBus, net: &str, extra: Value, valid: &[&str]) -> PluginOutput {
+    let valid: Vec<Value> = valid
+        .iter()
+        .map(|c| json!({"containerID": c, "ifname": "eth0"}))
+        .collect();
+    let mut c = json!({"cniVersion": "1.1.0", "name": net, "type": "firewall",
+                       "dataDir": records_dir(), "cni.dev/valid-attachments": valid});
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        c[k] = v.clone();
+    }
+    call_plugin_cmd(
+        bus.command(ours()),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+        &c.to_string(),
+    )
+}
+
+/// The sources firewalld holds for a pod in `zone`.
+fn pod_sources(a: &Peer) -> Vec<String> {
+    let mut v = vec![format!("{}/32", a.v4()), format!("fd00:{}::2/128", a.idx)];
+    v.sort();
+    v
+}
+
+#[test]
+fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
+    if !require_root("firewall_firewalld_puts_the_pod_in_the_zone_while_added") {
+        return;
+    }
+    let node = fw_node("fwfd");
+    let a = Peer::attach(&node, "fwfd-a", 1);
+    let up = Peer::attach(&node, "fwfd-up", 9);
+    let _sa = server(&a.ns, "podA");
+    let _su = server(&up.ns, "up");
+    let mut bus = PrivateBus::start(&node);
+    bus.start_firewalld();
+    // The pod's side of the node in zone drop, the upstream side in zone
+    // block: no policy forwards between them, so only a source bound to
+    // trusted gets out.
+    bus.firewall_cmd(&["--zone=drop", "--change-interface=v1"]);
+    bus.firewall_cmd(&["--zone=block", "--change-interface=v9"]);
+    assert_eq!(connect(&a.ns, &up.v4()), None, "firewalld drops the pod");
+    let before_iptables = (filter_table(&node, false), filter_table(&node, true));
+    let prev = a.prev_result();
+    let c = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
+    assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
+    assert_eq!(bus.sources("trusted"), pod_sources(&a));
+    assert_eq!(
+        records(),
+        vec![
+            format!("{} ctr-a firewalld", a.v4()),
+            format!("{} ctr-a firewalld", a.v6())
+        ]
+    );
+    assert_eq!(
+        (filter_table(&node, false), filter_table(&node, true)),
+        before_iptables,
+        "the firewalld backend writes no iptables rule"
+    );
+    let from_a = format!("up {}", a.v4());
+    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
+    let from_a6 = format!("up {}", a.v6());
+    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+    assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
+    assert_eq!(
+        bus.sources("trusted"),
+        pod_sources(&a),
+        "ADD again: once each"
+    );
+
+    // Removed behind the plugin's back: CHECK says which; ADD repairs.
+    bus.firewall_cmd(&["--zone=trusted", "--remove-source=fd00:1::2/128"]);
+    call_in_bus(&bus, &ours(), "CHECK", "ctr-a", &a.netns(), &c).assert_error(
+        102,
+        "fd00:1::2/128 is not a source of firewalld zone \"trusted\"",
+    );
+    assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &c,
+    ));
+
+    // DEL without prevResult and namespace: found by the records.
+    let bare = conf("fwnet", json!({"backend": "firewalld"}), None);
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    assert_eq!(bus.sources("trusted"), Vec::<String>::new());
+    assert_eq!(connect(&a.ns, &up.v4()), None, "dropped again after DEL");
+    no_address_left(&node, &a);
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+
+    // Another zone; and a zone firewalld does not have (code 7, nothing left).
+    let public = conf(
+        "fwnet",
+        json!({"backend": "firewalld", "firewalldZone": "public"}),
+        Some(&prev),
+    );
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-p",
+        &a.netns(),
+        &public,
+    ));
+    assert_eq!(bus.sources("public"), pod_sources(&a));
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-p", "", &public));
+    assert_eq!(bus.sources("public"), Vec::<String>::new());
+    let nosuch = conf(
+        "fwnet",
+        json!({"backend": "firewalld", "firewalldZone": "nosuch"}),
+        Some(&prev),
+    );
+    call_in_bus(&bus, &ours(), "ADD", "ctr-n", &a.netns(), &nosuch)
+        .assert_error(7, "firewalldZone: firewalld has no zone \"nosuch\"");
+    assert_eq!(
+        records(),
+        Vec::<String>::new(),
+        "a failed ADD leaves no record"
+    );
+
+    // An address bound to another zone is a conflict (code 103).
+    bus.firewall_cmd(&["--zone=public", "--add-source=10.1.0.2/32"]);
+    call_in_bus(&bus, &ours(), "ADD", "ctr-x", &a.netns(), &c)
+        .assert_error(103, "10.1.0.2/32 is bound to another zone than \"trusted\"");
+    assert_eq!(bus.sources("trusted"), Vec::<String>::new(), "undone");
+    assert_eq!(records(), Vec::<String>::new());
+    bus.firewall_cmd(&["--zone=public", "--remove-source=10.1.0.2/32"]);
+}
+
+#[test]
+fn firewall_firewalld_gc_removes_attachments_that_are_not_valid() {
+    if !require_root("firewall_firewalld_gc_removes_attachments_that_are_not_valid") {
+        return;
+    }
+    let node = fw_node("fwfd-gc");
+    let a = Peer::attach(&node, "fwfg-a", 1);
+    let b = Peer::attach(&node, "fwfg-b", 2);
+    let o = Peer::attach(&node, "fwfg-o", 3);
+    let mut bus = PrivateBus::start(&node);
+    bus.start_firewalld();
+    let extra = json!({"backend": "firewalld"});
+    for (p, net, cid) in [
+        (&a, "fwnet", "ctr-a"),
+        (&b, "fwnet", "ctr-b"),
+        (&o, "other", "ctr-o"),
+    ] {
+        let c = conf(net, extra.clone(), Some(&p.prev_result()));
+        assert_ok(&call_in_bus(&bus, &ours(), "ADD", cid, &p.netns(), &c));
+    }
+    // An address the admin put in the zone is not ours: GC leaves it.
+    bus.firewall_cmd(&["--zone=trusted", "--add-source=192.0.2.7/32"]);
+    assert_ok(&gc_in_bus(&bus, "fwnet", extra.clone(), &["ctr-a"]));
+    let mut want: Vec<String> = pod_sources(&a)
+        .into_iter()
+        .chain(pod_sources(&o))
+        .chain(["192.0.2.7/32".to_string()])
+        .collect();
+    want.sort();
+    assert_eq!(bus.sources("trusted"), want);
+    let recs = records();
+    assert!(!recs.iter().any(|r| r.contains("ctr-b")), "{recs:?}");
+    assert_eq!(recs.len(), 4, "{recs:?}");
+    // With firewalld gone its runtime sources are gone too: DEL and GC
+    // still succeed and drop the records.
+    bus.stop_firewalld();
+    assert_ok(&gc_in_bus(&bus, "fwnet", extra.clone(), &[]));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "DEL",
+        "ctr-o",
+        "",
+        &conf("other", extra, None),
+    ));
+    assert_eq!(records(), Vec::<String>::new());
+}
+
+#[test]
+fn firewall_default_backend_is_firewalld_only_where_it_runs() {
+    if !require_root("firewall_default_backend_is_firewalld_only_where_it_runs") {
+        return;
+    }
+    let node = fw_node("fwfd-auto");
+    let a = Peer::attach(&node, "fwfa-a", 1);
+    let prev = a.prev_result();
+    let auto = conf("fwnet", json!({}), Some(&prev));
+    let bare = conf("fwnet", json!({}), None);
+    // No bus socket at all (every test command's default): iptables.
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+    // A system bus without firewalld: iptables; "firewalld" is refused.
+    let mut bus = PrivateBus::start(&node);
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert_eq!(
+        records(),
+        vec![
+            format!("{} ctr-a iptables", a.v4()),
+            format!("{} ctr-a iptables", a.v6())
+        ]
+    );
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+    let explicit = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
+    call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &explicit).assert_error(
+        2,
+        "firewalld is not running on this node (org.fedoraproject.FirewallD1 is not on the system bus)",
+    );
+    // firewalld running: the default is firewalld, as in Go.
+    bus.start_firewalld();
+    let before = (filter_table(&node, false), filter_table(&node, true));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert_eq!(bus.sources("trusted"), pod_sources(&a));
+    assert_eq!(
+        before,
+        (filter_table(&node, false), filter_table(&node, true))
+    );
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &auto,
+    ));
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    assert_eq!(bus.sources("trusted"), Vec::<String>::new());
+    no_address_left(&node, &a);
+    // ingressPolicy with firewalld isolates through iptables, as Go does.
+    let iso = conf("fwnet", json!({"ingressPolicy": "isolated"}), Some(&prev));
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "ADD",
+        "ctr-a",
+        &a.netns(),
+        &iso,
+    ));
+    assert_eq!(bus.sources("trusted"), pod_sources(&a));
+    let r = rules(&node, false);
+    assert!(
+        r.contains(&"-A CNI-ISOLATION-STAGE-1 -i v1 -o v1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: isolated)\" -j DROP".to_string()),
+        "{r:#?}"
+    );
+    assert!(!r.iter().any(|l| l.contains("-A CNI-FORWARD")), "{r:#?}");
+    assert_ok(&call_in_bus(
+        &bus,
+        &ours(),
+        "CHECK",
+        "ctr-a",
+        &a.netns(),
+        &iso,
+    ));
+    assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
+    no_address_left(&node, &a);
+}
+
+#[test]
+fn firewall_firewalld_switches_with_the_go_plugin_both_ways() {
+    if !require_root("firewall_firewalld_switches_with_the_go_plugin_both_ways") {
+        return;
+    }
+    let Some(go) = go_plugin("firewall") else {
+        return;
+    };
+    let node = fw_node("fwfd-go");
+    let a = Peer::attach(&node, "fwfgo-a", 1);
+    let mut bus = PrivateBus::start(&node);
+    bus.start_firewalld();
+    let prev = a.prev_result();
+    // What podman writes: no backend, so firewalld where it runs.
+    let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
+    let mut sides = vec![("Go 1.1.1", go)];
+    if let Some(up) = upstream_firewall() {
+        sides.push(("upstream v1.9", up));
+    }
+    for (name, go) in &sides {
+        // Go ADD, our CHECK and DEL (with the runtime's prevResult).
+        assert_ok(&call_in_bus(&bus, go, "ADD", "ctr-go", &a.netns(), &c));
+        assert_eq!(bus.sources("trusted"), pod_sources(&a), "{name} ADD");
+        assert_ok(&call_in_bus(
+            &bus,
+            &ours(),
+            "CHECK",
+            "ctr-go",
+            &a.netns(),
+            &c,
+        ));
+        assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-go", "", &c));
+        assert_eq!(
+            bus.sources("trusted"),
+            Vec::<String>::new(),
+            "our DEL of {name}'s"
+        );
+        // Our ADD, Go's CHECK and DEL: nothing left in firewalld.
+        assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-rs", &a.netns(), &c));
+        assert_ok(&call_in_bus(&bus, go, "CHECK", "ctr-rs", &a.netns(), &c));
+        assert_ok(&call_in_bus(&bus, go, "DEL", "ctr-rs", &a.netns(), &c));
+        assert_eq!(
+            bus.sources("trusted"),
+            Vec::<String>::new(),
+            "{name}'s DEL of ours"
+        );
+        // Our record of it goes with our GC.
+        assert_ok(&gc_in_bus(&bus, "fwnet", json!({}), &[]));
+        assert_eq!(records(), Vec::<String>::new());
+    }
 }

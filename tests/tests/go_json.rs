@@ -261,8 +261,9 @@ fn firewall_keys() {
     let parse = |v: &Value| firewall::config::FirewallConf::parse(&args_of(v, ""));
     let conf = with(
         base("firewall"),
-        json!({"backend": "iptables", "ingressPolicy": "same-bridge",
-               "iptablesAdminChainName": "MY-ADMIN", "firewalldZone": "public"}),
+        json!({"backend": "iptables", "ingressPolicy": "isolated",
+               "iptablesAdminChainName": "MY-ADMIN", "firewalldZone": "public",
+               "dataDir": "/run/cni/fw-test"}),
     );
     same_in_every_case("firewall", conf, &[], parse);
 }

@@ -1,9 +1,12 @@
 //! podman's generated network (CNI backend, `podman network create`):
 //! bridge + portmap + firewall + tuning at cniVersion 0.4.0, run through
-//! our `cnitool` against a pod on a node whose FORWARD policy is DROP, as
-//! podman and firewalld hosts often have. Checks traffic to the gateway,
-//! out through the node and to a host port, the firewall rules, a sysctl
-//! set by tuning, CHECK, and that DEL takes all of it back.
+//! our `cnitool`, upstream Go libcni's `cnitool` and containerd's go-cni
+//! against a pod on a node whose forwarding is closed: by a FORWARD policy
+//! DROP, as podman hosts often have, or by firewalld's zones (a real
+//! firewalld on a private system bus), where the firewall plugin's default
+//! backend is firewalld, as on RHEL and Fedora. Checks traffic to the
+//! gateway, out through the node and to a host port, the firewall's state,
+//! a sysctl set by tuning, CHECK, and that DEL takes all of it back.
 
 use serde_json::{json, Value};
 use tests::*;
@@ -67,9 +70,9 @@ fn cnitool_container_id(netns: &str) -> String {
 }
 
 /// What `podman network create` writes with the CNI backend, with the
-/// test's data dirs (host-local leases, tuning backups) and a sysctl for
-/// tuning to set.
-fn podman_conflist(leases: &TempDir, backups: &TempDir, ip_masq: bool) -> Value {
+/// test's data dirs (host-local leases, firewall records, tuning backups)
+/// and a sysctl for tuning to set.
+fn podman_conflist(dirs: &Dirs, ip_masq: bool) -> Value {
     json!({
         "cniVersion": "0.4.0",
         "name": "podman",
@@ -84,25 +87,139 @@ fn podman_conflist(leases: &TempDir, backups: &TempDir, ip_masq: bool) -> Value 
                     "type": "host-local",
                     "routes": [{"dst": "0.0.0.0/0"}],
                     "ranges": [[{"subnet": "10.88.0.0/16", "gateway": "10.88.0.1"}]],
-                    "dataDir": leases.path()
+                    "dataDir": dirs.leases.path()
                 }
             },
             {"type": "portmap", "capabilities": {"portMappings": true}},
-            {"type": "firewall", "backend": ""},
+            {"type": "firewall", "backend": "", "dataDir": dirs.firewall.path()},
             {
                 "type": "tuning",
                 "sysctl": {"net.core.somaxconn": "1024"},
-                "dataDir": backups.path()
+                "dataDir": dirs.backups.path()
             }
         ]
     })
 }
 
-#[test]
-fn podman_generated_network_runs_on_the_suite_alone() {
-    if !require_root("podman_generated_network_runs_on_the_suite_alone") {
-        return;
+/// The chain's data dirs.
+struct Dirs {
+    leases: TempDir,
+    firewall: TempDir,
+    backups: TempDir,
+}
+
+/// Who runs the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// Our `cnitool`.
+    Ours,
+    /// Upstream Go libcni's `cnitool`.
+    GoCnitool,
+    /// containerd's CRI path (go-cni): loopback first, `-port` as CRI's
+    /// capitalised `PortMappings`.
+    Cri,
+}
+
+/// A pod's chain run by one client, inside `bus`'s namespaces when the
+/// node has a (private) system bus.
+struct Run<'a> {
+    node: &'a Node,
+    bus: Option<&'a PrivateBus>,
+    client: Client,
+    tool: std::path::PathBuf,
+    pod: &'a Netns,
+}
+
+const CRI_ID: &str = "podman-cri-sandbox";
+
+impl Run<'_> {
+    fn verb(&self, verb: &str) -> PluginOutput {
+        let pod_path = self.pod.path().to_str().expect("utf8").to_string();
+        let caps = json!({"portMappings": [
+            {"hostPort": 8080, "containerPort": 7070, "protocol": "tcp"}
+        ]})
+        .to_string();
+        match self.client {
+            Client::Ours => self.node.cnitool_in(
+                self.bus,
+                &self.tool,
+                &[verb, "podman", &pod_path],
+                &[("CAP_ARGS", &caps)],
+            ),
+            Client::GoCnitool => self.node.go_cnitool_in(
+                self.bus,
+                &self.tool,
+                &[verb, "podman", &pod_path],
+                &[("CAP_ARGS", &caps)],
+            ),
+            Client::Cri => {
+                let cri_verb = match verb {
+                    "add" => "setup",
+                    "del" => "remove",
+                    other => other,
+                };
+                self.node.cri_in(
+                    self.bus,
+                    &self.tool,
+                    cri_verb,
+                    Some(self.pod),
+                    CRI_ID,
+                    &["-port", "8080:7070/tcp"],
+                )
+            }
+        }
     }
+
+    /// The container ID the client gives the pod.
+    fn container_id(&self) -> String {
+        let ours = cnitool_container_id(self.pod.path().to_str().expect("utf8"));
+        match self.client {
+            Client::Cri => CRI_ID.to_string(),
+            Client::Ours => ours,
+            // Go libcni's cnitool (Debian's build) keeps 6 bytes of the hash.
+            Client::GoCnitool => ours[.."cnitool-".len() + 12].to_string(),
+        }
+    }
+}
+
+/// The owner records of the firewall: `<address> <containerID> <backend>`.
+fn records(dir: &TempDir) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("records dir")
+        .flatten()
+        .map(|e| {
+            let rec: Value =
+                serde_json::from_slice(&std::fs::read(e.path()).expect("record")).expect("json");
+            format!(
+                "{} {} {}",
+                e.file_name().to_string_lossy(),
+                rec["containerID"].as_str().unwrap_or_default(),
+                rec["backend"].as_str().unwrap_or_default()
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The tools of `client`, or `None` (said loudly; a failure in CI).
+fn tool(client: Client) -> Option<std::path::PathBuf> {
+    match client {
+        Client::Ours => Some(bin("cnitool")),
+        Client::GoCnitool => go_cnitool(),
+        Client::Cri => go_cni_cri(),
+    }
+}
+
+/// Runs podman's chain for one pod through `client` on a node whose
+/// forwarding is closed: by the FORWARD policy DROP of iptables, or, with
+/// firewalld (`with_firewalld`), by its zones (the bridge in `drop`, the
+/// uplink in `block`). The firewall plugin's default backend finds
+/// iptables there, or firewalld.
+fn podman_chain(client: Client, with_firewalld: bool) {
+    let Some(tool) = tool(client) else {
+        return;
+    };
     // Every plugin of the chain must be ours and built: a missing one is a
     // failure, never a skip.
     for p in [
@@ -111,6 +228,7 @@ fn podman_generated_network_runs_on_the_suite_alone() {
         "portmap",
         "firewall",
         "tuning",
+        "loopback",
         "cnitool",
     ] {
         assert!(
@@ -122,14 +240,15 @@ fn podman_generated_network_runs_on_the_suite_alone() {
     }
     let node = Node::new("podman");
     node.ns.ip(&["link", "set", "lo", "up"]);
-    let leases = TempDir::new("podman-leases");
-    let backups = TempDir::new("podman-tuning");
+    let dirs = Dirs {
+        leases: TempDir::new("podman-leases"),
+        firewall: TempDir::new("podman-firewall"),
+        backups: TempDir::new("podman-tuning"),
+    };
     let pod = Netns::new("podman-pod");
-    let pod_path = pod.path().to_str().expect("utf8").to_string();
-    let cid = cnitool_container_id(&pod_path);
 
-    // An upstream namespace behind the node, which drops forwarding by
-    // default; upstream routes the pod subnet back through the node.
+    // An upstream namespace behind the node; upstream routes the pod
+    // subnet back through the node.
     let up = Netns::new("podman-up");
     node.ns.ip(&[
         "link",
@@ -149,33 +268,46 @@ fn podman_generated_network_runs_on_the_suite_alone() {
     up.ip(&["link", "set", "eth0", "up"]);
     up.ip(&["link", "set", "lo", "up"]);
     up.ip(&["route", "add", "10.88.0.0/16", "via", "10.9.0.1"]);
-    run_ok(node.ns.command("iptables").args(["-P", "FORWARD", "DROP"]));
+    let mut bus = None;
+    if with_firewalld {
+        let mut b = PrivateBus::start(&node.ns);
+        b.start_firewalld();
+        b.firewall_cmd(&["--zone=drop", "--change-interface=cni-podman0"]);
+        b.firewall_cmd(&["--zone=block", "--change-interface=up0"]);
+        bus = Some(b);
+    } else {
+        run_ok(node.ns.command("iptables").args(["-P", "FORWARD", "DROP"]));
+    }
 
     let somaxconn = "/proc/sys/net/core/somaxconn";
     let original = cat(&pod, somaxconn);
     assert_ne!(original, "1024");
 
-    node.write_conf(
-        "87-podman.conflist",
-        &podman_conflist(&leases, &backups, true),
-    );
-    let caps = json!({"portMappings": [
-        {"hostPort": 8080, "containerPort": 7070, "protocol": "tcp"}
-    ]})
-    .to_string();
-    let cnitool = bin("cnitool");
-    let add = node.cnitool_with(
-        &cnitool,
-        &["add", "podman", &pod_path],
-        &[("CAP_ARGS", &caps)],
-    );
-    assert_eq!(add.exit_code, 0, "{add:?}");
+    node.write_conf("87-podman.conflist", &podman_conflist(&dirs, true));
+    let run = Run {
+        node: &node,
+        bus: bus.as_ref(),
+        client,
+        tool,
+        pod: &pod,
+    };
+    let cid = run.container_id();
+    let add = run.verb("add");
+    assert_eq!(add.exit_code, 0, "{client:?}: {add:?}");
     let result = add.json();
-    assert_eq!(result["cniVersion"], "0.4.0", "{result}");
-    assert_eq!(result["ips"][0]["version"], "4", "{result}");
-    assert_eq!(result["ips"][0]["address"], "10.88.0.2/16", "{result}");
-    assert_eq!(result["ips"][0]["gateway"], "10.88.0.1", "{result}");
-    assert_eq!(result["interfaces"][0]["name"], "cni-podman0", "{result}");
+    if client == Client::Cri {
+        assert_eq!(
+            result["interfaces"]["eth0"]["IPConfigs"][0],
+            json!({"IP": "10.88.0.2", "Gateway": "10.88.0.1"}),
+            "{result}"
+        );
+    } else {
+        assert_eq!(result["cniVersion"], "0.4.0", "{result}");
+        assert_eq!(result["ips"][0]["version"], "4", "{result}");
+        assert_eq!(result["ips"][0]["address"], "10.88.0.2/16", "{result}");
+        assert_eq!(result["ips"][0]["gateway"], "10.88.0.1", "{result}");
+        assert_eq!(result["interfaces"][0]["name"], "cni-podman0", "{result}");
+    }
 
     // Traffic to the gateway, out through the node (allowed by firewall,
     // masqueraded by bridge's ipMasq), and to the host port.
@@ -188,7 +320,7 @@ fn podman_generated_network_runs_on_the_suite_alone() {
     assert_eq!(
         connect(&pod, "10.9.0.2", 7072).as_deref(),
         Some("up 10.9.0.1"),
-        "forwarded despite the DROP policy, and masqueraded"
+        "{client:?}: forwarded through the closed node, and masqueraded"
     );
     let _pod_srv = server(&pod, "pod", 7070);
     assert_eq!(
@@ -197,39 +329,63 @@ fn podman_generated_network_runs_on_the_suite_alone() {
         "host port 8080 reaches the pod"
     );
 
-    // The firewall's rules, the Go plugin's shapes plus our owner record.
+    // The firewall's state: the Go plugin's rules, or the zone's sources,
+    // and the owner record beside them.
     let rules = filter_rules(&node.ns);
-    for want in [
-        "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD".to_string(),
-        "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN"
-            .to_string(),
-        "-A CNI-FORWARD -d 10.88.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
-            .to_string(),
-        "-A CNI-FORWARD -s 10.88.0.2/32 -j ACCEPT".to_string(),
-        format!(
-            "-A CNI-FORWARD-OWNERS -s 10.88.0.2/32 -m comment --comment \"name: \\\"podman\\\" id: \\\"{cid}\\\"\""
-        ),
-    ] {
-        assert!(rules.contains(&want), "{want}\nnot in\n{rules:#?}");
-    }
+    let ours = [
+        "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD",
+        "-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j CNI-ADMIN",
+        "-A CNI-FORWARD -d 10.88.0.2/32 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+        "-A CNI-FORWARD -s 10.88.0.2/32 -j ACCEPT",
+    ];
+    let backend = match &bus {
+        Some(b) => {
+            assert_eq!(b.sources("trusted"), vec!["10.88.0.2/32"]);
+            assert!(
+                !rules.iter().any(|r| r.contains("CNI-FORWARD")),
+                "{rules:#?}"
+            );
+            "firewalld"
+        }
+        None => {
+            for want in ours {
+                assert!(
+                    rules.iter().any(|r| r == want),
+                    "{want}\nnot in\n{rules:#?}"
+                );
+            }
+            "iptables"
+        }
+    };
+    assert_eq!(
+        records(&dirs.firewall),
+        vec![format!("10.88.0.2 {cid} {backend}")]
+    );
     // tuning's sysctl in the pod.
     assert_eq!(cat(&pod, somaxconn), "1024");
 
-    let check = node.cnitool_with(
-        &cnitool,
-        &["check", "podman", &pod_path],
-        &[("CAP_ARGS", &caps)],
-    );
-    assert_eq!(check.exit_code, 0, "{check:?}");
+    let check = run.verb("check");
+    if client == Client::Cri {
+        // go-cni's own loopback network is 0.3.1, which has no CHECK:
+        // libcni refuses before any plugin runs (containerd never checks).
+        assert!(
+            check
+                .stderr
+                .contains("configuration version \"0.3.1\" does not support the CHECK command"),
+            "{check:?}"
+        );
+    } else {
+        assert_eq!(check.exit_code, 0, "{client:?}: {check:?}");
+    }
 
-    let del = node.cnitool_with(
-        &cnitool,
-        &["del", "podman", &pod_path],
-        &[("CAP_ARGS", &caps)],
-    );
-    assert_eq!(del.exit_code, 0, "{del:?}");
+    let del = run.verb("del");
+    assert_eq!(del.exit_code, 0, "{client:?}: {del:?}");
     let rules = filter_rules(&node.ns);
     assert!(!rules.iter().any(|r| r.contains("10.88.0.2")), "{rules:#?}");
+    if let Some(b) = &bus {
+        assert_eq!(b.sources("trusted"), Vec::<String>::new());
+    }
+    assert_eq!(records(&dirs.firewall), Vec::<String>::new());
     assert_eq!(cat(&pod, somaxconn), original, "tuning restored the sysctl");
     assert!(pod.link("eth0").is_none(), "bridge removed the pod's eth0");
     assert_eq!(
@@ -238,8 +394,35 @@ fn podman_generated_network_runs_on_the_suite_alone() {
         "the pod has no way out after DEL"
     );
     assert_eq!(
-        tree(backups.path()),
+        tree(dirs.backups.path()),
         Vec::<String>::new(),
         "tuning's backup removed"
     );
+}
+
+#[test]
+fn podman_generated_network_runs_on_the_suite_alone() {
+    if !require_root("podman_generated_network_runs_on_the_suite_alone") {
+        return;
+    }
+    podman_chain(Client::Ours, false);
+}
+
+#[test]
+fn podman_generated_network_through_go_cnitool_and_go_cni() {
+    if !require_root("podman_generated_network_through_go_cnitool_and_go_cni") {
+        return;
+    }
+    podman_chain(Client::GoCnitool, false);
+    podman_chain(Client::Cri, false);
+}
+
+#[test]
+fn podman_generated_network_on_a_firewalld_node() {
+    if !require_root("podman_generated_network_on_a_firewalld_node") {
+        return;
+    }
+    for client in [Client::Ours, Client::GoCnitool, Client::Cri] {
+        podman_chain(client, true);
+    }
 }

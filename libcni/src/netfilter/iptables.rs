@@ -286,6 +286,12 @@ impl Restore {
         self.lines.push(format!("-X {chain}"));
     }
 
+    /// The command lines (`-N`, `-I`, `-A`, `-D`, `-F`, `-X`), in order
+    /// (what a backend that writes nf_tables itself translates).
+    pub fn lines(&self) -> &[String] {
+        &self.lines
+    }
+
     /// The input of `iptables-restore`.
     pub fn render(&self) -> String {
         let mut s = format!("*{}\n", self.table.as_str());

@@ -1,12 +1,16 @@
 //! The firewall config: parsed and validated before anything is touched.
-//! Every rejection names the key and the value (code 7; code 2 for the
-//! firewalld backend, which these nodes do not have).
+//! Every rejection names the key and the value (code 7; code 2 for a
+//! firewalld backend asked for on a node where firewalld is not running).
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use libcni::gojson::Lenient;
-use libcni::netfilter::firewall::{self as fw, FirewallSpec};
-use libcni::netfilter::{Backend, Owner};
+use libcni::netfilter::firewall::records::{self, Records};
+use libcni::netfilter::firewall::{
+    self as fw, firewalld, FirewallSpec, FwBackend, Isolation, Policy, TeardownHint,
+};
+use libcni::netfilter::Owner;
 use libcni::skel::CmdArgs;
 use libcni::types::CniResult;
 use libcni::{Error, Result};
@@ -20,61 +24,83 @@ struct RawConf {
     ingress_policy: Option<String>,
     #[serde(rename = "iptablesAdminChainName", default)]
     iptables_admin_chain_name: Option<String>,
-    /// Only the firewalld backend reads it (as in Go); accepted and unused.
     #[serde(rename = "firewalldZone", default)]
-    #[allow(dead_code)]
     firewalld_zone: Option<String>,
+    #[serde(rename = "dataDir", default)]
+    data_dir: Option<String>,
 }
 
-/// `ingressPolicy`.
+/// `backend` as written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IngressPolicy {
-    /// Every inbound connection the node's policy lets through (default).
-    Open,
-    /// Traffic entering the bridge from another isolated bridge is dropped.
-    SameBridge,
+enum Requested {
+    /// Absent or `""`: firewalld when it runs, else iptables (as Go).
+    Auto,
+    Iptables,
+    Nftables,
+    Firewalld,
+}
+
+fn parse_backend(value: Option<&str>) -> Result<Requested> {
+    match value.unwrap_or("") {
+        "" => Ok(Requested::Auto),
+        "iptables" => Ok(Requested::Iptables),
+        "nftables" => Ok(Requested::Nftables),
+        "firewalld" => Ok(Requested::Firewalld),
+        other => Err(Error::config(
+            "backend",
+            format!(
+                "unknown backend {other:?} (expected \"\", \"iptables\", \"nftables\" or \
+                 \"firewalld\")"
+            ),
+        )),
+    }
+}
+
+fn zone(raw: &RawConf) -> String {
+    match raw.firewalld_zone.as_deref() {
+        None | Some("") => firewalld::DEFAULT_ZONE.to_string(),
+        Some(z) => z.to_string(),
+    }
+}
+
+/// `dataDir`: an absolute path (code 7 otherwise); the default when absent.
+fn data_dir(value: Option<&str>) -> Result<PathBuf> {
+    match value {
+        None | Some("") => Ok(PathBuf::from(records::DEFAULT_DIR)),
+        Some(d) if d.starts_with('/') && !d.split('/').any(|c| c == "..") => Ok(PathBuf::from(d)),
+        Some(d) => Err(Error::config(
+            "dataDir",
+            format!("{d:?} is not an absolute path without '..'"),
+        )),
+    }
 }
 
 /// The validated config.
 #[derive(Debug, Clone)]
 pub struct FirewallConf {
-    pub backend: Backend,
-    pub ingress_policy: IngressPolicy,
+    pub backend: FwBackend,
+    pub isolate: Option<Policy>,
     pub admin_chain: String,
-}
-
-/// `backend`: `""` (absent) and `"iptables"` are iptables, the Go plugin's
-/// rules (Go picks firewalld first when it runs; these nodes have none).
-fn parse_backend(value: Option<&str>) -> Result<Backend> {
-    match value.unwrap_or("") {
-        "" | "iptables" => Ok(Backend::Iptables),
-        "nftables" => Ok(Backend::Nftables),
-        "firewalld" => Err(Error::UnsupportedField {
-            key: "backend".into(),
-            value: "\"firewalld\": firewalld is not available on this node; use \"iptables\" \
-                    (the default) or \"nftables\""
-                .into(),
-        }),
-        other => Err(Error::config(
-            "backend",
-            format!("unknown backend {other:?} (expected \"\", \"iptables\" or \"nftables\")"),
-        )),
-    }
+    pub records: Records,
 }
 
 impl FirewallConf {
-    /// Parses and validates the plugin's keys (ADD and CHECK).
+    /// Parses and validates the plugin's keys (ADD and CHECK). The default
+    /// backend is resolved here: firewalld when it is on the system bus
+    /// (a `stat` when there is no bus socket), else iptables.
     pub fn parse(args: &CmdArgs) -> Result<FirewallConf> {
         let raw: RawConf = args.config()?;
-        let backend = parse_backend(raw.backend.as_deref())?;
-        let ingress_policy = match raw.ingress_policy.as_deref().unwrap_or("") {
-            "" | "open" => IngressPolicy::Open,
-            "same-bridge" => IngressPolicy::SameBridge,
+        let requested = parse_backend(raw.backend.as_deref())?;
+        let isolate = match raw.ingress_policy.as_deref().unwrap_or("") {
+            "" | "open" => None,
+            "same-bridge" => Some(Policy::SameBridge),
+            "isolated" => Some(Policy::Isolated),
             other => {
                 return Err(Error::config(
                     "ingressPolicy",
                     format!(
-                        "unknown ingress policy {other:?} (expected \"open\" or \"same-bridge\")"
+                        "unknown ingress policy {other:?} (expected \"open\", \"same-bridge\" or \
+                         \"isolated\")"
                     ),
                 ))
             }
@@ -83,77 +109,121 @@ impl FirewallConf {
             None | Some("") => fw::IPT_DEFAULT_ADMIN_CHAIN.to_string(),
             Some(name) => {
                 fw::validate_chain_name("iptablesAdminChainName", name)?;
-                if backend == Backend::Nftables {
-                    return Err(Error::config(
-                        "iptablesAdminChainName",
-                        format!(
-                            "{name:?} is an iptables option, but the backend is nftables (its \
-                             admin chain is `admin` of table inet {})",
-                            fw::TABLE
-                        ),
-                    ));
-                }
                 name.to_string()
             }
         };
+        let records = Records::new(&data_dir(raw.data_dir.as_deref())?);
+        let zone = zone(&raw);
+        let backend = match requested {
+            Requested::Iptables => FwBackend::Iptables,
+            Requested::Nftables => FwBackend::Nftables,
+            Requested::Firewalld => {
+                firewalld::validate_zone("firewalldZone", &zone)?;
+                if let Some(why) = firewalld::unavailable_reason() {
+                    return Err(Error::UnsupportedField {
+                        key: "backend".into(),
+                        value: format!(
+                            "\"firewalld\": {why}; use \"iptables\" or \"nftables\", or leave \
+                             backend empty to pick firewalld only where it runs"
+                        ),
+                    });
+                }
+                FwBackend::Firewalld { zone }
+            }
+            Requested::Auto if firewalld::is_running() => {
+                firewalld::validate_zone("firewalldZone", &zone)?;
+                FwBackend::Firewalld { zone }
+            }
+            Requested::Auto => FwBackend::Iptables,
+        };
         Ok(FirewallConf {
             backend,
-            ingress_policy,
+            isolate,
             admin_chain,
+            records,
         })
     }
 
-    /// The backend for DEL and GC, which never fail on a config value: an
-    /// unusable `backend` is the default (both backends are cleaned up by
-    /// owner anyway; only the processes run differ).
-    pub fn lenient_backend(args: &CmdArgs) -> Backend {
+    /// What DEL and GC need, which never fail on a config value: an
+    /// unusable `backend` is the default, an unusable `dataDir` the
+    /// default directory (every backend is cleaned up by the records and
+    /// `prevResult` anyway; the hint only decides which programs run and
+    /// the zone of addresses without a record).
+    pub fn teardown(args: &CmdArgs) -> (TeardownHint, Records) {
+        // Each key on its own: one unusable key (an `ingressPolicy` ADD
+        // refused) must not send the others to their defaults.
         #[derive(Default, Deserialize)]
         struct Keys {
             #[serde(default)]
             backend: Lenient<String>,
+            #[serde(rename = "firewalldZone", default)]
+            firewalld_zone: Lenient<String>,
+            #[serde(rename = "dataDir", default)]
+            data_dir: Lenient<String>,
         }
         let keys: Keys = args.config().unwrap_or_default();
-        let backend = keys.backend.usable("backend");
-        match parse_backend(backend.as_deref()) {
-            Ok(b) => b,
+        let raw = RawConf {
+            backend: keys.backend.usable("backend"),
+            firewalld_zone: keys.firewalld_zone.usable("firewalldZone"),
+            data_dir: keys.data_dir.usable("dataDir"),
+            ..RawConf::default()
+        };
+        let zone = zone(&raw);
+        let hint = match parse_backend(raw.backend.as_deref()) {
+            Ok(Requested::Iptables) => TeardownHint::Iptables,
+            Ok(Requested::Nftables) => TeardownHint::Nftables,
+            Ok(Requested::Firewalld) => TeardownHint::Firewalld { zone },
+            Ok(Requested::Auto) => TeardownHint::Auto { zone },
             Err(e) => {
                 eprintln!("ignoring the unusable config key backend: {e}");
-                Backend::Iptables
+                TeardownHint::Auto { zone }
             }
-        }
+        };
+        let dir = data_dir(raw.data_dir.as_deref()).unwrap_or_else(|e| {
+            eprintln!("ignoring the unusable config key dataDir: {e}");
+            PathBuf::from(records::DEFAULT_DIR)
+        });
+        (hint, Records::new(&dir))
     }
 
     /// What the backend needs for this container, from `prev`: every
-    /// address, and with `same-bridge` the bridge, which is
+    /// address, and with `same-bridge`/`isolated` the bridge, which is
     /// `interfaces[0]` of the result as the Go plugin takes it (the bridge
     /// plugin lists the bridge first).
     pub fn spec(&self, args: &CmdArgs, prev: &CniResult) -> Result<FirewallSpec> {
-        let isolate = match self.ingress_policy {
-            IngressPolicy::Open => None,
-            IngressPolicy::SameBridge => {
+        let isolate = match self.isolate {
+            None => None,
+            Some(policy) => {
+                let p = policy.as_str();
                 let first = prev.interfaces.first().ok_or_else(|| {
                     Error::config(
                         "ingressPolicy",
-                        "\"same-bridge\" needs the bridge as prevResult.interfaces[0], but \
-                         prevResult has no interfaces (chain firewall after bridge)",
+                        format!(
+                            "{p:?} needs the bridge as prevResult.interfaces[0], but prevResult \
+                             has no interfaces (chain firewall after bridge)"
+                        ),
                     )
                 })?;
                 if !first.sandbox.is_empty() {
                     return Err(Error::config(
                         "prevResult.interfaces[0]",
                         format!(
-                            "ingressPolicy \"same-bridge\" isolates the bridge listed first, but \
-                             {:?} is inside the container ({}): chain firewall after bridge",
+                            "ingressPolicy {p:?} isolates the bridge listed first, but {:?} is \
+                             inside the container ({}): chain firewall after bridge",
                             first.name, first.sandbox
                         ),
                     ));
                 }
                 fw::validate_bridge_name("prevResult.interfaces[0].name", &first.name)?;
-                Some(first.name.clone())
+                Some(Isolation {
+                    bridge: first.name.clone(),
+                    policy,
+                })
             }
         };
         Ok(FirewallSpec {
             owner: Owner::new(&args.conf.name, &args.container_id),
+            ifname: args.ifname.clone(),
             addrs: addresses(prev),
             isolate,
             admin_chain: self.admin_chain.clone(),
@@ -179,17 +249,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backends_default_to_iptables_and_firewalld_is_refused_with_code_2() {
-        assert_eq!(parse_backend(None).unwrap(), Backend::Iptables);
-        assert_eq!(parse_backend(Some("")).unwrap(), Backend::Iptables);
-        assert_eq!(parse_backend(Some("iptables")).unwrap(), Backend::Iptables);
-        assert_eq!(parse_backend(Some("nftables")).unwrap(), Backend::Nftables);
-        let e = parse_backend(Some("firewalld")).unwrap_err();
-        assert_eq!(e.code(), 2);
-        assert!(
-            e.to_string()
-                .contains("\"backend\": \"firewalld\": firewalld is not available on this node"),
-            "{e}"
+    fn backends_are_named_exactly() {
+        assert_eq!(parse_backend(None).unwrap(), Requested::Auto);
+        assert_eq!(parse_backend(Some("")).unwrap(), Requested::Auto);
+        assert_eq!(
+            parse_backend(Some("iptables")).unwrap(),
+            Requested::Iptables
+        );
+        assert_eq!(
+            parse_backend(Some("nftables")).unwrap(),
+            Requested::Nftables
+        );
+        assert_eq!(
+            parse_backend(Some("firewalld")).unwrap(),
+            Requested::Firewalld
         );
         let e = parse_backend(Some("IPTABLES")).unwrap_err();
         assert_eq!(e.code(), 7);
@@ -198,5 +271,8 @@ mod tests {
                 .contains("backend: unknown backend \"IPTABLES\""),
             "{e}"
         );
+        assert_eq!(data_dir(None).unwrap(), PathBuf::from("/run/cni/firewall"));
+        assert_eq!(data_dir(Some("rel")).unwrap_err().code(), 7);
+        assert_eq!(data_dir(Some("/a/../b")).unwrap_err().code(), 7);
     }
 }

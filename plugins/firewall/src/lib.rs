@@ -4,11 +4,12 @@
 //! still lets containers out. `ingressPolicy: same-bridge` isolates the
 //! bridge from other isolated bridges.
 //!
-//! The rules are built by `libcni::netfilter::firewall`: on iptables (the
-//! default, with the Go plugin's exact chains and rules) or on our own
-//! nf_tables table. Everything is validated before anything is touched;
-//! DEL and GC find a container's rules by its ID alone and never fail on a
-//! config value.
+//! The work is `libcni::netfilter::firewall`'s: on iptables (with the Go
+//! plugin's exact chains and rules), on our own nf_tables table, or as
+//! sources of a firewalld zone over D-Bus (the default where firewalld
+//! runs, as in Go). Everything is validated before anything is touched;
+//! DEL and GC find a container's rules by its ID alone (the owner records
+//! in `dataDir`) and never fail on a config value.
 
 pub mod config;
 
@@ -22,7 +23,7 @@ use config::FirewallConf;
 
 /// What the plugin prints when run without `CNI_COMMAND`.
 pub const ABOUT: &str =
-    "CNI firewall plugin (Rust): forwarding for containers on iptables or nftables";
+    "CNI firewall plugin (Rust): forwarding for containers on iptables, nftables or firewalld";
 
 pub struct Firewall;
 
@@ -39,13 +40,13 @@ impl Plugin for Firewall {
         let prev = require_prev(args, "ADD")?;
         let spec = conf.spec(args, &prev)?;
         if !spec.addrs.is_empty() {
-            fw::add(conf.backend, &spec)?;
+            fw::add(&conf.backend, &spec, &conf.records)?;
         }
         Ok(prev)
     }
 
     fn del(&self, args: &CmdArgs) -> Result<()> {
-        let backend = FirewallConf::lenient_backend(args);
+        let (hint, records) = FirewallConf::teardown(args);
         let owner = Owner::new(&args.conf.name, &args.container_id);
         // The addresses of the ADD when the runtime passes its result; the
         // owner records find them otherwise.
@@ -53,7 +54,7 @@ impl Plugin for Firewall {
             Some(prev) => config::addresses(&prev),
             None => Vec::new(),
         };
-        fw::del(backend, &owner, &known)
+        fw::del(&hint, &records, &owner, &args.ifname, &known)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<()> {
@@ -63,11 +64,16 @@ impl Plugin for Firewall {
         if spec.addrs.is_empty() {
             return Ok(());
         }
-        fw::check(conf.backend, &spec)
+        fw::check(&conf.backend, &spec)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<()> {
-        let backend = FirewallConf::lenient_backend(args);
-        fw::gc(backend, &args.conf.name, &args.conf.gc_valid_attachments()?)
+        let (hint, records) = FirewallConf::teardown(args);
+        fw::gc(
+            &hint,
+            &records,
+            &args.conf.name,
+            &args.conf.gc_valid_attachments()?,
+        )
     }
 }

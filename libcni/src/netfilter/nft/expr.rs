@@ -160,6 +160,14 @@ pub enum Expr {
         dreg: u32,
     },
     Counter,
+    /// An xtables match run by `nft_compat` (what iptables-nft writes for
+    /// `-m comment`, `-m conntrack`...): its name, revision and the
+    /// match's own info struct.
+    Match {
+        name: String,
+        rev: u32,
+        info: Vec<u8>,
+    },
 }
 
 /// `NFT_CT_STATE`.
@@ -187,6 +195,7 @@ impl Expr {
             Expr::FibDaddrType { .. } => "fib",
             Expr::Ct { .. } => "ct",
             Expr::Counter => "counter",
+            Expr::Match { .. } => "match",
         }
     }
 
@@ -278,6 +287,10 @@ impl Expr {
             }
             Expr::Counter => {
                 a.put_be64(1, 0).put_be64(2, 0);
+            }
+            Expr::Match { name, rev, info } => {
+                // NFTA_MATCH_NAME, NFTA_MATCH_REV, NFTA_MATCH_INFO.
+                a.put_str(1, name).put_be32(2, *rev).put(3, info);
             }
         }
     }

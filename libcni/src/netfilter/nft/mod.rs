@@ -352,6 +352,26 @@ impl Batch {
         self.push(NFT_MSG_DELRULE, 0, family, a, what);
     }
 
+    /// Inserts a rule at the top of its chain (iptables' `-I CHAIN 1`).
+    pub fn insert_rule(&mut self, family: Family, table: &str, chain: &str, exprs: &[Expr]) {
+        let mut a = rule_attrs(table, chain);
+        a.nest(NFTA_RULE_EXPRESSIONS, |list| {
+            for e in exprs {
+                e.encode(list);
+            }
+        });
+        let what = format!("insert rule into {} {table} {chain}", family.as_str());
+        self.push(NFT_MSG_NEWRULE, NLM_F_CREATE, family, a, what);
+    }
+
+    /// Creates a regular chain that must not exist yet (iptables' `-N`):
+    /// the batch fails with `EEXIST` if another process made it meanwhile.
+    pub fn create_chain(&mut self, family: Family, table: &str, chain: &str) {
+        let a = chain_attrs(table, chain);
+        let what = format!("create chain {} {table} {chain}", family.as_str());
+        self.push(NFT_MSG_NEWCHAIN, NLM_F_CREATE | NLM_F_EXCL, family, a, what);
+    }
+
     /// Adds a set or map if it does not exist.
     pub fn add_set(&mut self, family: Family, table: &str, set: &SetSpec) {
         let mut a = Attrs::new();
@@ -610,6 +630,96 @@ impl Nft {
             return Ok(None);
         };
         Ok(replies.iter().flat_map(parse_elems).find(|e| e.key == key))
+    }
+}
+
+/// One expression of a rule read back: its name and its
+/// `NFTA_EXPR_DATA` attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawExpr {
+    pub name: String,
+    pub data: Vec<u8>,
+}
+
+/// A rule read back with its expressions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawRule {
+    pub chain: String,
+    pub handle: u64,
+    pub exprs: Vec<RawExpr>,
+}
+
+impl Nft {
+    /// The names of a table's chains (empty when it does not exist).
+    pub fn chain_names(&mut self, family: Family, table: &str) -> Result<Vec<String>> {
+        let mut a = Attrs::new();
+        a.put_str(NFTA_CHAIN_TABLE, table);
+        let what = format!("list chains of {} {table}", family.as_str());
+        let replies = self
+            .get(NFT_MSG_GETCHAIN, NLM_F_DUMP, family, a, what)?
+            .unwrap_or_default();
+        Ok(replies
+            .iter()
+            .filter(|r| r.ty == msg_type(NFT_MSG_NEWCHAIN))
+            .filter(|r| {
+                r.attrs()
+                    .find(NFTA_CHAIN_TABLE)
+                    .is_some_and(|t| t.str() == table)
+            })
+            .filter_map(|r| r.attrs().find(NFTA_CHAIN_NAME).map(|n| n.str()))
+            .collect())
+    }
+
+    /// The rules of a chain (every chain of the table with `None`) with
+    /// their expressions, in order (empty when the table or chain does not
+    /// exist).
+    pub fn rules_raw(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: Option<&str>,
+    ) -> Result<Vec<RawRule>> {
+        let mut a = Attrs::new();
+        a.put_str(NFTA_RULE_TABLE, table);
+        if let Some(c) = chain {
+            a.put_str(NFTA_RULE_CHAIN, c);
+        }
+        let what = match chain {
+            Some(c) => format!("list chain {} {table} {c}", family.as_str()),
+            None => format!("list table {} {table}", family.as_str()),
+        };
+        let replies = self
+            .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?
+            .unwrap_or_default();
+        Ok(replies
+            .iter()
+            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
+            .filter_map(|r| {
+                let mut rule = RawRule {
+                    chain: String::new(),
+                    handle: 0,
+                    exprs: Vec::new(),
+                };
+                for a in r.attrs() {
+                    match a.ty {
+                        NFTA_RULE_CHAIN => rule.chain = a.str(),
+                        NFTA_RULE_HANDLE => rule.handle = a.be64()?,
+                        NFTA_RULE_EXPRESSIONS => {
+                            for e in a.nested() {
+                                let name = e.nested().find(NFTA_EXPR_NAME)?.str();
+                                let data = e.nested().find(2).map(|d| d.data.to_vec());
+                                rule.exprs.push(RawExpr {
+                                    name,
+                                    data: data.unwrap_or_default(),
+                                });
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                Some(rule)
+            })
+            .collect())
     }
 }
 

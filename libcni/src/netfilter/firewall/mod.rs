@@ -1,0 +1,697 @@
+//! The `firewall` plugin's work: forwarded traffic from a container's
+//! addresses, and replies to it, is let through, so a node whose FORWARD
+//! policy is DROP still lets its containers out; `ingressPolicy:
+//! same-bridge` drops traffic entering a bridge from another isolated
+//! bridge, and `isolated` also between containers of the same bridge.
+//! IPv4 and IPv6, three backends:
+//!
+//! - iptables ([`ipt`]): the Go plugin's iptables chains and rules, byte
+//!   for byte (one `iptables-save` and one `iptables-restore` per family
+//!   and operation);
+//! - nftables ([`native`]): the same rules, written over netlink in
+//!   iptables-nft's encoding, no process (upstream has no nftables
+//!   backend for the firewall: on an iptables-nft node its rules are these);
+//! - firewalld ([`firewalld`]): the addresses bound to a firewalld zone
+//!   over D-Bus, as Go does (isolation then goes to iptables, as in Go).
+//!
+//! Who holds each address is kept in [`records`] (files beside the rules,
+//! which carry no owner), so DEL works without `prevResult`, GC finds the
+//! attachments that are gone, and a late DEL of an old container leaves
+//! the address's new owner alone. DEL and GC clean every backend: an
+//! attachment is found wherever it was put (the config may have changed),
+//! and the state of our previous release (owner records in the iptables
+//! chain `CNI-FORWARD-OWNERS`, elements of its own nf_tables table
+//! `inet cni_rs_firewall`, [`nft`]) is removed as it is met.
+
+pub mod firewalld;
+pub mod ipt;
+pub mod native;
+pub mod nft;
+pub mod records;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use self::ipt::Transport;
+use self::records::{Record, Records};
+use super::{open_nft_for_teardown, Backend, Owner};
+use crate::fault;
+use crate::types::Attachment;
+use crate::{Error, ErrorList, Result};
+
+pub use self::ipt::DEFAULT_ADMIN_CHAIN as IPT_DEFAULT_ADMIN_CHAIN;
+
+/// Longest iptables chain name.
+const MAX_CHAIN_LEN: usize = 28;
+
+/// `ingressPolicy` values that isolate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// Traffic entering the bridge from another isolated bridge is dropped.
+    SameBridge,
+    /// That, and traffic between two ports of the bridge too.
+    Isolated,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::SameBridge => "same-bridge",
+            Policy::Isolated => "isolated",
+        }
+    }
+}
+
+/// The bridge to isolate, and how.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Isolation {
+    pub bridge: String,
+    pub policy: Policy,
+}
+
+/// Where ADD and CHECK put and look for a container's rules.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FwBackend {
+    Iptables,
+    Nftables,
+    Firewalld { zone: String },
+}
+
+impl FwBackend {
+    fn record_name(&self) -> &'static str {
+        match self {
+            FwBackend::Iptables => "iptables",
+            FwBackend::Nftables => "nftables",
+            FwBackend::Firewalld { .. } => "firewalld",
+        }
+    }
+}
+
+/// What DEL and GC know of the config's backend (read leniently: an
+/// unusable value is `Auto`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TeardownHint {
+    /// `backend` absent or empty: firewalld when it runs, else iptables.
+    Auto {
+        zone: String,
+    },
+    Iptables,
+    Nftables,
+    Firewalld {
+        zone: String,
+    },
+}
+
+impl TeardownHint {
+    /// How the iptables rules are removed: over netlink for `nftables`
+    /// (iptables-nft's tables, no process), with the programs otherwise
+    /// (they also reach iptables-legacy).
+    fn transport(&self) -> Transport {
+        match self {
+            TeardownHint::Nftables => Transport::Netlink,
+            _ => Transport::Programs,
+        }
+    }
+
+    fn netfilter(&self) -> Backend {
+        match self {
+            TeardownHint::Nftables => Backend::Nftables,
+            _ => Backend::Iptables,
+        }
+    }
+}
+
+/// What one container's firewall needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirewallSpec {
+    pub owner: Owner,
+    /// `CNI_IFNAME`, recorded with the owner.
+    pub ifname: String,
+    /// The container's addresses (every address of `prevResult`).
+    pub addrs: Vec<IpAddr>,
+    /// `ingressPolicy: same-bridge` or `isolated`: the bridge to isolate.
+    pub isolate: Option<Isolation>,
+    /// iptables only: the admin override chain (default `CNI-ADMIN`).
+    pub admin_chain: String,
+}
+
+impl FirewallSpec {
+    fn family_addrs(&self, v6: bool) -> Vec<IpAddr> {
+        of_family(&self.addrs, v6)
+    }
+}
+
+fn of_family(addrs: &[IpAddr], v6: bool) -> Vec<IpAddr> {
+    addrs
+        .iter()
+        .filter(|a| a.is_ipv6() == v6)
+        .copied()
+        .collect()
+}
+
+/// Checks an iptables chain name given in config key `key` (code 7): 1 to
+/// 28 printable ASCII characters without quotes or backslashes, not
+/// starting with `-` or `!`, and neither a built-in chain or target nor one
+/// of the plugin's own chains.
+pub fn validate_chain_name(key: &str, name: &str) -> Result<()> {
+    const RESERVED: [&str; 15] = [
+        "INPUT",
+        "FORWARD",
+        "OUTPUT",
+        "PREROUTING",
+        "POSTROUTING",
+        "ACCEPT",
+        "DROP",
+        "RETURN",
+        "QUEUE",
+        "NFQUEUE",
+        "REJECT",
+        ipt::FORWARD_CHAIN,
+        ipt::OWNERS_CHAIN,
+        ipt::ISOLATION_STAGE_1,
+        ipt::ISOLATION_STAGE_2,
+    ];
+    let why = if name.is_empty() {
+        Some("is empty".to_string())
+    } else if name.len() > MAX_CHAIN_LEN {
+        Some(format!("is longer than {MAX_CHAIN_LEN} characters"))
+    } else if !name
+        .chars()
+        .all(|c| c.is_ascii_graphic() && !matches!(c, '"' | '\'' | '\\'))
+    {
+        Some("may only hold printable ASCII without quotes or backslashes".to_string())
+    } else if name.starts_with('-') || name.starts_with('!') {
+        Some("may not start with '-' or '!'".to_string())
+    } else if RESERVED.contains(&name) {
+        Some("is a built-in chain or target, or a chain of the plugin itself".to_string())
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::config(
+            key,
+            format!("{name:?} is not a usable iptables chain name: it {why}"),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Checks the name of the bridge to isolate, read from config key `key`
+/// (code 7): an interface name (1 to 15 printable ASCII characters) that
+/// iptables and nftables take literally, so without quotes, backslashes
+/// and the wildcards `+` and `*`, and not starting with `!` or `-`.
+pub fn validate_bridge_name(key: &str, name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 15
+        && name.chars().all(|c| {
+            c.is_ascii_graphic() && !matches!(c, '"' | '\'' | '\\' | '+' | '*' | '/' | ':')
+        })
+        && !name.starts_with('!')
+        && !name.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::config(
+            key,
+            format!(
+                "{name:?} is not a bridge name the isolation rules can match (1-15 printable \
+                 characters, no quotes, '/', ':', '+' or '*')"
+            ),
+        ))
+    }
+}
+
+// ---- ADD and CHECK ---------------------------------------------------------------
+
+fn record_of(backend: &FwBackend, spec: &FirewallSpec) -> Record {
+    Record {
+        network: spec.owner.network.clone(),
+        container_id: spec.owner.container_id.clone(),
+        ifname: spec.ifname.clone(),
+        backend: backend.record_name().to_string(),
+        zone: match backend {
+            FwBackend::Firewalld { zone } => zone.clone(),
+            _ => String::new(),
+        },
+    }
+}
+
+/// Lets `spec`'s addresses through (and isolates its bridge) on
+/// `backend`, in the calling thread's namespace, after recording the
+/// owner of each address. Idempotent. A failure undoes this ADD.
+pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Result<()> {
+    let rec = record_of(backend, spec);
+    for a in &spec.addrs {
+        records.put(*a, &rec)?;
+    }
+    let done = match backend {
+        FwBackend::Nftables => ipt_add(spec, false, Transport::Netlink),
+        FwBackend::Iptables => ipt_add(spec, false, Transport::Programs),
+        FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
+    };
+    if let Err(e) = done {
+        // What this ADD wrote is found again by its records.
+        let hint = match backend {
+            FwBackend::Iptables => TeardownHint::Iptables,
+            FwBackend::Nftables => TeardownHint::Nftables,
+            FwBackend::Firewalld { zone } => TeardownHint::Firewalld { zone: zone.clone() },
+        };
+        let _ = del(&hint, records, &spec.owner, &spec.ifname, &spec.addrs);
+        return Err(e);
+    }
+    fault::point("firewall/add-after-commit");
+    Ok(())
+}
+
+fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()> {
+    if !isolate_only {
+        fault::point("firewall/add-before-commit");
+    }
+    let mut first = true;
+    for v6 in [false, true] {
+        let addrs = spec.family_addrs(v6);
+        if addrs.is_empty() {
+            continue;
+        }
+        if !first && !isolate_only {
+            fault::point("firewall/add-between-families");
+        }
+        ipt::add(spec, &addrs, v6, isolate_only, via)?;
+        first = false;
+    }
+    Ok(())
+}
+
+fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
+    let mut fw = firewalld::Firewalld::connect()?;
+    fault::point("firewall/add-before-commit");
+    for a in &spec.addrs {
+        fw.add_source(zone, *a)?;
+    }
+    if spec.isolate.is_some() {
+        ipt_add(spec, true, Transport::Programs)?;
+    }
+    Ok(())
+}
+
+/// Whether `spec`'s rules are all there (CHECK); code 102 naming what is
+/// missing otherwise. Only reads.
+pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
+    match backend {
+        FwBackend::Nftables => ipt_check(spec, false, Transport::Netlink),
+        FwBackend::Iptables => ipt_check(spec, false, Transport::Programs),
+        FwBackend::Firewalld { zone } => {
+            let mut fw = firewalld::Firewalld::connect()?;
+            for a in &spec.addrs {
+                if !fw.query_source(zone, *a)? {
+                    return Err(Error::CheckFailed(format!(
+                        "firewall: {} is not a source of firewalld zone {zone:?}",
+                        firewalld::source(*a)
+                    )));
+                }
+            }
+            ipt_check(spec, true, Transport::Programs)
+        }
+    }
+}
+
+fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()> {
+    if isolate_only && spec.isolate.is_none() {
+        return Ok(());
+    }
+    for v6 in [false, true] {
+        let addrs = spec.family_addrs(v6);
+        if !addrs.is_empty() {
+            ipt::check(spec, &addrs, v6, isolate_only, via)?;
+        }
+    }
+    Ok(())
+}
+
+// ---- DEL and GC ----------------------------------------------------------------
+
+/// Addresses to take out of firewalld, with their zone.
+type Sources = Vec<(IpAddr, String)>;
+
+/// Removes the firewalld sources `sources` (best effort). firewalld not
+/// running means its runtime sources are gone already.
+fn firewalld_remove(sources: &Sources, errors: &mut ErrorList) {
+    if sources.is_empty() || !firewalld::is_running() {
+        return;
+    }
+    match firewalld::Firewalld::connect() {
+        Ok(mut fw) => {
+            for (a, zone) in sources {
+                errors.record(fw.remove_source(zone, *a));
+            }
+        }
+        Err(e) => errors.push(e),
+    }
+}
+
+/// Removes the iptables accept rules of `remove` (except `held`) and the
+/// legacy records `doomed` accepts, in each family: over netlink for the
+/// nftables hint (no process), else with the programs.
+fn ipt_teardown(
+    hint: &TeardownHint,
+    remove: &[IpAddr],
+    held: &[IpAddr],
+    doomed: &dyn Fn(&ipt::LegacyRecord) -> bool,
+    errors: &mut ErrorList,
+) {
+    for v6 in [false, true] {
+        let addrs = of_family(remove, v6);
+        errors.record(ipt::remove(&addrs, held, doomed, v6, hint.transport()));
+    }
+}
+
+/// Removes `owner`'s rules on every backend: the addresses in `known`
+/// (from `prevResult`, may be empty) and those its records name, except
+/// addresses whose record names another owner (they were given to a newer
+/// container). Needs neither the namespace nor `prevResult`. Best effort:
+/// every step runs, the errors are reported together; records go last.
+pub fn del(
+    hint: &TeardownHint,
+    records: &Records,
+    owner: &Owner,
+    ifname: &str,
+    known: &[IpAddr],
+) -> Result<()> {
+    let mut errors = ErrorList::new();
+    fault::point("firewall/del-before-commit");
+    // With the runtime's prevResult, the records of its addresses; without
+    // it, every record (to find this attachment's).
+    let all = if known.is_empty() {
+        match records.all() {
+            Ok(a) => a,
+            Err(e) => {
+                errors.push(e);
+                Vec::new()
+            }
+        }
+    } else {
+        known
+            .iter()
+            .filter_map(|a| records.get(*a).map(|r| (*a, r)))
+            .collect()
+    };
+    let mine: Vec<&(IpAddr, Record)> = all
+        .iter()
+        .filter(|(_, r)| r.names(&owner.network, &owner.container_id, ifname))
+        .collect();
+    let held: Vec<IpAddr> = all
+        .iter()
+        .filter(|(_, r)| !r.names(&owner.network, &owner.container_id, ifname))
+        .map(|(a, _)| *a)
+        .collect();
+    let unrecorded: Vec<IpAddr> = known
+        .iter()
+        .filter(|a| !all.iter().any(|(r, _)| r == *a))
+        .copied()
+        .collect();
+
+    // firewalld: recorded sources in their zone; addresses without a
+    // record in the config's zone when the config's backend is (or, by
+    // default, would have been) firewalld.
+    let mut sources: Sources = mine
+        .iter()
+        .filter(|(_, r)| r.backend == "firewalld")
+        .map(|(a, r)| (*a, r.zone.clone()))
+        .collect();
+    match hint {
+        TeardownHint::Firewalld { zone } => {
+            sources.extend(unrecorded.iter().map(|a| (*a, zone.clone())))
+        }
+        TeardownHint::Auto { zone } if !unrecorded.is_empty() && firewalld::is_running() => {
+            sources.extend(unrecorded.iter().map(|a| (*a, zone.clone())))
+        }
+        _ => {}
+    }
+    firewalld_remove(&sources, &mut errors);
+
+    // nf_tables and iptables: every address that is not firewalld's.
+    let remove: Vec<IpAddr> = mine
+        .iter()
+        .filter(|(_, r)| r.backend != "firewalld")
+        .map(|(a, _)| *a)
+        .chain(unrecorded.iter().copied())
+        .collect::<BTreeSet<IpAddr>>()
+        .into_iter()
+        .collect();
+    // Our previous release's own table: by key, or by tag when no address
+    // is known.
+    if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
+        errors.record(nft::del(&mut n, owner, &remove));
+    }
+    // Known addresses that are all firewalld's need no iptables pass;
+    // otherwise the rules of `remove`, and our previous release's records
+    // of this owner (found only by reading the chain).
+    if !remove.is_empty() || known.is_empty() {
+        let legacy_mine = ipt::owner_comment(owner);
+        ipt_teardown(
+            hint,
+            &remove,
+            &held,
+            &|rec| rec.comment == legacy_mine,
+            &mut errors,
+        );
+    }
+    fault::point("firewall/del-after-commit");
+    if errors.is_empty() {
+        for (a, _) in &mine {
+            errors.record(records.remove(*a));
+        }
+    }
+    errors.finish_kernel("firewall DEL")
+}
+
+/// Removes the rules of attachments of `network` that are not in `valid`
+/// (GC), on every backend, by their records (and our previous release's
+/// owner records and nf_tables tags).
+pub fn gc(
+    hint: &TeardownHint,
+    records: &Records,
+    network: &str,
+    valid: &[Attachment],
+) -> Result<()> {
+    let mut errors = ErrorList::new();
+    let all = match records.all() {
+        Ok(a) => a,
+        Err(e) => {
+            errors.push(e);
+            Vec::new()
+        }
+    };
+    let stale: Vec<&(IpAddr, Record)> = all
+        .iter()
+        .filter(|(_, r)| {
+            r.network == network
+                && !valid
+                    .iter()
+                    .any(|v| r.names(network, &v.container_id, &v.ifname))
+        })
+        .collect();
+    let sources: Sources = stale
+        .iter()
+        .filter(|(_, r)| r.backend == "firewalld")
+        .map(|(a, r)| (*a, r.zone.clone()))
+        .collect();
+    firewalld_remove(&sources, &mut errors);
+    let remove: Vec<IpAddr> = stale
+        .iter()
+        .filter(|(_, r)| r.backend != "firewalld")
+        .map(|(a, _)| *a)
+        .collect();
+    if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
+        errors.record(nft::gc(&mut n, network, valid));
+    }
+    ipt_teardown(
+        hint,
+        &remove,
+        &[],
+        &|rec| ipt::legacy_stale(rec, network, valid),
+        &mut errors,
+    );
+    if errors.is_empty() {
+        for (a, _) in &stale {
+            errors.record(records.remove(*a));
+        }
+    }
+    errors.finish_kernel("firewall GC")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netfilter::testing::run_in;
+    use crate::netns::testing::{new_netns, privileged};
+
+    fn spec(cid: &str, addrs: &[&str], isolate: Option<(&str, Policy)>) -> FirewallSpec {
+        FirewallSpec {
+            owner: Owner::new("fwnet", cid),
+            ifname: "eth0".into(),
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            isolate: isolate.map(|(b, policy)| Isolation {
+                bridge: b.to_string(),
+                policy,
+            }),
+            admin_chain: IPT_DEFAULT_ADMIN_CHAIN.into(),
+        }
+    }
+
+    fn temp_records(tag: &str) -> Records {
+        let d = std::env::temp_dir().join(format!("fw-unit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        Records::new(&d)
+    }
+
+    #[test]
+    fn netfilter_firewall_names_are_validated() {
+        for ok in ["CNI-ADMIN", "MY_ADMIN.1", &"A".repeat(28)] {
+            validate_chain_name("iptablesAdminChainName", ok).unwrap();
+        }
+        for bad in [
+            "",
+            "a b",
+            "-x",
+            "!x",
+            "FORWARD",
+            "ACCEPT",
+            "CNI-FORWARD",
+            "a\"b",
+            &"A".repeat(29),
+        ] {
+            let e = validate_chain_name("iptablesAdminChainName", bad).unwrap_err();
+            assert_eq!(e.code(), 7, "{bad}");
+            assert!(e.to_string().contains("iptablesAdminChainName"), "{e}");
+        }
+        validate_bridge_name("k", "cni-podman0").unwrap();
+        for bad in ["", "br+", "br*", "a b", "x\"", "!br", "a234567890123456"] {
+            assert_eq!(
+                validate_bridge_name("k", bad).unwrap_err().code(),
+                7,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn netfilter_firewall_nftables_writes_the_iptables_rules_and_collects() {
+        if !privileged("netfilter_firewall_nftables_writes_the_iptables_rules_and_collects") {
+            return;
+        }
+        let node = new_netns();
+        let recs = temp_records("nft");
+        let a = spec(
+            "ctr-a",
+            &["10.1.0.2", "fd00:1::2"],
+            Some(("cni0", Policy::Isolated)),
+        );
+        let b = spec("ctr-b", &["10.1.0.3"], Some(("cni0", Policy::SameBridge)));
+        let n = FwBackend::Nftables;
+        node.run(|| {
+            add(&n, &a, &recs)?;
+            add(&n, &a, &recs)?;
+            add(&n, &b, &recs)?;
+            check(&n, &a)?;
+            check(&n, &b)
+        })
+        .unwrap()
+        .unwrap();
+        // iptables-save shows the Go plugin's rules, each once.
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        let rules: Vec<&str> = saved.lines().filter(|l| l.starts_with("-A ")).collect();
+        let mut want = vec![ipt::forward_jump(), ipt::admin_jump("CNI-ADMIN")];
+        for addr in ["10.1.0.2", "10.1.0.3"] {
+            want.extend(ipt::accept_rules(addr.parse().unwrap()));
+        }
+        want.extend(
+            ipt::isolation_rules("cni0", Policy::Isolated)
+                .into_iter()
+                .map(|r| r.line),
+        );
+        want.push(
+            ipt::isolation_rules("cni0", Policy::SameBridge)[1]
+                .line
+                .clone(),
+        );
+        for w in &want {
+            assert_eq!(
+                rules.iter().filter(|l| *l == w).count(),
+                1,
+                "{w} in\n{saved}"
+            );
+        }
+        assert_eq!(rules.len(), want.len(), "{saved}");
+        let saved6 = run_in(&node, "ip6tables-save", &["-t", "filter"]);
+        assert!(
+            saved6.contains("-A CNI-FORWARD -s fd00:1::2/128 -j ACCEPT"),
+            "{saved6}"
+        );
+        assert_eq!(recs.all().unwrap().len(), 3);
+        let valid = vec![Attachment {
+            container_id: "ctr-a".into(),
+            ifname: "eth0".into(),
+        }];
+        node.run(|| gc(&TeardownHint::Nftables, &recs, "fwnet", &valid))
+            .unwrap()
+            .unwrap();
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        assert!(!saved.contains("10.1.0.3"), "{saved}");
+        assert!(saved.contains("10.1.0.2"), "{saved}");
+        assert_eq!(recs.all().unwrap().len(), 2);
+        // DEL without addresses finds them by record.
+        node.run(|| del(&TeardownHint::Nftables, &recs, &a.owner, "eth0", &[]))
+            .unwrap()
+            .unwrap();
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        assert!(!saved.contains("10.1.0.2"), "{saved}");
+        assert_eq!(recs.all().unwrap(), vec![]);
+        let e = node.run(|| check(&n, &a)).unwrap().unwrap_err();
+        assert_eq!(e.code(), 102, "{e}");
+    }
+
+    #[test]
+    fn netfilter_firewall_iptables_records_owners_and_spares_a_new_owner() {
+        if !privileged("netfilter_firewall_iptables_records_owners_and_spares_a_new_owner") {
+            return;
+        }
+        let node = new_netns();
+        let recs = temp_records("ipt");
+        let old = spec("ctr-old", &["10.1.0.2"], None);
+        let new = spec("ctr-new", &["10.1.0.2"], None);
+        let i = FwBackend::Iptables;
+        node.run(|| {
+            add(&i, &old, &recs)?;
+            add(&i, &new, &recs)?;
+            // A late DEL of the old container leaves the new owner's rules.
+            del(
+                &TeardownHint::Iptables,
+                &recs,
+                &old.owner,
+                "eth0",
+                &old.addrs,
+            )?;
+            check(&i, &new)
+        })
+        .unwrap()
+        .unwrap();
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        assert_eq!(
+            saved
+                .matches("-A CNI-FORWARD -s 10.1.0.2/32 -j ACCEPT")
+                .count(),
+            1,
+            "{saved}"
+        );
+        assert!(!saved.contains("CNI-FORWARD-OWNERS"), "{saved}");
+        let addr: IpAddr = "10.1.0.2".parse().unwrap();
+        assert_eq!(recs.get(addr).unwrap().container_id, "ctr-new");
+        node.run(|| del(&TeardownHint::Iptables, &recs, &new.owner, "eth0", &[]))
+            .unwrap()
+            .unwrap();
+        let saved = run_in(&node, "iptables-save", &["-t", "filter"]);
+        assert!(!saved.contains("10.1.0.2"), "{saved}");
+        assert_eq!(recs.all().unwrap(), vec![]);
+    }
+}
