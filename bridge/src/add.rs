@@ -80,7 +80,7 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
 /// it and no other attachment uses it.
 fn rollback(args: &CmdArgs, host: &mut Netlink, br: &Bridge, created: &Created) {
     if let Some(backend) = created.masq {
-        if let Err(e) = masq::teardown(backend, &firewall::owner(args)) {
+        if let Err(e) = masq::teardown(backend, &firewall::owner(args), &args.ifname) {
             eprintln!("bridge: rollback: removing the masquerade: {e}");
         }
     }
@@ -200,7 +200,7 @@ fn steps(
             let backend = conf.masq_backend();
             created.masq = Some(backend);
             let addrs: Vec<IpPrefix> = result.ips.iter().map(|ip| ip.address).collect();
-            masq::setup(backend, &firewall::owner(args), &addrs)?;
+            masq::setup(backend, &firewall::owner(args), &args.ifname, &addrs)?;
             fault::point("bridge/masq");
         }
     } else if !conf.disable_container_interface {

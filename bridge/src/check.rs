@@ -36,7 +36,12 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     ipam::check_routes(&mut container, &prev.routes)?;
     if conf.ip_masq {
         let addrs: Vec<_> = ips.iter().map(|ip| ip.address).collect();
-        masq::check(conf.masq_backend(), &firewall::owner(args), &addrs)?;
+        masq::check(
+            conf.masq_backend(),
+            &firewall::owner(args),
+            &args.ifname,
+            &addrs,
+        )?;
     }
     Ok(())
 }

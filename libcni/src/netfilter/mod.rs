@@ -21,6 +21,7 @@
 pub mod conntrack;
 pub mod firewall;
 pub mod iptables;
+pub mod ledger;
 pub mod masq;
 pub mod nfnetlink;
 pub mod nft;
