@@ -3,9 +3,11 @@
 //! they are in (chains the Go plugins share, which hold a rule per host
 //! port or address of every container on the node).
 //!
-//! One small file per attachment, `<root>/<feature>/<network>/<name>`
+//! One small file per attachment, `<root>/<feature>/<netns>/<network>/<name>`
 //! (`root` is `/run/cni`: handles die with the ruleset at reboot, and so
-//! does tmpfs), 0600, written atomically and never through a symlink. A
+//! does tmpfs; `netns` is the inode number of the network namespace whose
+//! ruleset holds the rules, so nodes that share a `/run`, as test nodes
+//! do, keep apart), 0600, written atomically and never through a symlink. A
 //! line per rule: `<family> <table> <chain> <handle> <note>`, the note
 //! being what the feature wants back (a host port, an address).
 //!
@@ -79,20 +81,35 @@ fn safe_component(s: &str) -> bool {
         && !s.chars().any(|c| matches!(c, '/' | '\0' | '\n'))
 }
 
+/// The directory of `feature`'s ledgers in the calling thread's network
+/// namespace.
+fn namespace_dir(feature: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata("/proc/thread-self/ns/net").ok()?.ino();
+    Some(root().join(feature).join(format!("netns-{ino}")))
+}
+
 impl Ledger {
-    /// The ledger `name` of `network` for `feature` (`portmap`, `ipmasq`).
-    /// Names the spec would refuse never reach here; if one does, the
-    /// ledger is `None` and callers use the listing path.
+    /// The ledger `name` of `network` for `feature` (`portmap`, `ipmasq`),
+    /// in the calling thread's network namespace. Names the spec would
+    /// refuse never reach here; if one does, the ledger is `None` and
+    /// callers use the listing path.
     pub fn new(feature: &str, network: &str, name: &str) -> Option<Ledger> {
-        (safe_component(network) && safe_component(name)).then(|| Ledger {
-            dir: root().join(feature).join(network),
+        if !safe_component(name) {
+            return None;
+        }
+        Some(Ledger {
+            dir: Ledger::network_dir(feature, network)?,
             name: name.to_string(),
         })
     }
 
     /// The directory of a network's ledgers for `feature`.
     pub fn network_dir(feature: &str, network: &str) -> Option<PathBuf> {
-        safe_component(network).then(|| root().join(feature).join(network))
+        if !safe_component(network) {
+            return None;
+        }
+        Some(namespace_dir(feature)?.join(network))
     }
 
     pub fn path(&self) -> PathBuf {
@@ -107,6 +124,9 @@ impl Ledger {
 
     /// Replaces the ledger with `entries` (removes it when empty).
     pub fn store(&self, entries: &[Entry]) -> Result<()> {
+        // Callers store right after their commit: a kill here leaves rules
+        // without a ledger, which DEL finds by listing.
+        crate::fault::point("netfilter/before-ledger");
         if entries.is_empty() {
             return self.remove();
         }
@@ -138,11 +158,19 @@ impl Ledger {
         .map_err(|e| Error::kernel(&op, e.source))
     }
 
-    /// Removes the ledger (a missing one is fine).
+    /// Removes the ledger (a missing one is fine), and its network's and
+    /// namespace's directories once they are empty.
     pub fn remove(&self) -> Result<()> {
         let path = self.path();
         files::remove_if_present(&path)
-            .map_err(|e| Error::kernel(format!("remove {}", path.display()), e))
+            .map_err(|e| Error::kernel(format!("remove {}", path.display()), e))?;
+        // Not empty (another attachment's ledger) or gone: both fine.
+        if std::fs::remove_dir(&self.dir).is_ok() {
+            if let Some(ns) = self.dir.parent() {
+                let _ = std::fs::remove_dir(ns);
+            }
+        }
+        Ok(())
     }
 }
 

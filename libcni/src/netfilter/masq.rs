@@ -321,13 +321,10 @@ pub fn nft_setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix])
         if !skeleton_intact(nft)? {
             skeleton(&mut b);
         }
-        match ledger.as_ref().and_then(Ledger::load) {
-            Some(old) => {
-                for e in verified(nft, &old, &comment)?.0 {
-                    b.del_rule(e.family, &e.table, &e.chain, e.handle);
-                }
+        if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
+            for e in verified(nft, &old, &comment)?.0 {
+                b.del_rule(e.family, &e.table, &e.chain, e.handle);
             }
-            None => {}
         }
         let mut notes = Vec::new();
         for a in addrs {
@@ -460,18 +457,20 @@ pub fn nft_check(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix])
             "ipMasq: chain inet {TABLE} postrouting is missing or changed"
         )));
     }
-    let have: Vec<RuleInfo> = match ledger_of(owner, ifname).and_then(|l| l.load()) {
-        Some(entries) => {
-            let mut out = Vec::new();
-            for e in &entries {
-                if let Some(r) = nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
-                    out.push(r);
-                }
+    let mut have: Vec<RuleInfo> = Vec::new();
+    let mut complete = false;
+    if let Some(entries) = ledger_of(owner, ifname).and_then(|l| l.load()) {
+        complete = true;
+        for e in &entries {
+            match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+                Some(r) if r.comment.as_deref() == Some(comment.as_str()) => have.push(r),
+                _ => complete = false,
             }
-            out
         }
-        None => listed(nft, &comment)?,
-    };
+    }
+    if !complete {
+        have = listed(nft, &comment)?;
+    }
     for a in addrs {
         let want: Vec<Vec<u8>> = address_rule(a)
             .iter()

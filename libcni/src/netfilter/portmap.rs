@@ -672,20 +672,24 @@ pub fn nft_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<Vec<
 pub fn nft_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let comment = rule_comment(&spec.owner);
     let failed = |what: String| Error::CheckFailed(format!("portmap: {what}"));
-    let have: Vec<(bool, RuleInfo)> = match ledger(&spec.owner).and_then(|l| l.load()) {
-        Some(entries) => {
-            let mut out = Vec::new();
-            for e in &entries {
-                if let Some(r) = nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
-                    if r.comment.as_deref() == Some(comment.as_str()) {
-                        out.push((e.family == Family::Ip6, r));
-                    }
+    // The ledger's rules when every one of them is there; otherwise one
+    // listing, as the Go plugin's CHECK does.
+    let mut have: Vec<(bool, RuleInfo)> = Vec::new();
+    let mut complete = false;
+    if let Some(entries) = ledger(&spec.owner).and_then(|l| l.load()) {
+        complete = true;
+        for e in &entries {
+            match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+                Some(r) if r.comment.as_deref() == Some(comment.as_str()) => {
+                    have.push((e.family == Family::Ip6, r))
                 }
+                _ => complete = false,
             }
-            out
         }
-        None => listed(nft, &comment)?,
-    };
+    }
+    if !complete {
+        have = listed(nft, &comment)?;
+    }
     let has = |v6: bool, chain: &str, exprs: &[Expr]| {
         let (cmp, imm) = summary(exprs);
         have.iter()
