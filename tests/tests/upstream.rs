@@ -173,7 +173,7 @@ fn tools() -> Vec<(&'static str, PathBuf)> {
 fn run_tool(
     node: &Node,
     name: &str,
-    tool: &PathBuf,
+    tool: &std::path::Path,
     args: &[&str],
     cap: Option<&Value>,
 ) -> PluginOutput {
