@@ -921,13 +921,14 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    let extra = json!({"conditionsV4": ["ip saddr 10.9.0.0/24", "iifname \"v9\""],
+    let extra = json!({"conditionsV4": ["ip saddr { 10.9.0.0/24, 10.8.0.1 }", "iifname \"v9\"",
+                                        "meta mark 0", "fib daddr type local"],
                        "conditionsV6": ["ip6 saddr != fd00:2::/64"]});
     let c = conf("pmnet", maps, extra, Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-c", &netns, &c));
     assert_eq!(
         rules(&node, "ip", "hostports"),
-        ["ip saddr 10.9.0.0/24 iifname \"v9\" tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-c\""]
+        ["ip saddr { 10.8.0.1, 10.9.0.0/24 } iifname \"v9\" meta mark 0x00000000 fib daddr type local tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-c\""]
     );
     assert_eq!(
         rules(&node, "ip6", "hostports"),
@@ -1094,5 +1095,121 @@ fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
         ));
         assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
         assert_eq!(rules(&node, "ip", "masquerading"), Vec::<String>::new());
+    }
+}
+
+/// Our encoding of each supported condition is `nft`'s: the expressions of
+/// the rule our ADD writes equal those of the same rule loaded by `nft -f`.
+#[test]
+fn portmap_nft_conditions_are_encoded_as_nft_encodes_them() {
+    if !require_root("portmap_nft_conditions_are_encoded_as_nft_encodes_them") {
+        return;
+    }
+    let pod = Netns::new("pmenc-pod");
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}]
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    let exprs = |ns: &Netns| -> Vec<String> {
+        let out = run_ok(ns.command("nft").args([
+            "--debug=netlink",
+            "list",
+            "chain",
+            "ip",
+            "cni_hostport",
+            "hostports",
+        ]));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .filter(|l| l.trim_start().starts_with('['))
+            .map(str::to_string)
+            .collect()
+    };
+    for cond in [
+        "ip saddr 10.9.0.0/24",
+        "ip saddr 10.9.0.0/20",
+        "ip daddr != 192.168.1.7",
+        "ip saddr { 10.9.0.0/24, 10.8.0.1 }",
+        "ip saddr != { 10.8.0.1, 10.8.0.2 }",
+        "iifname \"eth0\"",
+        "oifname != \"veth*\"",
+        "meta mark 0x10",
+        "meta mark and 0xff != 0x1",
+        "fib daddr type local",
+        "fib saddr type != local",
+    ] {
+        let node = Netns::new("pmenc-node");
+        let c = conf(
+            "pmenc",
+            json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
+            json!({"backend": "nftables", "snat": false, "conditionsV4": [cond]}),
+            Some(&prev),
+        );
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-e", &netns, &c));
+        let reference = Netns::new("pmenc-ref");
+        let text = format!(
+            "add table ip cni_hostport\nadd chain ip cni_hostport hostports\n\
+             add rule ip cni_hostport hostports {cond} tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-e\"\n"
+        );
+        let mut child = reference
+            .command("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "{text}");
+        assert_eq!(exprs(&node), exprs(&reference), "{cond}");
+        assert_ok(&call_eth0(
+            &ours(),
+            &node,
+            "DEL",
+            "ctr-e",
+            "",
+            &conf("pmenc", json!([]), json!({}), None),
+        ));
+        assert_eq!(exprs(&node), Vec::<String>::new(), "{cond}: DEL");
+    }
+}
+
+/// `markMasqBit` is an iptables option the Go plugin also accepts with the
+/// nftables backend (and ignores there): so do we.
+#[test]
+fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
+    if !require_root("portmap_nft_accepts_and_ignores_mark_masq_bit") {
+        return;
+    }
+    let node = forwarding_node("pmmark");
+    let a = Peer::attach(&node, "pmm-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    for extra in [
+        json!({"backend": "nftables", "markMasqBit": 5}),
+        json!({"markMasqBit": 5}),
+    ] {
+        let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
+        assert_eq!(
+            rules(&node, "ip", "hostports"),
+            ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-m\""],
+            "{extra}"
+        );
+        assert!(
+            !iptables_save(&node, false).contains("CNI-"),
+            "{extra}: no iptables rule"
+        );
+        assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-m", "", &c));
+        assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
     }
 }

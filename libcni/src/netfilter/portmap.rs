@@ -45,6 +45,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
+use super::conditions::{self, Condition};
 use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
 use super::ledger::{self, Entry, Ledger};
 use super::nft::expr::{self, CmpOp, Expr, Verdict};
@@ -251,8 +252,8 @@ fn ledger(owner: &Owner) -> Option<Ledger> {
 
 /// The rule of mapping `m` to `container` in chain `hostports`:
 /// `[conditions] [ip daddr HOSTIP] tcp dport P dnat to C:P`.
-fn mapping_rule(m: &PortMapping, container: IpAddr, conds: &[Vec<Expr>]) -> Vec<Expr> {
-    let mut r: Vec<Expr> = conds.iter().flatten().cloned().collect();
+fn mapping_rule(m: &PortMapping, container: IpAddr, conds: Vec<Expr>) -> Vec<Expr> {
+    let mut r = conds;
     if let Some(dst) = m.dst() {
         let width = if dst.is_ipv6() { 128 } else { 32 };
         r.extend(expr::match_prefix_nft(false, CmpOp::Eq, dst, width));
@@ -513,6 +514,7 @@ pub fn nft_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
             }
         }
         let mut notes: Vec<(usize, bool, String)> = Vec::new();
+        let mut set_id = 0;
         for v6 in [false, true] {
             let Some(container) = spec.container(v6) else {
                 continue;
@@ -522,7 +524,8 @@ pub fn nft_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
                 skeleton(&mut b, v6, spec.snat);
             }
             for m in spec.family_mappings(v6) {
-                let r = mapping_rule(&m, container.addr(), &conds[usize::from(v6)]);
+                let c = conditions::emit(&conds[usize::from(v6)], &mut b, f, TABLE, &mut set_id);
+                let r = mapping_rule(&m, container.addr(), c);
                 let i = b.add_rule_echo(f, TABLE, HOSTPORTS, &r, &comment);
                 notes.push((i, v6, port_note(&m)));
             }
@@ -709,7 +712,9 @@ pub fn nft_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let key = if v6 { "conditionsV6" } else { "conditionsV4" };
         let conds = parse_nft_conditions(key, spec.conditions.of(v6), v6)?;
         for m in spec.family_mappings(v6) {
-            if !has(v6, HOSTPORTS, &mapping_rule(&m, container.addr(), &conds)) {
+            let mut scratch = Batch::new();
+            let c = conditions::emit(&conds, &mut scratch, f, TABLE, &mut 0);
+            if !has(v6, HOSTPORTS, &mapping_rule(&m, container.addr(), c)) {
                 return Err(failed(format!(
                     "mapping {m} has no rule to {} in chain {} {TABLE} {HOSTPORTS}",
                     container.addr(),
@@ -732,98 +737,10 @@ pub fn nft_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     Ok(())
 }
 
-/// Parses `conditionsV4`/`conditionsV6` written in nft syntax. The suite
-/// encodes rules itself, so it understands a subset: `ip saddr|daddr`,
-/// `ip6 saddr|daddr` (an address or prefix, optionally after `!=` or `==`)
-/// and `[meta] iifname|oifname` (a name, `*` suffix for a prefix). Anything
-/// else is code 7 naming `key` and the token.
-pub fn parse_nft_conditions(key: &str, conds: &[String], v6: bool) -> Result<Vec<Vec<Expr>>> {
-    let tokens: Vec<String> = conds
-        .iter()
-        .flat_map(|c| c.split_whitespace())
-        .map(str::to_string)
-        .collect();
-    let bad = |what: &str| {
-        Error::config(
-            key,
-            format!(
-                "{what} (understood nft conditions: ip/ip6 saddr|daddr [!=] ADDR[/LEN], \
-                 [meta] iifname|oifname [!=] NAME)"
-            ),
-        )
-    };
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < tokens.len() {
-        let mut t = tokens[i].as_str();
-        if t == "meta" {
-            i += 1;
-            t = tokens.get(i).map_or("", String::as_str);
-        }
-        let take_op = |i: &mut usize| -> CmpOp {
-            match tokens.get(*i + 1).map(String::as_str) {
-                Some("!=") => {
-                    *i += 1;
-                    CmpOp::Neq
-                }
-                Some("==") => {
-                    *i += 1;
-                    CmpOp::Eq
-                }
-                _ => CmpOp::Eq,
-            }
-        };
-        match t {
-            "ip" | "ip6" => {
-                if (t == "ip6") != v6 {
-                    return Err(bad(&format!("{t:?} does not match the family of {key}")));
-                }
-                let field = tokens.get(i + 1).map_or("", String::as_str);
-                let source = match field {
-                    "saddr" => true,
-                    "daddr" => false,
-                    other => return Err(bad(&format!("unsupported match \"{t} {other}\""))),
-                };
-                i += 1;
-                let op = take_op(&mut i);
-                let value = tokens
-                    .get(i + 1)
-                    .ok_or_else(|| bad(&format!("\"{t} {field}\" without a value")))?;
-                i += 1;
-                let (addr, len) = match value.split_once('/') {
-                    Some((a, l)) => (a, l.parse::<u8>().ok()),
-                    None => (value.as_str(), Some(if v6 { 128 } else { 32 })),
-                };
-                let addr: IpAddr = addr
-                    .parse()
-                    .map_err(|_| bad(&format!("{value:?} is not an address or prefix")))?;
-                let max = if v6 { 128 } else { 32 };
-                let len = len
-                    .filter(|l| *l <= max && addr.is_ipv6() == v6)
-                    .ok_or_else(|| {
-                        bad(&format!(
-                            "{value:?} is not an address or prefix of the family"
-                        ))
-                    })?;
-                out.push(expr::match_ip(source, op, addr, len));
-            }
-            "iifname" | "oifname" => {
-                let op = take_op(&mut i);
-                let value = tokens
-                    .get(i + 1)
-                    .ok_or_else(|| bad(&format!("\"{t}\" without a value")))?;
-                i += 1;
-                let name = value.trim_matches('"');
-                if name.is_empty() || name.len() > 15 {
-                    return Err(bad(&format!("{value:?} is not an interface name")));
-                }
-                out.push(expr::match_ifname(t == "iifname", op, name));
-            }
-            other => return Err(bad(&format!("unsupported condition {other:?}"))),
-        }
-        i += 1;
-    }
-    Ok(out)
+/// Parses `conditionsV4`/`conditionsV6` written in nft syntax (see
+/// [`super::conditions`]): code 7 naming `key` for anything else.
+pub fn parse_nft_conditions(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
+    conditions::parse(key, conds, v6)
 }
 
 // ---- iptables ---------------------------------------------------------------

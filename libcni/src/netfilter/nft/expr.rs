@@ -157,6 +157,13 @@ pub enum Expr {
     FibDaddrType {
         dreg: u32,
     },
+    /// A fib lookup: `result` (`NFT_FIB_RESULT_*`) of the route found with
+    /// `flags` (`NFTA_FIB_F_*`), into `dreg`.
+    Fib {
+        result: u32,
+        flags: u32,
+        dreg: u32,
+    },
     /// Load a conntrack key (`NFT_CT_*`) into `dreg`.
     Ct {
         key: u32,
@@ -193,7 +200,7 @@ impl Expr {
             Expr::Immediate(_) | Expr::Load { .. } => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
-            Expr::FibDaddrType { .. } => "fib",
+            Expr::FibDaddrType { .. } | Expr::Fib { .. } => "fib",
             Expr::Ct { .. } => "ct",
             Expr::Counter => "counter",
         }
@@ -278,6 +285,15 @@ impl Expr {
                 }
             }
             Expr::Masq => {}
+            Expr::Fib {
+                result,
+                flags,
+                dreg,
+            } => {
+                a.put_be32(1, *dreg)
+                    .put_be32(2, *result)
+                    .put_be32(3, *flags);
+            }
             Expr::FibDaddrType { dreg } => {
                 // NFT_FIB_RESULT_ADDRTYPE, NFTA_FIB_F_DADDR.
                 a.put_be32(1, *dreg).put_be32(2, 3).put_be32(3, 2);

@@ -63,6 +63,8 @@ const NFTA_SET_DATA_LEN: u16 = 7;
 const NFTA_SET_ID: u16 = 10;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
+const NFTA_SET_ELEM_FLAGS: u16 = 3;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
@@ -73,6 +75,14 @@ const NFTA_DATA_VERDICT: u16 = 2;
 const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
 const NFTA_EXPR_NAME: u16 = 1;
+
+/// `NFT_SET_ANONYMOUS | NFT_SET_CONSTANT`: a set made for one rule (named
+/// by the kernel, deleted with the rule), as `nft` makes for `{ a, b }`.
+pub const SET_ANONYMOUS_CONSTANT: u32 = 0x1 | 0x2;
+/// `NFT_SET_INTERVAL`: elements are ranges.
+pub const SET_INTERVAL: u32 = 0x4;
+/// `NFT_SET_ELEM_INTERVAL_END`: the element ends a range.
+pub const ELEM_INTERVAL_END: u32 = 0x1;
 
 /// `NFT_SET_MAP`: the set maps keys to data.
 pub const SET_MAP: u32 = 0x8;
@@ -472,6 +482,43 @@ impl Batch {
             family,
             a,
             format!("add {what} to {set}"),
+        );
+    }
+
+    /// Adds the elements of a set created in this batch under `set_id`
+    /// (an anonymous set, which has no name yet): `(key, flags)` pairs,
+    /// flags [`ELEM_INTERVAL_END`] or 0.
+    pub fn add_elems_to_new_set(
+        &mut self,
+        family: Family,
+        table: &str,
+        set_id: u32,
+        elems: &[(Vec<u8>, u32)],
+    ) {
+        if elems.is_empty() {
+            return;
+        }
+        let mut a = Attrs::new();
+        a.put_str(NFTA_SET_ELEM_LIST_TABLE, table)
+            .put_be32(NFTA_SET_ELEM_LIST_SET_ID, set_id);
+        a.nest(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            for (key, flags) in elems {
+                list.nest(NFTA_LIST_ELEM, |el| {
+                    el.nest(NFTA_SET_ELEM_KEY, |k| {
+                        k.put(NFTA_DATA_VALUE, key);
+                    });
+                    if *flags != 0 {
+                        el.put_be32(NFTA_SET_ELEM_FLAGS, *flags);
+                    }
+                });
+            }
+        });
+        self.push(
+            NFT_MSG_NEWSETELEM,
+            NLM_F_CREATE,
+            family,
+            a,
+            format!("add elements to anonymous set {set_id}"),
         );
     }
 
