@@ -56,10 +56,6 @@ use super::Owner;
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, Result};
 
-/// The CNI error code of a host port that another container already maps
-/// (plugin-specific range: the config is valid, the node is not free).
-pub const CONFLICT_CODE: u32 = crate::error::code::CONFLICT;
-
 /// A transport protocol of a mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
@@ -198,14 +194,6 @@ impl PortMapSpec {
             .copied()
             .collect()
     }
-}
-
-/// The error of a host port that another owner holds.
-pub fn conflict_error(m: &PortMapping, holder: &str) -> Error {
-    Error::Conflict(format!(
-        "runtimeConfig.portMappings: host port {} ({m}) is already mapped by {holder}",
-        m.host_port
-    ))
 }
 
 // ---- nftables -------------------------------------------------------------
