@@ -775,8 +775,17 @@ mod tests {
             listed.contains("id: ctr-a") && listed.contains("id: ctr-c"),
             "{listed}"
         );
-        assert!(ledger_of(&b, "eth0").unwrap().load().is_none());
-        assert!(ledger_of(&a, "eth0").unwrap().load().is_some());
+        // Ledgers are per network namespace: read them from the node's.
+        let ledgers = node
+            .run(|| {
+                (
+                    ledger_of(&a, "eth0").unwrap().load(),
+                    ledger_of(&b, "eth0").unwrap().load(),
+                )
+            })
+            .unwrap();
+        assert_eq!(ledgers.0.map(|e| e.len()), Some(2), "ctr-a's two rules");
+        assert_eq!(ledgers.1, None, "ctr-b's ledger went with its rules");
     }
 
     #[test]
