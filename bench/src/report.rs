@@ -1094,13 +1094,15 @@ impl Report<'_> {
              `/proc/<pid>/status` at each process's exit. Not `ru_maxrss`: at `execve` Linux folds \
              the parent's high-water mark into the child's (with `fork` and `posix_spawn` alike), \
              so `ru_maxrss` reports the benchmark's own size whenever that is larger.\n\
-             - **Scaling sweep.** One node network `bench-scale` (bridge `cbench9`, 10.210.0.0/16, no \
-             masquerade), filled with real pods: each ADDed by *our* bridge + host-local + portmap \
-             chain with one port mapping (its own host port), so the bridge has N ports and the \
-             `dataDir` N leases for whoever measures. The reference's mappings live in iptables, \
-             so each filled pod also gets its mapping from the *reference* portmap (a real Go ADD \
-             with the pod's result as `prevResult`): each portmap then finds N mappings of its own \
-             (and the other's rules beside them). Both sides are then measured alternately on the \
+             - **Scaling sweep.** One node network `bench-scale` (bridge `cbench9`, 10.210.0.0/16, \
+             `ipMasq`), filled with real pods: each ADDed by *our* bridge + host-local + portmap \
+             chain with one port mapping (its own host port), so the bridge has N ports, the \
+             `dataDir` N leases and our nftables chains N masquerade and host port rules for whoever \
+             measures. The reference's mappings and masquerade live in iptables, so each filled pod \
+             also gets its mapping from the *reference* portmap (a real Go ADD with the pod's result \
+             as `prevResult`) and its masquerade chain in the Go bridge's iptables format (one \
+             `iptables-restore` per fill step): each side then finds N of its own (and the other's \
+             rules beside them). Both sides are then measured alternately on the \
              same node, ADD then DEL of one more pod (hostPort 19999). Filling with our plugins only \
              is fair for bridge + host-local: the kernel and the lease files look the same whoever \
              wrote them. **Growth** is p50 at a level against p50 on the empty node \
