@@ -442,25 +442,61 @@ fn check_tbf(
     Ok(())
 }
 
-/// GC: deletes this network's IFBs (found by our alias, and by the name
-/// the network and container ID give) whose container has no valid
-/// attachment. An IFB is per container and network, so any valid
-/// attachment of its container keeps it. Returns the errors.
+/// Whether `name` is an IFB name the Go plugin makes: `bwp` + 12 lowercase
+/// hex digits.
+pub fn is_go_ifb_name(name: &str) -> bool {
+    name.strip_prefix("bwp").is_some_and(|h| {
+        h.len() == 12
+            && h.chars()
+                .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+    })
+}
+
+/// GC: deletes this network's IFBs whose container has no valid
+/// attachment (an IFB is per container and network, so any valid
+/// attachment of its container keeps it):
+/// - ours, found by our alias and the name the network and container ID
+///   give;
+/// - the Go plugin's (`bwp<hash>`, no alias): its name hashes network and
+///   container ID and names neither, so one is collected only when it is
+///   no valid attachment's IFB of this network and nothing redirects to it
+///   any more (its host veth, and with it its container, is gone): an IFB
+///   in use may be another network's.
+///
+/// Returns the errors.
 pub fn collect_garbage(
     host: &mut Netlink,
     network: &str,
     valid: &HashSet<(String, String)>,
 ) -> Result<ErrorList, Error> {
     let in_use: HashSet<&str> = valid.iter().map(|(cid, _)| cid.as_str()).collect();
+    let valid_names: HashSet<String> = in_use.iter().map(|cid| ifb_name(network, cid)).collect();
     let mut errors = ErrorList::new();
-    for link in host.links()? {
+    let links = host.links()?;
+    // The links something redirects to, read only when an alias-less IFB
+    // asks for it.
+    let mut targets: Option<HashSet<u32>> = None;
+    for link in &links {
         if link.kind.as_deref() != Some("ifb") {
             continue;
         }
-        let Some((cid, _ifname)) = link.alias.as_deref().and_then(parse_alias) else {
-            continue;
+        let doomed = match link.alias.as_deref() {
+            Some(alias) => match parse_alias(alias) {
+                Some((cid, _ifname)) => {
+                    link.name == ifb_name(network, cid) && !in_use.contains(cid)
+                }
+                None => false,
+            },
+            None if is_go_ifb_name(&link.name) && !valid_names.contains(&link.name) => {
+                let t = match &targets {
+                    Some(t) => t,
+                    None => targets.insert(redirect_targets(host, &links)),
+                };
+                !t.contains(&link.index)
+            }
+            None => false,
         };
-        if link.name != ifb_name(network, cid) || in_use.contains(cid) {
+        if !doomed {
             continue;
         }
         match host.delete_link(link.index) {
@@ -471,9 +507,37 @@ pub fn collect_garbage(
     Ok(errors)
 }
 
+/// Every link an ingress filter of some link of `links` redirects to (a
+/// link without an ingress qdisc has nothing to list).
+fn redirect_targets(host: &mut Netlink, links: &[Link]) -> HashSet<u32> {
+    let mut out = HashSet::new();
+    for l in links {
+        for parent in [INGRESS_PARENT, CLSACT_INGRESS] {
+            if let Ok(filters) = host.filters(l.index, parent, 0, 0) {
+                out.extend(filters.iter().filter_map(|f| f.redirect));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_ifb_names_are_recognised() {
+        assert!(is_go_ifb_name(&ifb_name("n", "c")));
+        for not in [
+            "bwp",
+            "bwp12345678901",
+            "bwp12345678901g",
+            "ifbforeign",
+            "bwp1234567890123",
+        ] {
+            assert!(!is_go_ifb_name(not), "{not}");
+        }
+    }
 
     #[test]
     fn ifb_names_are_the_go_plugins() {

@@ -227,6 +227,31 @@ pub fn executables(dir: &Path, skip: &[&str]) -> Vec<(String, u64)> {
 }
 
 /// (name, bytes) of `names` in `dir`; a missing one is left out.
+/// What the Go plugins of `dir` say they are: `bridge` run without
+/// `CNI_COMMAND` prints its build version and the CNI versions it speaks.
+pub fn plugin_version(dir: &Path) -> String {
+    let out = std::process::Command::new(dir.join("bridge"))
+        .env_clear()
+        .output();
+    match out {
+        Ok(o) => {
+            let text = String::from_utf8_lossy(&o.stdout).into_owned()
+                + &String::from_utf8_lossy(&o.stderr);
+            let lines: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            if lines.is_empty() {
+                "unknown (bridge printed nothing)".into()
+            } else {
+                lines.join("; ")
+            }
+        }
+        Err(e) => format!("unknown ({}: {e})", dir.join("bridge").display()),
+    }
+}
+
 pub fn sizes_of(dir: &Path, names: &[&str]) -> Vec<(String, u64)> {
     names
         .iter()

@@ -58,11 +58,20 @@ fn run() -> Result<(), String> {
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("."));
     let ours_dir = canonical(opts.ours.as_deref().unwrap_or(&exe_dir), "--ours")?;
-    let reference_dir = canonical(&opts.reference, "--reference")?;
+    let references: Vec<PathBuf> = opts
+        .reference
+        .iter()
+        .map(|r| canonical(r, "--reference"))
+        .collect::<Result<_, _>>()?;
+    let reference_dir = references[0].clone();
     eprintln!(
         "cni-bench: ours {} against the reference {} ({})",
         ours_dir.display(),
-        reference_dir.display(),
+        references
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and "),
         opts.summary()
     );
 
@@ -131,6 +140,47 @@ fn run() -> Result<(), String> {
         outcomes.push(outcome);
     }
 
+    // The further references: the main table again, against each.
+    let mut extra: Vec<report::ExtraReference> = Vec::new();
+    for dir in references.iter().skip(1) {
+        let set = Setting {
+            reference_dir: dir,
+            ..set
+        };
+        let mut outcomes = Vec::new();
+        for chain in chains::all(&dirs) {
+            if let Some(only) = &opts.chains {
+                if !only.iter().any(|k| k == chain.key) {
+                    continue;
+                }
+            }
+            eprintln!(
+                "[{:>4.0}s] chain {} against {}: {} iterations",
+                started.elapsed().as_secs_f64(),
+                chain.title,
+                dir.display(),
+                opts.iterations
+            );
+            let outcome = match measure::chain(&set, &ns, &pod, &chain) {
+                Ok(o) => o,
+                Err(e) => {
+                    interrupt::check()?;
+                    ChainOutcome::Skipped {
+                        chain: chain.clone(),
+                        reason: format!("error: {e}"),
+                    }
+                }
+            };
+            outcomes.push(outcome);
+        }
+        extra.push(report::ExtraReference {
+            dir: dir.clone(),
+            version: machine::plugin_version(dir),
+            chains: outcomes,
+            sizes: machine::sizes_of(dir, &machine::REFERENCE_FIVE),
+        });
+    }
+
     // Where the time goes.
     eprintln!(
         "[{:>4.0}s] start costs and syscall summaries",
@@ -138,9 +188,14 @@ fn run() -> Result<(), String> {
     );
     let mut notes = Vec::new();
     let mut programs: Vec<PathBuf> = Vec::new();
-    for o in &outcomes {
+    let with_extra = outcomes.iter().map(|o| (&reference_dir, o)).chain(
+        extra
+            .iter()
+            .flat_map(|e| e.chains.iter().map(move |o| (&e.dir, o))),
+    );
+    for (ref_dir, o) in with_extra {
         if let ChainOutcome::Measured { chain, .. } = o {
-            for (dir, list) in [(&ours_dir, &chain.ours), (&reference_dir, &chain.reference)] {
+            for (dir, list) in [(&ours_dir, &chain.ours), (ref_dir, &chain.reference)] {
                 for b in chains::binaries(list) {
                     let p = dir.join(b);
                     if !programs.contains(&p) {
@@ -297,6 +352,7 @@ fn run() -> Result<(), String> {
         settings: opts.summary(),
         ours_dir: &ours_dir,
         reference_dir: &reference_dir,
+        extra_references: &extra,
         chains: &outcomes,
         starts: starts.as_ref(),
         floor: floor.as_ref(),

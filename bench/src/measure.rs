@@ -86,6 +86,7 @@ impl ChainOutcome {
 }
 
 /// What the measurement needs from the run.
+#[derive(Debug, Clone, Copy)]
 pub struct Setting<'a> {
     pub ours_dir: &'a Path,
     pub reference_dir: &'a Path,

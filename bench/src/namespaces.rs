@@ -120,6 +120,20 @@ impl Drop for Namespaces {
                 eprintln!("cni-bench: cannot leave the node namespace: {e}");
             }
         }
+        // The rule ledgers our portmap and ipMasq kept for the nodes'
+        // rules (`/run/cni/<feature>/netns-<inode>`): their rules go with
+        // the namespaces, the filled pods are never DELed.
+        for n in self.nodes.iter().chain(std::iter::once(&self.node)) {
+            if let Ok(m) = std::fs::metadata(path_of(n)) {
+                use std::os::unix::fs::MetadataExt;
+                for feature in ["portmap", "ipmasq"] {
+                    let dir = std::path::Path::new(libcni::netfilter::ledger::ROOT)
+                        .join(feature)
+                        .join(format!("netns-{}", m.ino()));
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+        }
         let mut lines: Vec<String> = self.pods.iter().map(|p| format!("netns del {p}")).collect();
         lines.extend(self.nodes.iter().map(|n| format!("netns del {n}")));
         lines.push(format!("netns del {}", self.node));

@@ -6,7 +6,7 @@ pub const USAGE: &str = "\
 usage: cni-bench [--quick] [--iterations N] [--sweep-iterations N] [--rss-runs N]
                  [--pods 0,100,1000] [--leases 0,100,1000,10000] [--no-sweep]
                  [--chains bridge,portmap,bandwidth,flannel,full,loopback]
-                 [--ours DIR] [--reference DIR] [--results FILE] [--plot FILE]
+                 [--ours DIR] [--reference DIR]... [--results FILE] [--plot FILE]
 
 Times our CNI plugins against the Go reference plugins inside throwaway network
 namespaces (root needed) and writes RESULTS.md and the sweep plot.
@@ -20,7 +20,9 @@ namespaces (root needed) and writes RESULTS.md and the sweep plot.
   --no-sweep            main table only
   --chains LIST         only these chains
   --ours DIR            our plugin binaries (default: the directory of cni-bench)
-  --reference DIR       the Go plugins (default /usr/lib/cni)
+  --reference DIR       the Go plugins (default /usr/lib/cni); repeatable: the first
+                        is measured everywhere, each further one (e.g. the current
+                        upstream release built locally) in the chain and plugin tables
   --results FILE        default bench/RESULTS.md of the source tree
   --plot FILE           default bench/latency-vs-pods.svg of the source tree
 ";
@@ -37,7 +39,8 @@ pub struct Options {
     pub sweep: bool,
     pub chains: Option<Vec<String>>,
     pub ours: Option<PathBuf>,
-    pub reference: PathBuf,
+    /// The reference plugin directories, the first being the main one.
+    pub reference: Vec<PathBuf>,
     pub results: PathBuf,
     pub plot: PathBuf,
 }
@@ -73,7 +76,7 @@ impl Options {
         let (mut iterations, mut sweep_iterations, mut rss_runs) = (None, None, None);
         let (mut pods, mut leases, mut chains) = (None, None, None);
         let mut ours = None;
-        let mut reference = PathBuf::from("/usr/lib/cni");
+        let mut reference: Vec<PathBuf> = Vec::new();
         let mut results = here.join("RESULTS.md");
         let mut plot = here.join("latency-vs-pods.svg");
         let mut args = args.into_iter();
@@ -105,7 +108,12 @@ impl Options {
                     chains = Some(keys);
                 }
                 "--ours" => ours = Some(PathBuf::from(value(&a)?)),
-                "--reference" => reference = PathBuf::from(value(&a)?),
+                "--reference" => {
+                    let dir = PathBuf::from(value(&a)?);
+                    if !reference.contains(&dir) {
+                        reference.push(dir);
+                    }
+                }
                 "--results" => results = PathBuf::from(value(&a)?),
                 "--plot" => plot = PathBuf::from(value(&a)?),
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
@@ -121,6 +129,9 @@ impl Options {
             if l.iter().any(|&n| n > 60_000) {
                 return Err("--leases: at most 60000 (the sweep's range is a /16)".into());
             }
+        }
+        if reference.is_empty() {
+            reference.push(PathBuf::from("/usr/lib/cni"));
         }
         Ok(Options {
             help,
@@ -193,5 +204,26 @@ mod tests {
         assert!(parse(&["--chains", "nope"]).unwrap_err().contains("nope"));
         assert!(parse(&["--wat"]).unwrap_err().contains("--wat"));
         assert_eq!(parse(&["--pods", "100,0,100"]).unwrap().pods, [0, 100]);
+    }
+
+    #[test]
+    fn references_repeat_and_default_to_debians() {
+        assert_eq!(
+            parse(&[]).unwrap().reference,
+            [PathBuf::from("/usr/lib/cni")]
+        );
+        let o = parse(&[
+            "--reference",
+            "/usr/lib/cni",
+            "--reference",
+            "/tmp/up",
+            "--reference",
+            "/tmp/up",
+        ])
+        .unwrap();
+        assert_eq!(
+            o.reference,
+            [PathBuf::from("/usr/lib/cni"), PathBuf::from("/tmp/up")]
+        );
     }
 }

@@ -11,11 +11,33 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
+/// The anchor GitHub makes of the heading `Against <dir>`.
+fn anchor(dir: &Path) -> String {
+    dir.display()
+        .to_string()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
 /// The targets of issue 8.
 pub const ADD_TARGET: f64 = 0.15;
 pub const DEL_TARGET: f64 = 0.05;
 pub const GROWTH_TARGET: f64 = 1.5;
 pub const RSS_TARGET_KIB: u64 = 4096;
+
+/// A further reference measured in the same run (`--reference` again):
+/// the main table against it.
+#[derive(Debug, Clone)]
+pub struct ExtraReference {
+    pub dir: PathBuf,
+    /// What its `bridge` says it is.
+    pub version: String,
+    pub chains: Vec<ChainOutcome>,
+    pub sizes: Vec<(String, u64)>,
+}
 
 /// Everything the report is made of.
 pub struct Report<'a> {
@@ -24,6 +46,8 @@ pub struct Report<'a> {
     pub settings: String,
     pub ours_dir: &'a Path,
     pub reference_dir: &'a Path,
+    /// The references after the first, each with its own main table.
+    pub extra_references: &'a [ExtraReference],
     pub chains: &'a [ChainOutcome],
     pub starts: Option<&'a StartCosts>,
     pub floor: Option<&'a KernelFloor>,
@@ -191,6 +215,15 @@ impl Report<'_> {
             m.go_plugins,
             self.reference_dir.display()
         );
+        for e in self.extra_references {
+            let _ = writeln!(
+                s,
+                "| Further reference | `{}` ({}): the chain and plugin tables [against it](#against-{}) |",
+                e.dir.display(),
+                e.version,
+                anchor(&e.dir)
+            );
+        }
         let _ = writeln!(
             s,
             "| Ours | build in `{}` ({}) |",
@@ -210,6 +243,7 @@ impl Report<'_> {
         self.targets(&mut s);
         self.chain_table(&mut s);
         self.plugin_tables(&mut s);
+        self.extra_tables(&mut s);
         self.peak_table(&mut s);
         self.size_table(&mut s);
         self.sweep_tables(&mut s);
@@ -372,6 +406,39 @@ impl Report<'_> {
 
     fn chain_table(&self, s: &mut String) {
         let _ = writeln!(s, "## Chains, end to end through the runtime\n");
+        self.chain_rows(s, self.chains);
+    }
+
+    /// The sections of the further references: their chain and plugin
+    /// tables, against the same runs of ours' binaries.
+    fn extra_tables(&self, s: &mut String) {
+        for e in self.extra_references {
+            let _ = writeln!(s, "## Against {}\n", e.dir.display());
+            let _ = writeln!(
+                s,
+                "`{}` says: {}. Measured in the same run, after the main table, \
+                 the same way (ours and this reference alternating). The sweep and the targets \
+                 use the first reference only.\n",
+                e.dir.display(),
+                e.version
+            );
+            let total: u64 = e.sizes.iter().map(|(_, b)| b).sum();
+            let _ = writeln!(
+                s,
+                "Its five binaries ({}): {} bytes.\n",
+                e.sizes
+                    .iter()
+                    .map(|(n, _)| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                thousands(total)
+            );
+            self.chain_rows(s, &e.chains);
+            self.plugin_rows(s, &e.chains, &e.dir, "###");
+        }
+    }
+
+    fn chain_rows(&self, s: &mut String, chains: &[ChainOutcome]) {
         let _ = writeln!(
             s,
             "ADD and DEL of one pod, the chain run by libcni's runtime in-process (result cache included), \
@@ -381,7 +448,7 @@ impl Report<'_> {
             s,
             "| Chain | ADD ours | ADD reference | ADD ratio | DEL ours | DEL reference | DEL ratio | n |\n|---|---|---|---|---|---|---|---|"
         );
-        for c in self.chains {
+        for c in chains {
             match c {
                 ChainOutcome::Measured {
                     chain,
@@ -407,7 +474,7 @@ impl Report<'_> {
                 }
             }
         }
-        for c in self.chains {
+        for c in chains {
             if let Some(note) = c.chain().note {
                 let _ = writeln!(s, "\n¹ {note}");
             }
@@ -426,7 +493,17 @@ impl Report<'_> {
              same binary answering `VERSION` (process start and runtime init, nothing else; p50). \
              *peak RSS* is `VmHWM` of that plugin process (KiB, the largest seen in traced runs).\n"
         );
-        for c in self.chains {
+        self.plugin_rows(s, self.chains, self.reference_dir, "###");
+    }
+
+    fn plugin_rows(
+        &self,
+        s: &mut String,
+        chains: &[ChainOutcome],
+        reference_dir: &Path,
+        level: &str,
+    ) {
+        for c in chains {
             let ChainOutcome::Measured {
                 chain,
                 ours,
@@ -435,7 +512,7 @@ impl Report<'_> {
             else {
                 continue;
             };
-            let _ = writeln!(s, "### {}\n", chain.title);
+            let _ = writeln!(s, "{level} {}\n", chain.title);
             let _ = writeln!(
                 s,
                 "| Plugin (ours / reference) | ADD ours | ADD ref | ratio | DEL ours | DEL ref | ratio | CPU ADD ours / ref | CPU DEL ours / ref | start ours / ref | peak RSS ours / ref |\n|---|---|---|---|---|---|---|---|---|---|---|"
@@ -447,7 +524,7 @@ impl Report<'_> {
                     format!("{} / {}", o.name, r.name)
                 };
                 let op = self.ours_dir.join(&o.name);
-                let rp = self.reference_dir.join(&r.name);
+                let rp = reference_dir.join(&r.name);
                 let _ = writeln!(
                     s,
                     "| {name} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} | {} / {} |",
@@ -1017,13 +1094,15 @@ impl Report<'_> {
              `/proc/<pid>/status` at each process's exit. Not `ru_maxrss`: at `execve` Linux folds \
              the parent's high-water mark into the child's (with `fork` and `posix_spawn` alike), \
              so `ru_maxrss` reports the benchmark's own size whenever that is larger.\n\
-             - **Scaling sweep.** One node network `bench-scale` (bridge `cbench9`, 10.210.0.0/16, no \
-             masquerade), filled with real pods: each ADDed by *our* bridge + host-local + portmap \
-             chain with one port mapping (its own host port), so the bridge has N ports and the \
-             `dataDir` N leases for whoever measures. The reference's mappings live in iptables, \
-             so each filled pod also gets its mapping from the *reference* portmap (a real Go ADD \
-             with the pod's result as `prevResult`): each portmap then finds N mappings of its own \
-             (and the other's rules beside them). Both sides are then measured alternately on the \
+             - **Scaling sweep.** One node network `bench-scale` (bridge `cbench9`, 10.210.0.0/16, \
+             `ipMasq`), filled with real pods: each ADDed by *our* bridge + host-local + portmap \
+             chain with one port mapping (its own host port), so the bridge has N ports, the \
+             `dataDir` N leases and our nftables chains N masquerade and host port rules for whoever \
+             measures. The reference's mappings and masquerade live in iptables, so each filled pod \
+             also gets its mapping from the *reference* portmap (a real Go ADD with the pod's result \
+             as `prevResult`) and its masquerade chain in the Go bridge's iptables format (one \
+             `iptables-restore` per fill step): each side then finds N of its own (and the other's \
+             rules beside them). Both sides are then measured alternately on the \
              same node, ADD then DEL of one more pod (hostPort 19999). Filling with our plugins only \
              is fair for bridge + host-local: the kernel and the lease files look the same whoever \
              wrote them. **Growth** is p50 at a level against p50 on the empty node \

@@ -1,15 +1,18 @@
 //! The scaling sweep: ADD and DEL of one more pod on a node that already
 //! has 0, 100, 1,000 pods (and host-local alone with up to 10,000 leases).
 //!
-//! Pods: one network `bench-scale` (bridge `cbench9`, 10.210.0.0/16, no
-//! masquerade) in the node. It is filled with real pods, each ADDed by our
+//! Pods: one network `bench-scale` (bridge `cbench9`, 10.210.0.0/16, with
+//! `ipMasq`) in the node. It is filled with real pods, each ADDed by our
 //! bridge + host-local + portmap chain with one port mapping, so the bridge
-//! has that many ports and host-local that many leases, whoever measures.
-//! The reference's port mappings live in iptables, not in our nftables
-//! table, so each filled pod also gets its mapping from the reference
-//! portmap (a real Go portmap ADD with the pod's result as `prevResult`):
-//! both portmaps then find N mappings of their own. Both sides are measured
-//! on that same node, alternating, on one more pod.
+//! has that many ports, host-local that many leases, and our nftables
+//! chains that many masquerade and host port rules, whoever measures. The
+//! reference's port mappings and masquerade live in iptables, so each
+//! filled pod also gets its mapping from the reference portmap (a real Go
+//! portmap ADD with the pod's result as `prevResult`) and its masquerade in
+//! the Go bridge's iptables format (written with one `iptables-restore` per
+//! fill step: a Go bridge ADD would make a second veth): both sides then
+//! find N of their own. Both sides are measured on that same node,
+//! alternating, on one more pod.
 //!
 //! Growth is judged against an **empty twin** measured in the same minutes:
 //! a second node namespace with the same network and an empty `dataDir`,
@@ -145,8 +148,8 @@ pub struct Filling {
 /// Syscall summaries taken in the sweep, with where they were taken.
 pub type Traced = (String, Vec<diagnose::Syscalls>);
 
-pub const CHAIN_TITLE: &str = "bridge + host-local";
-pub const PORTMAP_TITLE: &str = "bridge + host-local + portmap (1 mapping per pod)";
+pub const CHAIN_TITLE: &str = "bridge (ipMasq) + host-local";
+pub const PORTMAP_TITLE: &str = "bridge (ipMasq) + host-local + portmap (1 mapping per pod)";
 pub const PORTMAP_ALONE_TITLE: &str = "portmap plugin alone (1 mapping per pod)";
 pub const HOST_LOCAL_TITLE: &str = "host-local alone";
 
@@ -244,7 +247,9 @@ fn node_chains(set: &Setting, ipam_dir: &Path, tag: &str) -> Result<NodeChains, 
 }
 
 fn pod_chains(ipam_dir: &Path) -> (chains::Chain, chains::Chain) {
-    let base = chains::bridge("cbench9", "10.210.0.0/16", false, ipam_dir);
+    // Masquerade on: every filled pod has its masquerade rule, so both
+    // masquerade and port mappings are measured with N others present.
+    let base = chains::bridge("cbench9", "10.210.0.0/16", true, ipam_dir);
     let as_chain = |list: Value, key: &'static str| chains::Chain {
         key,
         title: key,
@@ -443,6 +448,7 @@ fn fill(
     eprintln!("  filling the node: pods {from}..{to}");
     let pods = ns.add_pods(to - from).map_err(|e| e.to_string())?;
     let (mut ours_s, mut ref_s) = (0.0, 0.0);
+    let mut ref_masq = String::from("*nat\n");
     for (n, pod) in (from..to).zip(&pods) {
         interrupt::check()?;
         let host_port = 20000 + n as u16;
@@ -455,6 +461,9 @@ fn fill(
         let start = Instant::now();
         let (_, result) = ours.runtime_add(&rt)?;
         ours_s += start.elapsed().as_secs_f64();
+        if let Some(addr) = result["ips"][0]["address"].as_str() {
+            ref_masq.push_str(&go_masq_rules(&format!("fill-{n}"), addr));
+        }
         if with_portmap {
             // The bridge's result is portmap's prevResult (portmap passes it
             // through unchanged).
@@ -463,7 +472,97 @@ fn fill(
             ref_s += start.elapsed().as_secs_f64();
         }
     }
+    // The reference's masquerade of the same pods, in its own format (the
+    // rules its bridge writes), in one iptables-restore.
+    ref_masq.push_str("COMMIT\n");
+    let start = Instant::now();
+    restore_nat(&ref_masq)?;
+    ref_s += start.elapsed().as_secs_f64();
     Ok((ours_s, ref_s))
+}
+
+/// The Go bridge's iptables masquerade of container `cid` of network
+/// `bench-scale` at `addr` (`a.b.c.d/len`): its chain, the chain's two
+/// rules and the POSTROUTING jump, all commented with the owner.
+fn go_masq_rules(cid: &str, addr: &str) -> String {
+    use libcni::netfilter::iptables::rule_line;
+    let chain = libcni::netfilter::go_chain_name("", "bench-scale", cid);
+    let comment = format!("name: \"bench-scale\" id: \"{cid}\"");
+    let ip = addr.split('/').next().unwrap_or(addr);
+    let net = "10.210.0.0/16";
+    let mut s = format!(":{chain} - [0:0]\n");
+    for line in [
+        rule_line(
+            &chain,
+            &[
+                "-d",
+                net,
+                "-m",
+                "comment",
+                "--comment",
+                &comment,
+                "-j",
+                "ACCEPT",
+            ],
+        ),
+        rule_line(
+            &chain,
+            &[
+                "!",
+                "-d",
+                "224.0.0.0/4",
+                "-m",
+                "comment",
+                "--comment",
+                &comment,
+                "-j",
+                "MASQUERADE",
+            ],
+        ),
+        rule_line(
+            "POSTROUTING",
+            &[
+                "-s",
+                &format!("{ip}/32"),
+                "-m",
+                "comment",
+                "--comment",
+                &comment,
+                "-j",
+                &chain,
+            ],
+        ),
+    ] {
+        s.push_str(&line);
+        s.push('\n');
+    }
+    s
+}
+
+fn restore_nat(input: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new("iptables-restore")
+        .arg("--noflush")
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("iptables-restore: {e}"))?;
+    child
+        .stdin
+        .take()
+        .ok_or("iptables-restore: no stdin")?
+        .write_all(input.as_bytes())
+        .map_err(|e| format!("iptables-restore: {e}"))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("iptables-restore: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "iptables-restore: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
 }
 
 fn host_local_list(data_dir: &Path) -> Value {

@@ -29,7 +29,12 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     // interface in particular), and every route.
     let addrs = c.addresses_and_routes()?;
     if conf.ip_masq {
-        masq::check(conf.masq_backend(), &firewall::owner(args), &addrs)?;
+        masq::check(
+            conf.masq_backend(),
+            &firewall::owner(args),
+            &args.ifname,
+            &addrs,
+        )?;
     }
     Ok(())
 }

@@ -81,7 +81,11 @@ pub fn del(args: &CmdArgs, keys: &Keys) -> ErrorList {
     if keys.ip_masq {
         // Both backends: nftables by owner tag, iptables by the hashed chain
         // name (which also finds the Go plugin's rules).
-        errors.record(masq::teardown(keys.masq_backend(), &owner(args)));
+        errors.record(masq::teardown(
+            keys.masq_backend(),
+            &owner(args),
+            &args.ifname,
+        ));
     }
     errors
 }

@@ -142,9 +142,9 @@ impl PortMapConf {
             ("conditionsV4", conditions_are_iptables(&conditions.v4)),
             ("conditionsV6", conditions_are_iptables(&conditions.v6)),
         ];
-        let iptables_only: Option<&str> = if raw.mark_masq_bit.is_some() {
-            Some("markMasqBit")
-        } else if raw.external_set_mark_chain.is_some() {
+        // `markMasqBit` is accepted with either backend, as the Go plugin
+        // accepts it: the nftables backend has no mark to set and ignores it.
+        let iptables_only: Option<&str> = if raw.external_set_mark_chain.is_some() {
             Some("externalSetMarkChain")
         } else {
             cond_syntax

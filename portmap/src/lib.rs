@@ -75,25 +75,14 @@ impl Plugin for PortMap {
         let owner = Owner::new(&args.conf.name, &args.container_id);
         let mut errors = ErrorList::new();
         let mut udp_ports: Vec<(bool, u16)> = Vec::new();
-        // Both backends: the nftables side is a few netlink reads, and the
-        // iptables side runs processes only when its chain is there.
-        // With the ADD's mappings and addresses at hand, DEL looks up just
-        // this container's keys; otherwise it reads the maps.
-        let known = match (&conf, args.prev_result()) {
-            (Some(conf), Ok(Some(prev))) if !conf.mappings.is_empty() => {
-                let (v4, v6) = container_addresses(&prev, &args.ifname);
-                (v4.is_some() || v6.is_some()).then(|| conf.spec(args, v4, v6))
-            }
-            _ => None,
-        };
+        // Both backends: the nftables side reads back the rules of the
+        // container's ledger (or lists the chains once, for rules the Go
+        // plugin wrote), and the iptables side runs processes only when its
+        // chain is there.
         let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
         match Nft::open() {
             Ok(mut nft) => {
-                let removed = match &known {
-                    Some(spec) => pm::nft_del_known(&mut nft, spec),
-                    None => pm::nft_del(&mut nft, &owner),
-                };
-                if let Some(removed) = errors.record(removed) {
+                if let Some(removed) = errors.record(pm::nft_del(&mut nft, &owner)) {
                     udp_ports.extend(
                         removed
                             .into_iter()

@@ -151,6 +151,52 @@ impl Netns {
         c
     }
 
+    /// A command that runs plugin or runtime `program` inside this
+    /// namespace, in a private mount namespace (the one `ip netns exec`
+    /// makes) where `/run/cni` is this namespace's own directory
+    /// ([`Netns::run_dir`]: the plugins' lock files and rule ledgers never
+    /// land in the machine's `/run/cni`), and where `/etc` carries the
+    /// files [`Netns::etc_file`] put there (an overlay: the real `/etc` is
+    /// never written).
+    pub fn plugin_command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let run = self.run_dir();
+        std::fs::create_dir_all(&run).expect("create the namespace's /run/cni");
+        // The mount point; an empty directory, made once per machine.
+        std::fs::create_dir_all("/run/cni").expect("create /run/cni");
+        let etc = self.etc_dir();
+        let script = "mount --bind \"$0\" /run/cni || exit 97; \
+             if [ -d \"$CNIT_ETC/upper\" ]; then \
+             mount -t overlay overlay -o \"lowerdir=/etc,upperdir=$CNIT_ETC/upper,workdir=$CNIT_ETC/work\" /etc || exit 98; fi; \
+             exec \"$@\"";
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.name, "sh", "-c", script])
+            .arg(&run)
+            .arg(program)
+            .env("CNIT_ETC", &etc)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", firewalld::NO_BUS);
+        c
+    }
+
+    /// What `/run/cni` is for the plugins run by [`Netns::plugin_command`].
+    pub fn run_dir(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("{}run", self.name))
+    }
+
+    fn etc_dir(&self) -> PathBuf {
+        std::env::temp_dir().join(format!("{}etc", self.name))
+    }
+
+    /// Puts `contents` at `/etc/<rel>` for the plugins run in this
+    /// namespace (by [`Netns::plugin_command`]), through an overlay of the
+    /// real `/etc`, which is never written.
+    pub fn etc_file(&self, rel: &str, contents: &str) {
+        let etc = self.etc_dir();
+        let path = etc.join("upper").join(rel);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("create overlay dirs");
+        std::fs::create_dir_all(etc.join("work")).expect("create overlay work dir");
+        std::fs::write(&path, contents).expect("write overlay file");
+    }
+
     /// Runs `ip <args>` inside the namespace and returns stdout; panics on failure.
     pub fn ip(&self, args: &[&str]) -> String {
         let out = run_ok(self.command("ip").args(args));
@@ -194,6 +240,8 @@ impl Drop for Netns {
             .args(["netns", "del", &self.name])
             .stderr(Stdio::null())
             .status();
+        let _ = std::fs::remove_dir_all(self.run_dir());
+        let _ = std::fs::remove_dir_all(self.etc_dir());
     }
 }
 
@@ -301,7 +349,7 @@ pub fn call_plugin(
     stdin: &str,
 ) -> PluginOutput {
     let cmd = match ns {
-        Some(ns) => ns.command(plugin),
+        Some(ns) => ns.plugin_command(plugin),
         None => {
             let mut c = Command::new(plugin);
             c.env("DBUS_SYSTEM_BUS_ADDRESS", firewalld::NO_BUS);
@@ -550,7 +598,7 @@ impl Node {
     ) -> PluginOutput {
         let mut cmd = match bus {
             Some(b) => b.command(tool),
-            None => self.ns.command(tool),
+            None => self.ns.plugin_command(tool),
         };
         cmd.args(args)
             .env("NETCONFPATH", self.conf_dir.path())

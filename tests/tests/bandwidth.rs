@@ -1051,3 +1051,66 @@ fn bandwidth_takes_over_what_the_go_plugin_left() {
     assert_eq!(c.ours("DEL", "ctr-1", 0, &conf).exit_code, 0);
     assert_clean(&c, 0);
 }
+
+/// IFBs the Go plugin made (`bwp<hash>`, without our alias) are recognised
+/// by GC: one that is no valid attachment's and that nothing redirects to
+/// any more goes; one still in use (maybe another network's) stays. Through
+/// the plugin directly and through our cnitool's GC.
+#[test]
+fn bandwidth_gc_collects_the_go_plugins_orphan_ifbs() {
+    if !require_root("bandwidth_gc_collects_the_go_plugins_orphan_ifbs") {
+        return;
+    }
+    let c = Cluster::new("gcgo", 1);
+    let stale = expected_ifb(NET, "go-stale");
+    let valid = expected_ifb(NET, "go-valid");
+    let busy = expected_ifb("othernet", "go-busy");
+    for n in [&stale, &valid, &busy] {
+        c.node.ns.ip(&["link", "add", n, "type", "ifb"]);
+    }
+    // A live container's host veth redirecting its ingress to `busy`, as
+    // the Go plugin's egress shaping does.
+    c.node.ns.ip(&[
+        "link", "add", "vbusy", "type", "veth", "peer", "name", "vbusy-p",
+    ]);
+    run_ok(
+        c.node
+            .ns
+            .command("tc")
+            .args(["qdisc", "add", "dev", "vbusy", "ingress"]),
+    );
+    run_ok(c.node.ns.command("tc").args([
+        "filter", "add", "dev", "vbusy", "parent", "ffff:", "protocol", "all", "u32", "match",
+        "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", &busy,
+    ]));
+    let names = |c: &Cluster| {
+        let mut v: Vec<String> = c
+            .ifbs()
+            .iter()
+            .map(|l| l["ifname"].as_str().unwrap().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let gc = json!({"cniVersion": "1.1.0", "name": NET, "type": "bandwidth",
+        "cni.dev/valid-attachments": [{"containerID": "go-valid", "ifname": "eth0"}]});
+    let out = call_plugin(
+        Some(&c.node.ns),
+        &bin("bandwidth"),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+        &gc.to_string(),
+    );
+    out.assert_silent_ok();
+    let mut want = vec![valid.clone(), busy.clone()];
+    want.sort();
+    assert_eq!(names(&c), want);
+
+    // cnitool's GC with nothing valid: the unused one goes, the busy one stays.
+    c.node.write_conf(
+        "10-bw.conflist",
+        &json!({"cniVersion": "1.1.0", "name": NET, "plugins": [{"type": "bandwidth"}]}),
+    );
+    let out = c.node.cnitool_with(&bin("cnitool"), &["gc", NET], &[]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(names(&c), vec![busy.clone()]);
+}

@@ -246,20 +246,20 @@ fn nat_saves(ns: &Netns) -> String {
 fn masqueraded(ns: &Netns, backend: &str) -> Vec<String> {
     let mut v = Vec::new();
     if backend == "nftables" {
+        // The Go plugins' rules: `ip saddr A ip daddr != NET masquerade
+        // comment "<hash>, net: N, if: eth0, id: C"`.
         let rules = nft_ruleset(ns);
-        let marker = " comment \"net=";
-        let mut rest = rules.as_str();
-        while let Some(i) = rest.find(marker) {
-            let addr = rest[..i]
-                .rsplit(|c: char| c.is_whitespace() || c == '{' || c == ',')
-                .next()
-                .unwrap_or_default()
-                .to_string();
-            let tail = &rest[i + marker.len()..];
-            let tag = tail.split('"').next().unwrap_or_default();
-            let cid = tag.split(" cid=").nth(1).unwrap_or_default();
+        for line in rules.lines().map(str::trim).filter(|l| {
+            (l.starts_with("ip saddr ") || l.starts_with("ip6 saddr "))
+                && l.contains("masquerade comment")
+        }) {
+            let addr = line.split_whitespace().nth(2).unwrap_or_default();
+            let cid = line
+                .split(", id: ")
+                .nth(1)
+                .and_then(|t| t.split('"').next())
+                .unwrap_or_default();
             v.push(format!("{addr} {cid}"));
-            rest = tail;
         }
     } else {
         for tool in ["iptables-save", "ip6tables-save"] {
@@ -326,7 +326,7 @@ fn nothing_for(ns: &Netns, cids: &[&str]) {
     let rules = nft_ruleset(ns);
     let saved = nat_saves(ns);
     for cid in cids {
-        assert!(!rules.contains(&format!("cid={cid}\"")), "{cid}:\n{rules}");
+        assert!(!rules.contains(&format!("id: {cid}\"")), "{cid}:\n{rules}");
         assert!(
             !rules.contains(&format!("macspoofchk-{cid}-")),
             "{cid}:\n{rules}"
@@ -381,20 +381,35 @@ fn masquerade_to_upstream(backend: &str) {
     let out = site.call("CHECK", Some(&b), "ctr-b", &checked);
     out.assert_silent_ok();
     if backend == "nftables" {
+        let out = run_ok(site.node.ns.command("nft").args([
+            "-a",
+            "list",
+            "chain",
+            "inet",
+            "cni_plugins_masquerade",
+            "masq_checks",
+        ]));
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        let handle = listed
+            .lines()
+            .find(|l| l.contains("ip6 saddr fd88::3 "))
+            .and_then(|l| l.rsplit("# handle ").next())
+            .expect("the IPv6 rule of ctr-b")
+            .trim()
+            .to_string();
         run_ok(site.node.ns.command("nft").args([
             "delete",
-            "element",
+            "rule",
             "inet",
-            "cni_rs_masq",
-            "masq6",
-            "{",
-            "fd88::3",
-            "}",
+            "cni_plugins_masquerade",
+            "masq_checks",
+            "handle",
+            &handle,
         ]));
         site.call("CHECK", Some(&b), "ctr-b", &checked)
             .assert_error(
                 102,
-                &format!("ipMasq: address fd88::3 of net={net} cid=ctr-b is not in set masq6"),
+                &format!("ipMasq: chain inet cni_plugins_masquerade masq_checks has no rule for fd88::3 of net={net} cid=ctr-b"),
             );
     } else {
         let saved = nat_saves(&site.node.ns);

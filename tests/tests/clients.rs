@@ -228,7 +228,22 @@ impl Bench {
     /// with host port `host_port` mapped to 80 and, on a shaping chain,
     /// 10 Mbit/s both ways.
     fn call(&self, verb: &str, pod: Option<&Netns>, id: &str, host_port: u16) -> PluginOutput {
-        let port = format!("{host_port}:80/tcp");
+        self.call_on(verb, pod, id, host_port, None)
+    }
+
+    /// [`Bench::call`] with the host port bound to `host_ip`.
+    fn call_on(
+        &self,
+        verb: &str,
+        pod: Option<&Netns>,
+        id: &str,
+        host_port: u16,
+        host_ip: Option<&str>,
+    ) -> PluginOutput {
+        let port = match host_ip {
+            Some(ip) => format!("{host_port}:80/tcp@{ip}"),
+            None => format!("{host_port}:80/tcp"),
+        };
         let shaped = self.chain.shapes();
         match self.client {
             Client::Cri => {
@@ -246,7 +261,8 @@ impl Bench {
             }
             Client::GoLibcni | Client::Ours => {
                 let mut caps = json!({"portMappings": [
-                    {"hostPort": host_port, "containerPort": 80, "protocol": "tcp"}
+                    {"hostPort": host_port, "containerPort": 80, "protocol": "tcp",
+                     "hostIP": host_ip.unwrap_or("")}
                 ]});
                 if shaped {
                     // As CRI-O sends the kubelet annotations: bits/s and bits.
@@ -382,8 +398,10 @@ fn run(chain: Chain, client: Client) {
     b.call("del", None, id, 8080).assert_silent_ok();
     b.assert_unchanged(&before, "after the second remove, without a netns");
 
-    // A pod whose ADD fails half way (its host port held by another pod;
-    // macvlan: no address left in the range) is removed all the same.
+    // A pod whose ADD fails half way (portmap refuses a host address of a
+    // family the pod has none of, after the main plugin made its interface;
+    // macvlan: no address left in the range) is removed all the same, with
+    // another pod beside it.
     let holder = Netns::new("holder");
     b.pod_ip(&b.call("add", Some(&holder), "holder00", 9090));
     if chain == Chain::Macvlan {
@@ -402,11 +420,15 @@ fn run(chain: Chain, client: Client) {
     } else {
         let held = b.state_now();
         let failed = Netns::new("failed");
-        let out = b.call("add", Some(&failed), "failed00", 9090);
-        assert_ne!(out.exit_code, 0, "{test}: host port 9090 is taken: {out:?}");
-        b.call("del", Some(&failed), "failed00", 9090)
+        let out = b.call_on("add", Some(&failed), "failed00", 9093, Some("fd00::99"));
+        assert_ne!(out.exit_code, 0, "{test}: an IPv6 host address: {out:?}");
+        assert!(
+            out.stderr.contains("hostIP") || out.stdout.contains("hostIP"),
+            "{out:?}"
+        );
+        b.call("del", Some(&failed), "failed00", 9093)
             .assert_silent_ok();
-        b.call("del", None, "failed00", 9090).assert_silent_ok();
+        b.call("del", None, "failed00", 9093).assert_silent_ok();
         b.assert_unchanged(&held, "after removing the pod whose ADD failed");
     }
     b.call("del", Some(&holder), "holder00", 9090)

@@ -197,10 +197,16 @@ impl Site {
         );
         assert!(!self.cache_file(CID).exists(), "{what}: cache file left");
         let nft = nft_ruleset(&self.node.ns);
-        assert!(
-            !nft.contains(&format!("cid={CID}")),
-            "{what}: nft element left:\n{nft}"
-        );
+        for owned in [
+            format!("cid={CID}"),
+            format!("comment \"{CID}\""),
+            format!("id: {CID}\""),
+        ] {
+            assert!(
+                !nft.contains(&owned),
+                "{what}: nft state of {CID} left:\n{nft}"
+            );
+        }
         let ipt = iptables_rules(&self.node.ns);
         assert!(!ipt.contains(CID), "{what}: iptables rule left:\n{ipt}");
         let now = self.state();
@@ -380,17 +386,17 @@ fn crash_kube_flannel_chain_at_every_fault_point() {
         let addr = result["ips"][0]["address"].as_str().unwrap();
         let addr = addr.split('/').next().unwrap();
         let nft = nft_ruleset(&site.node.ns);
-        for elem in [
-            format!("tcp . 8080 comment \"net=cbr0 cid={CID}\" : {addr} . 80"),
-            format!("udp . 8053 comment \"net=cbr0 cid={CID}\" : {addr} . 53"),
+        for rule in [
+            format!("tcp dport 8080 dnat to {addr}:80 comment \"{CID}\""),
+            format!("udp dport 8053 dnat to {addr}:53 comment \"{CID}\""),
         ] {
             assert!(
-                nft.contains(&elem),
-                "{what}: ADD again: no {elem:?} in\n{nft}"
+                nft.contains(&rule),
+                "{what}: ADD again: no {rule:?} in\n{nft}"
             );
         }
-        // ipMasq: the pod's address in the masquerade set.
-        let masq = format!("{addr} comment \"net=cbr0 cid={CID}\"");
+        // ipMasq: the Go plugins' rule of the pod's address.
+        let masq = format!("ip saddr {addr} ip daddr != 10.");
         assert!(
             nft.contains(&masq),
             "{what}: ADD again: no {masq:?} in\n{nft}"
@@ -653,13 +659,13 @@ fn crash_kindnet_ptp_chain_at_every_fault_point() {
             "{what}: ADD again: no host route to {addr}: {routes}"
         );
         let nft = nft_ruleset(&site.node.ns);
-        for elem in [
-            format!("{addr} comment \"net=kindnet cid={CID}\""),
-            format!("tcp . 9081 comment \"net=kindnet cid={CID}\" : {addr} . 80"),
+        for rule in [
+            format!("ip saddr {addr} ip daddr != 10.244.2.0/24 masquerade comment"),
+            format!("tcp dport 9081 dnat to {addr}:80 comment \"{CID}\""),
         ] {
             assert!(
-                nft.contains(&elem),
-                "{what}: ADD again: no {elem:?} in\n{nft}"
+                nft.contains(&rule),
+                "{what}: ADD again: no {rule:?} in\n{nft}"
             );
         }
     });

@@ -424,3 +424,83 @@ fn the_upstream_go_libcni_runs_our_plugin_and_shares_the_cache() {
     assert!(!pod.link_is_up("lo"));
     assert!(!cache_file(&node, "ctr-go").exists());
 }
+
+/// Upstream's loopback (v1.x): `lo` whatever `CNI_IFNAME` says, the first
+/// IPv4 and first IPv6 address of `lo` in the result, and a refusal when
+/// `lo` carries an address outside the loopback ranges; through our
+/// cnitool and Go libcni's.
+#[test]
+fn loopback_acts_on_lo_whatever_the_ifname_and_refuses_a_foreign_address() {
+    if !require_root("loopback_acts_on_lo_whatever_the_ifname_and_refuses_a_foreign_address") {
+        return;
+    }
+    let mut tools = vec![("cnitool", bin("cnitool"))];
+    if let Some(go) = go_cnitool() {
+        tools.push(("go-cnitool", go));
+    }
+    for (name, tool) in tools {
+        let node = Node::new(&format!("lo-up-{name}"));
+        // The Go libcni built here speaks up to 1.0.0.
+        node.write_conf("10-lo.conflist", &lo_conflist("1.0.0"));
+        let pod = Netns::new("pod-lo-up");
+        let netns = pod.path().to_str().unwrap().to_string();
+        // A loopback address added while lo is down comes before the
+        // kernel's 127.0.0.1 (added when lo comes up): only the first
+        // address of each family is reported.
+        pod.ip(&["addr", "add", "127.0.0.2/8", "dev", "lo"]);
+        pod.ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+        ]);
+        let env = [("CNI_IFNAME", "eth0"), ("CNI_CONTAINERID", "ctr-lo-up")];
+        let run = |args: &[&str]| {
+            if name == "cnitool" {
+                node.cnitool_with(&tool, args, &env)
+            } else {
+                node.go_cnitool(&tool, args, &env)
+            }
+        };
+        let out = run(&["add", "lo-net", &netns]);
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+        let mut want = expected_result("1.0.0", &netns);
+        want["ips"][0]["address"] = json!("127.0.0.2/8");
+        assert_eq!(out.json(), want, "{name}");
+        assert!(
+            pod.ip(&["-4", "addr", "show", "dev", "lo"])
+                .contains("127.0.0.1/8"),
+            "{name}: lo has both; the result holds the first"
+        );
+        assert!(pod.link_is_up("lo"), "{name}");
+        assert!(
+            !pod.link_is_up("eth0"),
+            "{name}: CNI_IFNAME eth0 was not touched"
+        );
+        let out = run(&["check", "lo-net", &netns]);
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+        let out = run(&["del", "lo-net", &netns]);
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+        assert!(!pod.link_is_up("lo"), "{name}: DEL took lo down");
+
+        // lo with an address that is not a loopback one is refused, and
+        // nothing is changed.
+        pod.ip(&["addr", "add", "10.9.9.9/32", "dev", "lo"]);
+        let out = run(&["add", "lo-net", &netns]);
+        assert_eq!(out.exit_code, 1, "{name}: {out:?}");
+        assert!(
+            out.stderr.contains("non-loopback address 10.9.9.9")
+                || out.stdout.contains("non-loopback address 10.9.9.9"),
+            "{name}: {out:?}"
+        );
+    }
+    // The plugin itself: the code and the message.
+    let node = Netns::new("node-lo-bad");
+    let pod = Netns::new("pod-lo-bad");
+    pod.ip(&["addr", "add", "fd00:9::9/128", "dev", "lo"]);
+    let netns = pod.path().to_str().unwrap().to_string();
+    let mut e = env("ADD", &netns);
+    e[3].1 = "eth0";
+    call_plugin(Some(&node), &bin("loopback"), &e, &conf("1.1.0"))
+        .assert_error(103, "loopback interface \"lo\"");
+    call_plugin(Some(&node), &bin("loopback"), &e, &conf("1.1.0"))
+        .assert_error(103, "non-loopback address fd00:9::9");
+    assert!(!pod.link_is_up("lo"), "refused before anything changed");
+}

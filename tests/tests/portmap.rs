@@ -106,14 +106,19 @@ fn ours() -> std::path::PathBuf {
     bin("portmap")
 }
 
-/// `nft list` of our table (empty when it does not exist).
+/// `nft list` of the Go plugin's host port tables, both families (empty
+/// when they do not exist).
 fn nft_table(node: &Netns) -> String {
-    let out = node
-        .command("nft")
-        .args(["list", "table", "inet", "cni_rs_hostport"])
-        .output()
-        .expect("nft");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    let mut s = String::new();
+    for fam in ["ip", "ip6"] {
+        let out = node
+            .command("nft")
+            .args(["list", "table", fam, "cni_hostport"])
+            .output()
+            .expect("nft");
+        s.push_str(&String::from_utf8_lossy(&out.stdout));
+    }
+    s
 }
 
 fn nft_ruleset(node: &Netns) -> String {
@@ -121,27 +126,40 @@ fn nft_ruleset(node: &Netns) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The `elements = { ... }` of one map or set, whitespace-normalised and
-/// sorted (hash sets list in no particular order).
-fn elements(node: &Netns, set: &str) -> String {
-    let flat: String = nft_table(node)
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
-    let Some(start) = [format!("map {set} {{ "), format!("set {set} {{ ")]
-        .iter()
-        .find_map(|h| flat.find(h.as_str()).map(|i| i + h.len()))
-    else {
-        return String::new();
-    };
-    let body = &flat[start..];
-    let body = &body[..body.find(" } ").unwrap_or(body.len())];
-    let Some((_, list)) = body.split_once("elements = { ") else {
-        return String::new();
-    };
-    let mut items: Vec<&str> = list.split(", ").collect();
-    items.sort_unstable();
-    items.join(", ")
+/// The rules of chain `chain` of table `fam cni_hostport`, one trimmed
+/// line each, in order (none when the chain does not exist).
+fn rules(node: &Netns, fam: &str, chain: &str) -> Vec<String> {
+    let out = node
+        .command("nft")
+        .args(["list", "chain", fam, "cni_hostport", chain])
+        .output()
+        .expect("nft");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            !l.is_empty()
+                && !l.starts_with("table ")
+                && !l.starts_with("chain ")
+                && !l.starts_with("type ")
+                && *l != "}"
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// The handle of the rule of `fam cni_hostport chain` holding `needle`.
+fn handle_of(node: &Netns, fam: &str, chain: &str, needle: &str) -> String {
+    let out = run_ok(
+        node.command("nft")
+            .args(["-a", "list", "chain", fam, "cni_hostport", chain]),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("{needle:?} not in\n{text}"));
+    line.rsplit("# handle ").next().unwrap().trim().to_string()
 }
 
 fn iptables_save(node: &Netns, v6: bool) -> String {
@@ -186,29 +204,42 @@ fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
     assert_ok(&out);
     assert_eq!(out.json()["ips"], prev["ips"], "prevResult passes through");
 
-    // The state: two elements per family tagged with the owner.
+    // The state: the Go plugin's rules, one per mapping and family, with
+    // the container ID as comment.
     assert_eq!(
-        elements(&node, "hostports4"),
-        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80, \
-         udp . 8053 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80"
+        rules(&node, "ip", "hostports"),
+        [
+            "tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-a\"",
+            "udp dport 8053 dnat to 10.1.0.2:80 comment \"ctr-a\""
+        ]
     );
     assert_eq!(
-        elements(&node, "hostports6"),
-        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : fd00:1::2 . 80, \
-         udp . 8053 comment \"net=pmnet cid=ctr-a\" : fd00:1::2 . 80"
+        rules(&node, "ip6", "hostports"),
+        [
+            "tcp dport 8080 dnat to [fd00:1::2]:80 comment \"ctr-a\"",
+            "udp dport 8053 dnat to [fd00:1::2]:80 comment \"ctr-a\""
+        ]
     );
-    let table = nft_table(&node);
-    assert!(
-        table.contains("fib daddr type local jump hostports"),
-        "{table}"
+    for fam in ["ip", "ip6"] {
+        assert_eq!(
+            rules(&node, fam, "prerouting"),
+            ["fib daddr type local jump hostports_all"]
+        );
+        assert_eq!(
+            rules(&node, fam, "hostports_all"),
+            ["jump hostip_hostports", "jump hostports"]
+        );
+    }
+    assert_eq!(
+        rules(&node, "ip", "masquerading"),
+        [
+            "ip saddr 10.1.0.0/24 ip daddr 10.1.0.2 masquerade comment \"ctr-a\"",
+            "ip saddr 127.0.0.1 ip daddr 10.1.0.2 masquerade comment \"ctr-a\""
+        ]
     );
-    assert!(
-        table.contains("meta nfproto ipv4 dnat ip to meta l4proto . th dport map @hostports4"),
-        "{table}"
-    );
-    assert!(
-        table.contains("ct status dnat ip saddr 10.1.0.0/24 ip daddr 10.1.0.0/24 masquerade comment \"hairpin 10.1.0.0/24\""),
-        "{table}"
+    assert_eq!(
+        rules(&node, "ip6", "masquerading"),
+        ["ip6 saddr fd00:1::/64 ip6 daddr fd00:1::2 masquerade comment \"ctr-a\""]
     );
     assert_eq!(sysctl(&node, "net/ipv4/conf/v1/route_localnet"), "1");
     assert_eq!(sysctl(&node, "net/ipv4/conf/v2/route_localnet"), "0");
@@ -245,8 +276,10 @@ fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
     // DEL without mappings and without a namespace: everything of ctr-a goes.
     let del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &del));
-    assert_eq!(elements(&node, "hostports4"), "");
-    assert_eq!(elements(&node, "hostports6"), "");
+    for fam in ["ip", "ip6"] {
+        assert_eq!(rules(&node, fam, "hostports"), Vec::<String>::new());
+        assert_eq!(rules(&node, fam, "masquerading"), Vec::<String>::new());
+    }
     assert_eq!(connect(&up.ns, "tcp", &node_addr, 8080), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &del));
 }
@@ -275,20 +308,20 @@ fn portmap_nft_host_ip_selects_the_address_and_family() {
         &netns,
         &conf("pmnet", maps, json!({}), Some(&prev)),
     ));
+    // A host IP is matched in the mapping's rule; 0.0.0.0 is "every IPv4
+    // address", and only IPv4.
     assert_eq!(
-        elements(&node, "hostip_hostports4"),
-        "10.9.0.1 . tcp . 8081 comment \"net=pmnet cid=ctr-h\" : 10.1.0.2 . 80"
+        rules(&node, "ip", "hostports"),
+        [
+            "ip daddr 10.9.0.1 tcp dport 8081 dnat to 10.1.0.2:80 comment \"ctr-h\"",
+            "tcp dport 8082 dnat to 10.1.0.2:80 comment \"ctr-h\""
+        ]
     );
     assert_eq!(
-        elements(&node, "hostip_hostports6"),
-        "fd00:9::1 . tcp . 8083 comment \"net=pmnet cid=ctr-h\" : fd00:1::2 . 80"
+        rules(&node, "ip6", "hostports"),
+        ["ip6 daddr fd00:9::1 tcp dport 8083 dnat to [fd00:1::2]:80 comment \"ctr-h\""]
     );
-    // 0.0.0.0 is "every IPv4 address", and only IPv4.
-    assert_eq!(
-        elements(&node, "hostports4"),
-        "tcp . 8082 comment \"net=pmnet cid=ctr-h\" : 10.1.0.2 . 80"
-    );
-    assert_eq!(elements(&node, "hostports6"), "");
+    assert_eq!(rules(&node, "ip", "hostip_hostports"), Vec::<String>::new());
     let seen = format!("podA {}", up.v4());
     assert_eq!(
         connect(&up.ns, "tcp", "10.9.0.1", 8081).as_deref(),
@@ -367,12 +400,6 @@ fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
         ),
         (
             m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
-            json!({"backend": "nftables", "markMasqBit": 5}),
-            "markMasqBit",
-            "nftables",
-        ),
-        (
-            m(json!({"hostPort": 80, "containerPort": 80, "protocol": "tcp"})),
             json!({"backend": "nftables", "externalSetMarkChain": "X"}),
             "externalSetMarkChain",
             "nftables",
@@ -443,71 +470,49 @@ fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
 }
 
 #[test]
-fn portmap_nft_refuses_a_host_port_held_by_another_container() {
-    if !require_root("portmap_nft_refuses_a_host_port_held_by_another_container") {
+fn portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del() {
+    if !require_root("portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del") {
         return;
     }
-    let node = forwarding_node("pmconflict");
+    let node = forwarding_node("pmtwice");
     let a = Peer::attach(&node, "pmc-a", 1);
     let b = Peer::attach(&node, "pmc-b", 2);
+    let up = Peer::attach(&node, "pmc-up", 9);
+    let _sa = server(&a.ns, "podA", 80);
+    let _sb = server(&b.ns, "podB", 80);
     let pa = a.prev_result();
     let pb = b.prev_result();
     let na = a.ns.path().to_str().unwrap().to_string();
     let nb = b.ns.path().to_str().unwrap().to_string();
     let first = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-a",
-        &na,
-        &conf("pmnet", first.clone(), json!({}), Some(&pa)),
-    ));
-    // ADD again for the same container: its own mapping is replaced.
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-a",
-        &na,
-        &conf("pmnet", first, json!({}), Some(&pa)),
-    ));
-    let second = json!([
-        {"hostPort": 9090, "containerPort": 90, "protocol": "tcp"},
-        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}
-    ]);
-    let out = call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-b",
-        &nb,
-        &conf("pmnet", second, json!({}), Some(&pb)),
-    );
-    out.assert_error(103, "host port 8080 (tcp 8080 -> 80) is already mapped by another container (net=pmnet cid=ctr-a)");
-    // Nothing of ctr-b went in, not even its free port 9090.
+    let ca = conf("pmtwice", first.clone(), json!({}), Some(&pa));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &na, &ca));
+    // ADD again for the same container replaces its rules (from its
+    // ledger) instead of adding a second copy.
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &na, &ca));
     assert_eq!(
-        elements(&node, "hostports4"),
-        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80"
+        rules(&node, "ip", "hostports"),
+        ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-a\""]
     );
-    // The same port on another protocol or a specific host IP is free.
-    let other = json!([
-        {"hostPort": 8080, "containerPort": 80, "protocol": "udp"},
-        {"hostPort": 8080, "containerPort": 80, "protocol": "tcp", "hostIP": "10.2.0.1"}
-    ]);
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-b",
-        &nb,
-        &conf("pmnet", other, json!({}), Some(&pb)),
-    ));
+    assert_eq!(rules(&node, "ip", "masquerading").len(), 2);
+    // Another container on the same host port: as with the Go plugin both
+    // rules are there and the first one takes the connections.
+    let cb = conf("pmtwice", first, json!({}), Some(&pb));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-b", &nb, &cb));
     assert_eq!(
-        elements(&node, "hostports4"),
-        "tcp . 8080 comment \"net=pmnet cid=ctr-a\" : 10.1.0.2 . 80, \
-         udp . 8080 comment \"net=pmnet cid=ctr-b\" : 10.2.0.2 . 80"
+        rules(&node, "ip", "hostports"),
+        [
+            "tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-a\"",
+            "tcp dport 8080 dnat to 10.2.0.2:80 comment \"ctr-b\""
+        ]
     );
+    let seen = |pod: &str| format!("{pod} {}", up.v4());
+    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), Some(seen("podA")));
+    let del = conf("pmtwice", json!([]), json!({}), None);
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &del));
+    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), Some(seen("podB")));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-b", "", &del));
+    assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
 }
 
 #[test]
@@ -542,16 +547,20 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &c1));
 
     // CHECK notices a mapping removed by hand.
+    let h = handle_of(&node, "ip", "hostports", "dport 8001");
     run_ok(node.command("nft").args([
         "delete",
-        "element",
-        "inet",
-        "cni_rs_hostport",
-        "hostports4",
-        "{ tcp . 8001 }",
+        "rule",
+        "ip",
+        "cni_hostport",
+        "hostports",
+        "handle",
+        &h,
     ]));
-    call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &c1)
-        .assert_error(102, "mapping tcp 8001 -> 80 is missing from map hostports4");
+    call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &c1).assert_error(
+        102,
+        "mapping tcp 8001 -> 80 has no rule to 10.1.0.2 in chain ip cni_hostport hostports",
+    );
     call_eth0(
         &ours(),
         &node,
@@ -576,8 +585,22 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
     );
     assert_ok(&out);
     assert_eq!(
-        elements(&node, "hostports4"),
-        "tcp . 8003 comment \"net=netb cid=ctr-3\" : 10.1.0.2 . 80"
+        rules(&node, "ip", "hostports"),
+        ["tcp dport 8003 dnat to 10.1.0.2:80 comment \"ctr-3\""]
+    );
+    // ctr-1 is valid: its IPv6 mapping (the IPv4 one went by hand) stays.
+    assert_eq!(
+        rules(&node, "ip6", "hostports"),
+        [
+            "tcp dport 8001 dnat to [fd00:1::2]:80 comment \"ctr-1\"",
+            "tcp dport 8003 dnat to [fd00:1::2]:80 comment \"ctr-3\""
+        ]
+    );
+    assert!(
+        !rules(&node, "ip", "masquerading")
+            .iter()
+            .any(|r| r.contains("\"ctr-2\"")),
+        "ctr-2's masquerade went too"
     );
 }
 
@@ -898,19 +921,23 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    let extra = json!({"conditionsV4": ["ip saddr 10.9.0.0/24", "iifname \"v9\""],
+    let extra = json!({"conditionsV4": ["ip saddr { 10.9.0.0/24, 10.8.0.1 }", "iifname \"v9\"",
+                                        "meta mark 0", "fib daddr type local"],
                        "conditionsV6": ["ip6 saddr != fd00:2::/64"]});
     let c = conf("pmnet", maps, extra, Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-c", &netns, &c));
-    let table = nft_table(&node);
-    assert!(
-        table.contains("ip saddr 10.9.0.0/24 iifname \"v9\" tcp dport 8080 dnat ip to 10.1.0.2:80 comment \"net=pmnet cid=ctr-c\""),
-        "{table}"
+    assert_eq!(
+        rules(&node, "ip", "hostports"),
+        ["ip saddr { 10.8.0.1, 10.9.0.0/24 } iifname \"v9\" meta mark 0x00000000 fib daddr type local tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-c\""]
     );
     assert_eq!(
-        elements(&node, "hostports4"),
-        "",
-        "conditioned mappings are rules, not elements"
+        rules(&node, "ip6", "hostports"),
+        ["ip6 saddr != fd00:2::/64 tcp dport 8080 dnat to [fd00:1::2]:80 comment \"ctr-c\""]
+    );
+    assert_eq!(
+        rules(&node, "ip", "prerouting"),
+        ["fib daddr type local jump hostports_all"],
+        "conditions go in the mapping's rule, not in the shared jump"
     );
     let from_up = format!("podA {}", up.v4());
     assert_eq!(
@@ -935,7 +962,7 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-c", &netns, &c));
     // ADD again replaces the rules instead of duplicating them.
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-c", &netns, &c));
-    assert_eq!(nft_table(&node).matches("cid=ctr-c").count(), 2);
+    assert_eq!(nft_table(&node).matches("dport 8080").count(), 2);
     assert_ok(&call_eth0(
         &ours(),
         &node,
@@ -944,7 +971,7 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
         "",
         &conf("pmnet", json!([]), json!({}), None),
     ));
-    assert!(!nft_table(&node).contains("cid=ctr-c"));
+    assert!(!nft_table(&node).contains("\"ctr-c\""));
     assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
 }
 
@@ -977,11 +1004,11 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
     ));
     run_ok(
         node.command("nft")
-            .args(["flush", "chain", "inet", "cni_rs_hostport", "prerouting"]),
+            .args(["flush", "chain", "ip", "cni_hostport", "prerouting"]),
     );
     call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)).assert_error(
         102,
-        "chain inet cni_rs_hostport prerouting has 0 rules, expected 1",
+        "the shared chains of table ip cni_hostport are missing or changed",
     );
     assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
     // The next ADD finds the skeleton incomplete and rewrites it whole.
@@ -1008,9 +1035,10 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
     );
     assert_eq!(
         nft_table(&node)
-            .matches("fib daddr type local jump hostports")
+            .matches("fib daddr type local jump hostports_all")
             .count(),
-        2
+        4,
+        "prerouting and output of both families"
     );
 }
 
@@ -1047,20 +1075,141 @@ fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
     let out = run("portmap/before-commit");
     assert_eq!(out.exit_code, -1, "killed: {out:?}");
     assert_eq!(nft_ruleset(&node), "", "nothing before the commit");
-    let out = run("portmap/after-commit");
-    assert_eq!(out.exit_code, -1, "killed: {out:?}");
-    assert_eq!(
-        elements(&node, "hostports4"),
-        "tcp . 8080 comment \"net=pmnet cid=ctr-f\" : 10.1.0.2 . 80"
-    );
-    // The runtime's DEL after the failed ADD cleans up by container ID.
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "DEL",
-        "ctr-f",
-        "",
-        &conf("pmnet", json!([]), json!({}), None),
-    ));
-    assert_eq!(elements(&node, "hostports4"), "");
+    // Killed after the commit, before or after the ledger is written: the
+    // runtime's DEL after the failed ADD finds the rules either way (by the
+    // ledger, or by listing the chains).
+    for point in ["netfilter/before-ledger", "portmap/after-commit"] {
+        let out = run(point);
+        assert_eq!(out.exit_code, -1, "killed: {out:?}");
+        assert_eq!(
+            rules(&node, "ip", "hostports"),
+            ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-f\""]
+        );
+        assert_ok(&call_eth0(
+            &ours(),
+            &node,
+            "DEL",
+            "ctr-f",
+            "",
+            &conf("pmnet", json!([]), json!({}), None),
+        ));
+        assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
+        assert_eq!(rules(&node, "ip", "masquerading"), Vec::<String>::new());
+    }
+}
+
+/// Our encoding of each supported condition is `nft`'s: the expressions of
+/// the rule our ADD writes equal those of the same rule loaded by `nft -f`.
+#[test]
+fn portmap_nft_conditions_are_encoded_as_nft_encodes_them() {
+    if !require_root("portmap_nft_conditions_are_encoded_as_nft_encodes_them") {
+        return;
+    }
+    let pod = Netns::new("pmenc-pod");
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}]
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    let exprs = |ns: &Netns| -> Vec<String> {
+        let out = run_ok(ns.command("nft").args([
+            "--debug=netlink",
+            "list",
+            "chain",
+            "ip",
+            "cni_hostport",
+            "hostports",
+        ]));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .filter(|l| l.trim_start().starts_with('['))
+            .map(str::to_string)
+            .collect()
+    };
+    for cond in [
+        "ip saddr 10.9.0.0/24",
+        "ip saddr 10.9.0.0/20",
+        "ip daddr != 192.168.1.7",
+        "ip saddr { 10.9.0.0/24, 10.8.0.1 }",
+        "ip saddr != { 10.8.0.1, 10.8.0.2 }",
+        "iifname \"eth0\"",
+        "oifname != \"veth*\"",
+        "meta mark 0x10",
+        "meta mark and 0xff != 0x1",
+        "fib daddr type local",
+        "fib saddr type != local",
+    ] {
+        let node = Netns::new("pmenc-node");
+        let c = conf(
+            "pmenc",
+            json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
+            json!({"backend": "nftables", "snat": false, "conditionsV4": [cond]}),
+            Some(&prev),
+        );
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-e", &netns, &c));
+        let reference = Netns::new("pmenc-ref");
+        let text = format!(
+            "add table ip cni_hostport\nadd chain ip cni_hostport hostports\n\
+             add rule ip cni_hostport hostports {cond} tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-e\"\n"
+        );
+        let mut child = reference
+            .command("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "{text}");
+        assert_eq!(exprs(&node), exprs(&reference), "{cond}");
+        assert_ok(&call_eth0(
+            &ours(),
+            &node,
+            "DEL",
+            "ctr-e",
+            "",
+            &conf("pmenc", json!([]), json!({}), None),
+        ));
+        assert_eq!(exprs(&node), Vec::<String>::new(), "{cond}: DEL");
+    }
+}
+
+/// `markMasqBit` is an iptables option the Go plugin also accepts with the
+/// nftables backend (and ignores there): so do we.
+#[test]
+fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
+    if !require_root("portmap_nft_accepts_and_ignores_mark_masq_bit") {
+        return;
+    }
+    let node = forwarding_node("pmmark");
+    let a = Peer::attach(&node, "pmm-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
+    for extra in [
+        json!({"backend": "nftables", "markMasqBit": 5}),
+        json!({"markMasqBit": 5}),
+    ] {
+        let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
+        assert_eq!(
+            rules(&node, "ip", "hostports"),
+            ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-m\""],
+            "{extra}"
+        );
+        assert!(
+            !iptables_save(&node, false).contains("CNI-"),
+            "{extra}: no iptables rule"
+        );
+        assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-m", "", &c));
+        assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
+    }
 }

@@ -709,28 +709,27 @@ fn same_state_result_check_and_del_as_the_go_reference() {
 
 // ---- DEL, CHECK, failures, GC, STATUS ---------------------------------------
 
-/// The masqueraded container addresses on nftables, as `addr cid`, sorted
-/// (the set elements with their owner tag).
+/// The masqueraded container addresses on nftables, as `addr cid`, sorted:
+/// the Go plugins' rules in `inet cni_plugins_masquerade`, `ip saddr A ip
+/// daddr != NET masquerade comment "<hash>, net: N, if: eth0, id: C"`.
 fn nft_masqueraded(ns: &Netns) -> Vec<String> {
-    let rules = nft_ruleset(ns);
-    let marker = " comment \"net=";
-    let mut v = Vec::new();
-    let mut rest = rules.as_str();
-    while let Some(i) = rest.find(marker) {
-        let addr = rest[..i]
-            .rsplit(|c: char| c.is_whitespace() || c == '{' || c == ',')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        let tail = &rest[i + marker.len()..];
-        let tag = tail.split('"').next().unwrap_or_default();
-        if let Some(cid) = tag.split(" cid=").nth(1) {
-            if rules.contains("table inet cni_rs_masq") {
-                v.push(format!("{addr} {cid}"));
-            }
-        }
-        rest = tail;
-    }
+    let mut v: Vec<String> = nft_ruleset(ns)
+        .lines()
+        .map(str::trim)
+        .filter(|l| {
+            (l.starts_with("ip saddr ") || l.starts_with("ip6 saddr "))
+                && l.contains("masquerade comment")
+        })
+        .map(|l| {
+            let addr = l.split_whitespace().nth(2).unwrap_or_default();
+            let cid = l
+                .split(", id: ")
+                .nth(1)
+                .and_then(|t| t.split('"').next())
+                .unwrap_or_default();
+            format!("{addr} {cid}")
+        })
+        .collect();
     v.sort();
     v
 }
@@ -900,17 +899,34 @@ fn check_reports_each_difference() {
             "the masquerade",
             |s, _, r| {
                 let a = r["ips"][0]["address"].as_str().unwrap().replace("/24", "");
+                // The rule of that address, by its handle.
+                let out = run_ok(s.node.ns.command("nft").args([
+                    "-a",
+                    "list",
+                    "chain",
+                    "inet",
+                    "cni_plugins_masquerade",
+                    "masq_checks",
+                ]));
+                let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+                let handle = listing
+                    .lines()
+                    .find(|l| l.trim().starts_with(&format!("ip saddr {a} ")))
+                    .and_then(|l| l.rsplit("# handle ").next())
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|| panic!("no rule of {a} in\n{listing}"));
                 run_ok(s.node.ns.command("nft").args([
                     "delete",
-                    "element",
+                    "rule",
                     "inet",
-                    "cni_rs_masq",
-                    "masq4",
-                    &format!("{{ {a} }}"),
+                    "cni_plugins_masquerade",
+                    "masq_checks",
+                    "handle",
+                    &handle,
                 ]));
             },
             102,
-            "ipMasq: address 10.244.1.",
+            "ipMasq: chain inet cni_plugins_masquerade masq_checks has no rule for 10.244.1.",
         ),
         (
             "the container veth's MAC",

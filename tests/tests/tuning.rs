@@ -714,3 +714,111 @@ fn same_state_as_the_go_reference_and_backups_cross_over() {
     assert_eq!(state(&pod_go), want);
     assert_eq!(net.backups(), Vec::<String>::new());
 }
+
+/// `/etc/cni/tuning/allowlist.conf`, as the Go plugin enforces it: a
+/// sysctl no line matches is refused (code 7 naming it) before anything is
+/// changed. The file is put there for the plugins of this test only (an
+/// overlay of `/etc` in their private mount namespace), and read through
+/// each client: the plugin directly, our cnitool and Go libcni's.
+#[test]
+fn the_sysctl_allowlist_refuses_what_it_does_not_match() {
+    if !require_root("the_sysctl_allowlist_refuses_what_it_does_not_match") {
+        return;
+    }
+    let net = Net::new("tu-allow");
+    net.node.ns.etc_file(
+        "cni/tuning/allowlist.conf",
+        "^net\\.core\\.somaxconn$\n\n  ^net\\.ipv4\\.conf\\.IFNAME\\.arp_ignore$  \n",
+    );
+    let (pod, prev) = net.pod("tu-allow-pod", "veth-al", 7);
+    let before: Vec<String> = SYSCTLS.iter().map(|k| sysctl(&pod, k)).collect();
+    let ok = net.conf(
+        &prev,
+        json!({"sysctl": {"net.core.somaxconn": "512", "net.ipv4.conf.IFNAME.arp_ignore": "1"}}),
+    );
+    net.add(&pod, "ctr-al", &ok);
+    assert_eq!(sysctl(&pod, "net/core/somaxconn"), "512");
+    net.del(Some(&pod), "ctr-al", &ok);
+    assert_eq!(
+        SYSCTLS.iter().map(|k| sysctl(&pod, k)).collect::<Vec<_>>(),
+        before
+    );
+
+    for (extra, key) in [
+        (
+            json!({"sysctl": {"net.core.somaxconn": "512", "net.ipv4.conf.IFNAME.arp_announce": "2"}}),
+            "sysctl.net.ipv4.conf.IFNAME.arp_announce",
+        ),
+        (
+            json!({"sysctl": {"net.core.somaxconn": "512"},
+                   "args": {"cni": {"sysctl": {"net.ipv4.conf.eth0.arp_ignore": "1"}}}}),
+            "args.cni.sysctl.net.ipv4.conf.eth0.arp_ignore",
+        ),
+    ] {
+        let out = net.ours("ADD", Some(&pod), "ctr-al", &net.conf(&prev, extra.clone()));
+        out.assert_error(7, key);
+        out.assert_error(7, "is not allowed by /etc/cni/tuning/allowlist.conf");
+        assert_eq!(
+            SYSCTLS.iter().map(|k| sysctl(&pod, k)).collect::<Vec<_>>(),
+            before,
+            "{extra}: nothing changed"
+        );
+        assert_eq!(net.backups(), Vec::<String>::new(), "{extra}: no backup");
+    }
+    // No pattern that parses: refused naming the file's line.
+    net.node
+        .ns
+        .etc_file("cni/tuning/allowlist.conf", "^net\\.core\\.(somaxconn$\n");
+    net.ours("ADD", Some(&pod), "ctr-al", &ok)
+        .assert_error(7, "/etc/cni/tuning/allowlist.conf line 1");
+
+    // Through the runtimes: a bridge + tuning chain refused by the allowlist.
+    net.node
+        .ns
+        .etc_file("cni/tuning/allowlist.conf", "^net\\.core\\.somaxconn$\n");
+    let conflist = json!({
+        "cniVersion": "1.0.0", "name": "allownet",
+        "plugins": [
+            {"type": "bridge", "bridge": "cni-al",
+             "ipam": {"type": "host-local", "dataDir": net.data.path(),
+                      "ranges": [[{"subnet": "10.87.0.0/24"}]]}},
+            {"type": "tuning", "dataDir": net.backup_dir(),
+             "sysctl": {"net.core.somaxconn": "256", "net.ipv4.ip_forward": "1"}}
+        ]
+    });
+    net.node.write_conf("10-allownet.conflist", &conflist);
+    let mut tools = vec![("cnitool", bin("cnitool"))];
+    if let Some(go) = go_cnitool() {
+        tools.push(("go-cnitool", go));
+    }
+    for (name, tool) in tools {
+        let p = Netns::new("tu-allow-rt");
+        let path = p.path();
+        let args = ["add", "allownet", path.to_str().unwrap()];
+        let env = [("CNI_CONTAINERID", "ctr-alrt")];
+        let out = if name == "cnitool" {
+            net.node.cnitool_with(&tool, &args, &env)
+        } else {
+            net.node.go_cnitool(&tool, &args, &env)
+        };
+        assert_eq!(out.exit_code, 1, "{name}: {out:?}");
+        assert!(
+            out.stderr.contains("net.ipv4.ip_forward"),
+            "{name}: {out:?}"
+        );
+        assert_eq!(
+            sysctl(&p, "net/core/somaxconn"),
+            "4096",
+            "{name}: unchanged"
+        );
+        // The runtime DELs a failed ADD: nothing is left.
+        let del = ["del", "allownet", path.to_str().unwrap()];
+        let out = if name == "cnitool" {
+            net.node.cnitool_with(&tool, &del, &env)
+        } else {
+            net.node.go_cnitool(&tool, &del, &env)
+        };
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+        assert!(p.link("eth0").is_none(), "{name}");
+    }
+}

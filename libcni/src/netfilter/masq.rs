@@ -1,25 +1,33 @@
-//! IP masquerade of a container's traffic (bridge `ipMasq`): traffic from a
-//! container address to destinations outside its subnet, multicast
-//! excepted, leaves with the node's address. IPv4 and IPv6, both backends.
+//! IP masquerade of a container's traffic (bridge and ptp `ipMasq`):
+//! traffic from a container address to destinations outside its subnet,
+//! multicast excepted, leaves with the node's address. IPv4 and IPv6, both
+//! backends, each in the Go plugins' own format so that either side's DEL
+//! and GC remove the other's rules.
 //!
 //! # nftables design
 //!
+//! Exactly the Go plugins' (v1.6+), encoded as `nft` encodes their text:
+//!
 //! ```text
-//! table inet cni_rs_masq
-//!   set masq4 { type ipv4_addr }   container addresses, comment = owner tag
-//!   set masq6 { type ipv6_addr }
-//!   chain postrouting (nat, postrouting, srcnat)
-//!       meta nfproto ipv4 ip daddr 224.0.0.0/4 return
-//!       meta nfproto ipv6 ip6 daddr ff00::/8 return
-//!       jump subnets
-//!   chain subnets   one rule per container subnet, shared:
-//!       ip saddr S ip saddr @masq4 ip daddr != S masquerade comment "subnet S"
+//! table inet cni_plugins_masquerade       comment "Masquerading for plugins from ..."
+//!   chain masq_checks                     comment "Masquerade traffic from certain IPs ..."
+//!       per container address, comment "<hash(net)>-<hash(if:cid)>, net: N, if: I, id: C":
+//!       ip saddr == 10.1.0.5 ip daddr != 10.1.0.0/24 masquerade
+//!   chain postrouting (nat, postrouting, 100)
+//!       ip daddr 224.0.0.0/4 return; ip6 daddr ff00::/8 return; goto masq_checks
 //! ```
 //!
-//! Setup adds the container's addresses to the sets (and its subnet's rule
-//! when missing); teardown and GC delete elements by [`Owner::tag`], so
-//! they need neither the namespace nor the addresses. Subnet rules stay,
-//! like the Go plugins' shared chains.
+//! Setup appends the container's rules with `NLM_F_ECHO` and keeps their
+//! handles in the attachment's [`ledger`] (`/run/cni/ipmasq/<net>/<cid>:<if>`);
+//! teardown reads each back, checks its comment and deletes it, so neither
+//! lists `masq_checks` (a rule per address of every container). Without a
+//! ledger (the Go plugins' rules, an ADD killed before its ledger) teardown
+//! lists `masq_checks` once and deletes the rules whose comment starts with
+//! the attachment's hash, as the Go plugins do; GC lists it and deletes the
+//! network's rules of attachments that are not valid. `postrouting` is
+//! rewritten only when it is not the Go plugins'. Our previous releases'
+//! `inet cni_rs_masq` (address sets) is still cleaned by teardown and GC,
+//! and deleted once it holds no container's address.
 //!
 //! # iptables design
 //!
@@ -34,32 +42,32 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use super::ledger::{self, Entry, Ledger};
 use super::nft::expr::{self, CmpOp, Expr, Verdict};
-use super::nft::{
-    addr_field, types, BaseChain, Batch, Elem, Family, Hook, Nft, SetSpec, PRIORITY_SRCNAT,
-};
+use super::nft::{BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_SRCNAT};
 use super::{go_chain_name, open_nft_for_teardown, parse_go_comment, Backend, Owner};
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, ErrorList, Result};
 
-/// The nf_tables table of ipMasq.
-pub const TABLE: &str = "cni_rs_masq";
+/// The Go plugins' nf_tables table of ipMasq.
+pub const TABLE: &str = "cni_plugins_masquerade";
+/// The chain of the per-address rules.
+pub const CHAIN: &str = "masq_checks";
+/// The table of our previous releases (address sets), still cleaned.
+pub const OLD_TABLE: &str = "cni_rs_masq";
 const F: Family = Family::Inet;
+const TABLE_COMMENT: &str = "Masquerading for plugins from github.com/containernetworking/plugins";
+const CHAIN_COMMENT: &str =
+    "Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet";
+/// The ledger feature name.
+const LEDGER: &str = "ipmasq";
 
-fn set_name(v6: bool) -> &'static str {
-    if v6 {
-        "masq6"
-    } else {
-        "masq4"
-    }
-}
-
-/// Masquerades traffic of `owner`'s addresses (with their prefix, which
-/// gives the subnet left alone) on `backend`, in the calling thread's
-/// namespace. Idempotent.
-pub fn setup(backend: Backend, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+/// Masquerades traffic of `owner`'s addresses on `ifname` (with their
+/// prefix, which gives the subnet left alone) on `backend`, in the calling
+/// thread's namespace. Idempotent.
+pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
-        Backend::Nftables => nft_setup(&mut Nft::open()?, owner, addrs),
+        Backend::Nftables => nft_setup(&mut Nft::open()?, owner, ifname, addrs),
         Backend::Iptables => per_family(addrs, |fam, v6| ipt_setup(owner, fam, v6)),
     }
 }
@@ -80,15 +88,16 @@ fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], bool) -> Result<()>) -
     Ok(())
 }
 
-/// Removes `owner`'s masquerade on both backends (the iptables side only
-/// runs a process when iptables-nft shows the container's chain, or when
-/// `backend` is iptables). Needs no address: DEL works after the namespace
-/// is gone. Best effort: every step runs, the first error is returned.
-pub fn teardown(backend: Backend, owner: &Owner) -> Result<()> {
+/// Removes `owner`'s masquerade on `ifname` on both backends, as the Go
+/// plugins do (the iptables side only runs a process when iptables-nft
+/// shows the container's chain, or when `backend` is iptables). Needs no
+/// address: DEL works after the namespace is gone. Best effort: every step
+/// runs, the first error is returned.
+pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut errors = ErrorList::new();
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
-        errors.record(nft_teardown(n, owner));
+        errors.record(nft_teardown(n, owner, ifname));
     }
     let chain = ipt_chain(owner);
     for v6 in [false, true] {
@@ -103,225 +112,381 @@ pub fn teardown(backend: Backend, owner: &Owner) -> Result<()> {
     errors.finish_first()
 }
 
-/// Removes the masquerade of containers of `network` that are not in
-/// `valid` (GC), on `backend`.
+/// Removes the masquerade of attachments of `network` that are not in
+/// `valid` (GC): on nf_tables always (the Go plugins' rules and ours look
+/// alike), on iptables when `backend` is iptables.
 pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
-    match backend {
-        Backend::Nftables => nft_gc(&mut Nft::open()?, network, valid),
-        Backend::Iptables => {
-            for v6 in [false, true] {
-                ipt_gc(network, valid, v6)?;
-            }
-            Ok(())
+    let mut errors = ErrorList::new();
+    let mut nft = open_nft_for_teardown(backend, &mut errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(nft_gc(n, network, valid));
+    }
+    if backend == Backend::Iptables {
+        for v6 in [false, true] {
+            errors.record(ipt_gc(network, valid, v6));
         }
     }
+    errors.finish_first()
 }
 
 /// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
-pub fn check(backend: Backend, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
-        Backend::Nftables => nft_check(&mut Nft::open()?, owner, addrs),
+        Backend::Nftables => nft_check(&mut Nft::open()?, owner, ifname, addrs),
         Backend::Iptables => per_family(addrs, |fam, v6| ipt_check(owner, fam, v6)),
     }
 }
 
 // ---- nftables -------------------------------------------------------------
 
-fn subnet_comment(subnet: &IpPrefix) -> String {
-    format!("subnet {}/{}", subnet.network(), subnet.prefix_len())
+/// The first `len` hex digits of sha512(`s`) (Go's `MustFormatHashWithPrefix`
+/// with no prefix).
+fn hash(len: usize, s: &str) -> String {
+    super::hex_sha512(s)[..len].to_string()
 }
 
-/// The comment of the first rule of chain `postrouting`: which version of
-/// the skeleton the table holds.
-const SKELETON_MARK: &str = "cni-rs masq skeleton v1";
-
-/// Rules of chain `postrouting` in a complete skeleton: two multicast
-/// returns and the jump to `subnets`.
-const SKELETON_RULES: usize = 3;
-
-/// Whether the `postrouting` rules read back are the current skeleton.
-fn skeleton_intact(postrouting: &[super::nft::RuleInfo]) -> bool {
-    postrouting.len() == SKELETON_RULES
-        && postrouting
-            .first()
-            .is_some_and(|r| r.comment.as_deref() == Some(SKELETON_MARK))
+/// The comment prefix of a network's rules.
+fn network_hash(network: &str) -> String {
+    hash(16, network)
 }
 
-/// The sets of container addresses, per family.
-fn set_specs() -> [SetSpec; 2] {
-    [
-        SetSpec {
-            name: set_name(false).into(),
-            id: 1,
-            flags: 0,
-            key_type: types::IPADDR,
-            key_len: 4,
-            data: None,
-        },
-        SetSpec {
-            name: set_name(true).into(),
-            id: 2,
-            flags: 0,
-            key_type: types::IP6ADDR,
-            key_len: 16,
-            data: None,
-        },
-    ]
+/// The comment prefix of one attachment's rules.
+fn instance_hash(network: &str, ifname: &str, container_id: &str) -> String {
+    format!(
+        "{}-{}",
+        network_hash(network),
+        hash(16, &format!("{ifname}:{container_id}"))
+    )
 }
 
-/// Declares the table, chains and sets and rewrites `postrouting`. Only an
-/// ADD that finds the skeleton missing or outdated sends it: flushing a
-/// chain is a deletion, and a commit with deletions makes closing the
-/// nf_tables socket wait for an RCU grace period (the kernel flushes its
-/// transaction cleanup then), some 10 ms on every ADD.
+/// The Go plugins' comment of an attachment's rules: its hash, then a
+/// readable description, cut to what `nft` stores.
+pub fn rule_comment(network: &str, ifname: &str, container_id: &str) -> String {
+    let mut c = format!(
+        "{}, net: {}, if: {}, id: {}",
+        instance_hash(network, ifname, container_id),
+        network.replace('"', ""),
+        ifname.replace('"', ""),
+        container_id.replace('"', "")
+    );
+    let mut cut = super::nft::MAX_NFT_COMMENT_CHARS.min(c.len());
+    while !c.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    c.truncate(cut);
+    c
+}
+
+fn ledger_of(owner: &Owner, ifname: &str) -> Option<Ledger> {
+    Ledger::new(
+        LEDGER,
+        &owner.network,
+        &format!("{}:{ifname}", owner.container_id),
+    )
+}
+
+/// The rule of one container address in `masq_checks`.
+fn address_rule(a: &IpPrefix) -> Vec<Expr> {
+    let v6 = !a.is_ipv4();
+    let width = if v6 { 128 } else { 32 };
+    let net = a.truncate();
+    let mut r = expr::match_nfproto(v6);
+    r.extend(expr::match_prefix_nft(true, CmpOp::Eq, a.addr(), width));
+    r.extend(expr::match_prefix_nft(
+        false,
+        CmpOp::Neq,
+        net.addr(),
+        net.prefix_len(),
+    ));
+    r.push(Expr::Masq);
+    r
+}
+
+/// The three rules of `postrouting`.
+fn postrouting_rules() -> Vec<Vec<Expr>> {
+    let mut out = Vec::new();
+    for (v6, mcast, len) in [(false, "224.0.0.0", 4u8), (true, "ff00::", 8)] {
+        let addr: IpAddr = mcast
+            .parse()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+        let mut r = expr::match_nfproto(v6);
+        r.extend(expr::match_prefix_nft(false, CmpOp::Eq, addr, len));
+        r.push(Expr::Immediate(Verdict::Return));
+        out.push(r);
+    }
+    out.push(vec![Expr::Immediate(Verdict::Goto(CHAIN.into()))]);
+    out
+}
+
+/// Whether `postrouting` holds the Go plugins' three rules (one small
+/// listing). Only an ADD that finds it otherwise rewrites it: flushing is a
+/// deletion, and a commit with deletions makes closing the nf_tables
+/// socket wait for an RCU grace period (some 10 ms).
+fn skeleton_intact(nft: &mut Nft) -> Result<bool> {
+    let have = nft.rules(F, TABLE, "postrouting")?;
+    let want = postrouting_rules();
+    Ok(have.len() == want.len()
+        && have.iter().zip(&want).all(|(h, w)| {
+            let names: Vec<&str> = w.iter().map(expr_name).collect();
+            let cmp: Vec<Vec<u8>> = w
+                .iter()
+                .filter_map(|e| match e {
+                    Expr::Cmp { data, .. } => Some(data.clone()),
+                    _ => None,
+                })
+                .collect();
+            h.exprs == names && h.cmp_data == cmp
+        }))
+}
+
+fn expr_name(e: &Expr) -> &'static str {
+    e.kind()
+}
+
+/// The Go plugins' table, chains and `postrouting` rules, in their order.
 fn skeleton(b: &mut Batch) {
-    b.add_table(F, TABLE);
+    b.add_table_commented(F, TABLE, Some(TABLE_COMMENT));
+    b.add_chain_commented(F, TABLE, CHAIN, None, Some(CHAIN_COMMENT));
     let base = BaseChain {
         hook: Hook::Postrouting,
         priority: PRIORITY_SRCNAT,
         chain_type: "nat",
     };
     b.add_chain(F, TABLE, "postrouting", Some(&base));
-    b.add_chain(F, TABLE, "subnets", None);
-    for s in &set_specs() {
-        b.add_set(F, TABLE, s);
-    }
     b.flush_chain(F, TABLE, "postrouting");
-    for (v6, mcast, len) in [(false, "224.0.0.0", 4u8), (true, "ff00::", 8)] {
-        let mut r = expr::match_nfproto(v6);
-        let addr: IpAddr = mcast
-            .parse()
-            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-        r.extend(expr::match_ip(false, CmpOp::Eq, addr, len));
-        r.push(Expr::Immediate(Verdict::Return));
-        let mark = (!v6).then_some(SKELETON_MARK);
-        b.add_rule(F, TABLE, "postrouting", &r, mark);
+    for r in postrouting_rules() {
+        b.add_rule(F, TABLE, "postrouting", &r, None);
     }
-    b.add_rule(
-        F,
-        TABLE,
-        "postrouting",
-        &[Expr::Immediate(Verdict::Jump("subnets".into()))],
-        None,
-    );
 }
 
-fn subnet_rule(subnet: &IpPrefix, set: &SetSpec) -> Vec<Expr> {
-    let v6 = !subnet.is_ipv4();
-    let mut r = expr::match_nfproto(v6);
-    r.extend(expr::match_ip(
-        true,
-        CmpOp::Eq,
-        subnet.network(),
-        subnet.prefix_len(),
-    ));
-    r.extend(expr::match_ip_in_set(v6, true, &set.name, set.id));
-    r.extend(expr::match_ip(
-        false,
-        CmpOp::Neq,
-        subnet.network(),
-        subnet.prefix_len(),
-    ));
-    r.push(Expr::Masq);
-    r
+/// The entries of `entries` whose rule is still there with `comment`, and
+/// whether all were.
+fn verified(nft: &mut Nft, entries: &[Entry], comment: &str) -> Result<(Vec<Entry>, bool)> {
+    let mut out = Vec::new();
+    let mut all = true;
+    for e in entries {
+        match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+            Some(r) if r.comment.as_deref() == Some(comment) => out.push(e.clone()),
+            _ => all = false,
+        }
+    }
+    Ok((out, all))
 }
 
-/// nftables setup: one batch.
-pub fn nft_setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
-    let tag = owner.tag();
-    let mut b = Batch::new();
-    // One dump of the table's rules: the skeleton's state and the subnet
-    // rules that exist.
-    let rules = nft.table_rules(F, TABLE)?;
-    let postrouting: Vec<_> = rules
-        .iter()
-        .filter(|r| r.chain == "postrouting")
-        .cloned()
-        .collect();
-    if !skeleton_intact(&postrouting) {
-        skeleton(&mut b);
-    }
-    let sets = set_specs();
-    let mut have: BTreeSet<String> = rules
+/// The rules of `masq_checks` whose comment starts with `prefix` (one
+/// listing; none when the table is not there).
+fn listed(nft: &mut Nft, prefix: &str) -> Result<Vec<RuleInfo>> {
+    Ok(nft
+        .rules(F, TABLE, CHAIN)?
         .into_iter()
-        .filter(|r| r.chain == "subnets")
-        .filter_map(|r| r.comment)
-        .collect();
-    for a in addrs {
-        let v6 = !a.is_ipv4();
-        let set = &sets[usize::from(v6)];
-        let subnet = a.truncate();
-        let comment = subnet_comment(&subnet);
-        if have.insert(comment.clone()) {
-            b.add_rule(
-                F,
-                TABLE,
-                "subnets",
-                &subnet_rule(&subnet, set),
-                Some(&comment),
-            );
+        .filter(|r| r.comment.as_deref().is_some_and(|c| c.starts_with(prefix)))
+        .collect())
+}
+
+/// Deletes, in `b`, the addresses `doomed` owners hold in our previous
+/// release's `inet cni_rs_masq`, or the whole table when no other
+/// container's address is left in it. One `GETTABLE` where it never was.
+fn old_teardown(nft: &mut Nft, b: &mut Batch, doomed: &dyn Fn(&str) -> bool) -> Result<()> {
+    if !nft.has_table(F, OLD_TABLE)? {
+        return Ok(());
+    }
+    let mut inner = Batch::new();
+    let mut kept = 0;
+    for set in ["masq4", "masq6"] {
+        let (mine, other): (Vec<Elem>, Vec<Elem>) = nft
+            .elems(F, OLD_TABLE, set)?
+            .into_iter()
+            .partition(|e| e.comment.as_deref().is_some_and(doomed));
+        kept += other.len();
+        inner.del_elems(F, OLD_TABLE, set, &mine, "addresses");
+    }
+    if kept == 0 {
+        b.del_table(F, OLD_TABLE);
+    } else {
+        b.extend(inner);
+    }
+    Ok(())
+}
+
+/// nftables setup: the skeleton where it is not the Go plugins', a rule
+/// per address (echoed, its handle kept in the ledger), and the deletion of
+/// the attachment's rules of an earlier ADD, in one batch.
+pub fn nft_setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+    const ATTEMPTS: usize = 3;
+    let comment = rule_comment(&owner.network, ifname, &owner.container_id);
+    let ledger = ledger_of(owner, ifname);
+    let mut attempt = 1;
+    loop {
+        let mut b = Batch::new();
+        if !skeleton_intact(nft)? {
+            skeleton(&mut b);
         }
-        let key = addr_field(a.addr());
-        // The address belongs to the latest owner: replace an old element.
-        if let Some(old) = nft.get_elem(F, TABLE, &set.name, &key)? {
-            b.del_elems(F, TABLE, &set.name, &[old], "old address");
+        if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
+            for e in verified(nft, &old, &comment)?.0 {
+                b.del_rule(e.family, &e.table, &e.chain, e.handle);
+            }
         }
-        let elem = Elem {
-            key,
-            data: None,
-            comment: Some(tag.clone()),
+        let mut notes = Vec::new();
+        for a in addrs {
+            let i = b.add_rule_echo(F, TABLE, CHAIN, &address_rule(a), &comment);
+            notes.push((i, a.addr().to_string()));
+        }
+        let echoed = match nft.commit_echo(&b) {
+            Ok(e) => e,
+            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
         };
-        b.add_elems(
-            F,
-            TABLE,
-            &set.name,
-            &[elem],
-            false,
-            &format!("address {}", a.addr()),
-        );
-    }
-    nft.commit(&b)
-}
-
-/// nftables teardown: deletes the elements tagged with `owner`.
-pub fn nft_teardown(nft: &mut Nft, owner: &Owner) -> Result<()> {
-    let tag = owner.tag();
-    nft.delete_tagged(F, TABLE, &[set_name(false), set_name(true)], &[], &|c| {
-        c == tag
-    })
-    .map(|_| ())
-}
-
-/// nftables GC.
-pub fn nft_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    nft.delete_tagged(F, TABLE, &[set_name(false), set_name(true)], &[], &|c| {
-        Owner::is_stale_tag(c, network, valid)
-    })
-    .map(|_| ())
-}
-
-/// nftables CHECK.
-pub fn nft_check(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
-    let tag = owner.tag();
-    let comments: BTreeSet<String> = nft
-        .rules(F, TABLE, "subnets")?
-        .into_iter()
-        .filter_map(|r| r.comment)
-        .collect();
-    for a in addrs {
-        let v6 = !a.is_ipv4();
-        let subnet = subnet_comment(&a.truncate());
-        if !comments.contains(&subnet) {
-            return Err(Error::CheckFailed(format!(
-                "ipMasq: chain inet {TABLE} subnets has no rule for {subnet}"
-            )));
+        let entries: Vec<Entry> = notes
+            .iter()
+            .filter_map(|(i, note)| {
+                let (_, r) = echoed.iter().find(|(j, _)| j == i)?;
+                Some(Entry {
+                    family: F,
+                    table: TABLE.to_string(),
+                    chain: CHAIN.to_string(),
+                    handle: r.handle,
+                    note: note.clone(),
+                })
+            })
+            .collect();
+        let Some(ledger) = ledger else {
+            return Ok(());
+        };
+        if let Err(e) = ledger.store(&entries) {
+            let mut undo = Batch::new();
+            for en in &entries {
+                undo.del_rule(en.family, &en.table, &en.chain, en.handle);
+            }
+            let _ = nft.commit(&undo);
+            return Err(e);
         }
-        let e = nft.get_elem(F, TABLE, set_name(v6), &addr_field(a.addr()))?;
-        if e.and_then(|e| e.comment).as_deref() != Some(tag.as_str()) {
+        return Ok(());
+    }
+}
+
+/// nftables teardown: the attachment's rules from its ledger (each read
+/// back first), or, without one or when one of its rules is gone, from one
+/// listing of `masq_checks` by the attachment's hash (so the Go plugins'
+/// rules go too); and its addresses in our previous release's table. One
+/// batch.
+pub fn nft_teardown(nft: &mut Nft, owner: &Owner, ifname: &str) -> Result<()> {
+    const ATTEMPTS: usize = 3;
+    let comment = rule_comment(&owner.network, ifname, &owner.container_id);
+    let prefix = instance_hash(&owner.network, ifname, &owner.container_id);
+    let ledger = ledger_of(owner, ifname);
+    let tag = owner.tag();
+    let mut attempt = 1;
+    loop {
+        let mut b = Batch::new();
+        let (mut handles, complete): (Vec<u64>, bool) = match ledger.as_ref().and_then(Ledger::load)
+        {
+            Some(entries) => {
+                let (ok, all) = verified(nft, &entries, &comment)?;
+                (ok.iter().map(|e| e.handle).collect(), all)
+            }
+            None => (Vec::new(), false),
+        };
+        if !complete {
+            for r in listed(nft, &prefix)? {
+                if !handles.contains(&r.handle) {
+                    handles.push(r.handle);
+                }
+            }
+        }
+        for h in &handles {
+            b.del_rule(F, TABLE, CHAIN, *h);
+        }
+        old_teardown(nft, &mut b, &|c| c == tag)?;
+        match nft.commit(&b) {
+            Ok(()) => break,
+            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+    match ledger {
+        Some(l) => l.remove(),
+        None => Ok(()),
+    }
+}
+
+/// nftables GC: one listing of `masq_checks`; the network's rules (by its
+/// hash) whose comment is no valid attachment's go, the Go plugins' as
+/// ours; and the addresses of containers not in `valid` in our previous
+/// release's table. The ledgers of the removed attachments go too.
+pub fn nft_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
+    let keep: BTreeSet<String> = valid
+        .iter()
+        .map(|a| rule_comment(network, &a.ifname, &a.container_id))
+        .collect();
+    let mut b = Batch::new();
+    for r in listed(nft, &network_hash(network))? {
+        if !r.comment.as_ref().is_some_and(|c| keep.contains(c)) {
+            b.del_rule(F, TABLE, CHAIN, r.handle);
+        }
+    }
+    old_teardown(nft, &mut b, &|c| Owner::is_stale_tag(c, network, valid))?;
+    nft.commit(&b)?;
+    for (l, _) in ledger::list(LEDGER, network) {
+        let name = l
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let live = name.split_once(':').is_some_and(|(cid, ifname)| {
+            valid
+                .iter()
+                .any(|a| a.container_id == cid && a.ifname == ifname)
+        });
+        if !live {
+            l.remove()?;
+        }
+    }
+    Ok(())
+}
+
+/// nftables CHECK: `postrouting` is the Go plugins', and every address has
+/// its rule with the attachment's comment.
+pub fn nft_check(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+    let comment = rule_comment(&owner.network, ifname, &owner.container_id);
+    if !skeleton_intact(nft)? {
+        return Err(Error::CheckFailed(format!(
+            "ipMasq: chain inet {TABLE} postrouting is missing or changed"
+        )));
+    }
+    let mut have: Vec<RuleInfo> = Vec::new();
+    let mut complete = false;
+    if let Some(entries) = ledger_of(owner, ifname).and_then(|l| l.load()) {
+        complete = true;
+        for e in &entries {
+            match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+                Some(r) if r.comment.as_deref() == Some(comment.as_str()) => have.push(r),
+                _ => complete = false,
+            }
+        }
+    }
+    if !complete {
+        have = listed(nft, &comment)?;
+    }
+    for a in addrs {
+        let want: Vec<Vec<u8>> = address_rule(a)
+            .iter()
+            .filter_map(|e| match e {
+                Expr::Cmp { data, .. } => Some(data.clone()),
+                _ => None,
+            })
+            .collect();
+        let found = have
+            .iter()
+            .any(|r| r.comment.as_deref() == Some(comment.as_str()) && r.cmp_data == want);
+        if !found {
             return Err(Error::CheckFailed(format!(
-                "ipMasq: address {} of {tag} is not in set {}",
+                "ipMasq: chain inet {TABLE} {CHAIN} has no rule for {} of {}",
                 a.addr(),
-                set_name(v6)
+                owner.tag()
             )));
         }
     }
@@ -500,13 +665,13 @@ mod tests {
         let owner = Owner::new("mnet", "ctr-m");
         let addrs = [prefix("10.1.0.2/24"), prefix("fd00:1::2/64")];
         assert_eq!(peer_seen(&pod, "10.9.0.2", 7000), None, "no masquerade yet");
-        node.run(|| setup(backend, &owner, &addrs))
+        node.run(|| setup(backend, &owner, "eth0", &addrs))
             .unwrap()
             .unwrap();
-        node.run(|| setup(backend, &owner, &addrs))
+        node.run(|| setup(backend, &owner, "eth0", &addrs))
             .unwrap()
             .unwrap();
-        node.run(|| check(backend, &owner, &addrs))
+        node.run(|| check(backend, &owner, "eth0", &addrs))
             .unwrap()
             .unwrap();
         assert_eq!(
@@ -524,11 +689,15 @@ mod tests {
             Some("10.1.0.2")
         );
         // Teardown with nothing but the owner (the namespace may be gone).
-        node.run(|| teardown(backend, &owner)).unwrap().unwrap();
-        node.run(|| teardown(backend, &owner)).unwrap().unwrap();
+        node.run(|| teardown(backend, &owner, "eth0"))
+            .unwrap()
+            .unwrap();
+        node.run(|| teardown(backend, &owner, "eth0"))
+            .unwrap()
+            .unwrap();
         assert_eq!(peer_seen(&pod, "10.9.0.2", 7000), None);
         let e = node
-            .run(|| check(backend, &owner, &addrs))
+            .run(|| check(backend, &owner, "eth0", &addrs))
             .unwrap()
             .unwrap_err();
         assert_eq!(e.code(), 102, "{e}");
@@ -563,24 +732,35 @@ mod tests {
             setup(
                 Backend::Nftables,
                 &a,
+                "eth0",
                 &[prefix("10.1.0.2/24"), prefix("fd00:1::2/64")],
             )?;
-            setup(Backend::Nftables, &b, &[prefix("10.1.0.3/24")])?;
-            setup(Backend::Nftables, &other, &[prefix("10.7.0.3/16")])
+            setup(Backend::Nftables, &b, "eth0", &[prefix("10.1.0.3/24")])?;
+            setup(Backend::Nftables, &other, "eth0", &[prefix("10.7.0.3/16")])
         })
         .unwrap()
         .unwrap();
         let listed = nft_list(&node);
+        let ca = rule_comment("mnet", "eth0", "ctr-a");
+        assert_eq!(
+            ca,
+            format!(
+                "{}-{}, net: mnet, if: eth0, id: ctr-a",
+                &super::super::hex_sha512("mnet")[..16],
+                &super::super::hex_sha512("eth0:ctr-a")[..16]
+            )
+        );
         for want in [
-            "ip daddr 224.0.0.0/4 return",
-            "ip6 daddr ff00::/8 return",
-            "ip saddr 10.1.0.0/24 ip saddr @masq4 ip daddr != 10.1.0.0/24 masquerade comment \"subnet 10.1.0.0/24\"",
-            "ip6 saddr fd00:1::/64 ip6 saddr @masq6 ip6 daddr != fd00:1::/64 masquerade comment \"subnet fd00:1::/64\"",
-            "ip saddr 10.7.0.0/16 ip saddr @masq4 ip daddr != 10.7.0.0/16 masquerade comment \"subnet 10.7.0.0/16\"",
-            "10.1.0.2 comment \"net=mnet cid=ctr-a\"",
-            "fd00:1::2 comment \"net=mnet cid=ctr-a\"",
+            "comment \"Masquerading for plugins from github.com/containernetworking/plugins\""
+                .to_string(),
+            "ip daddr 224.0.0.0/4 return".to_string(),
+            "ip6 daddr ff00::/8 return".to_string(),
+            "goto masq_checks".to_string(),
+            format!("ip saddr 10.1.0.2 ip daddr != 10.1.0.0/24 masquerade comment \"{ca}\""),
+            format!("ip6 saddr fd00:1::2 ip6 daddr != fd00:1::/64 masquerade comment \"{ca}\""),
+            "ip saddr 10.7.0.3 ip daddr != 10.7.0.0/16 masquerade".to_string(),
         ] {
-            assert!(listed.contains(want), "{want:?} not in\n{listed}");
+            assert!(listed.contains(&want), "{want:?} not in\n{listed}");
         }
         let valid = vec![Attachment {
             container_id: "ctr-a".into(),
@@ -592,9 +772,20 @@ mod tests {
         let listed = nft_list(&node);
         assert!(!listed.contains("ctr-b"), "{listed}");
         assert!(
-            listed.contains("cid=ctr-a") && listed.contains("cid=ctr-c"),
+            listed.contains("id: ctr-a") && listed.contains("id: ctr-c"),
             "{listed}"
         );
+        // Ledgers are per network namespace: read them from the node's.
+        let ledgers = node
+            .run(|| {
+                (
+                    ledger_of(&a, "eth0").unwrap().load(),
+                    ledger_of(&b, "eth0").unwrap().load(),
+                )
+            })
+            .unwrap();
+        assert_eq!(ledgers.0.map(|e| e.len()), Some(2), "ctr-a's two rules");
+        assert_eq!(ledgers.1, None, "ctr-b's ledger went with its rules");
     }
 
     #[test]
@@ -609,9 +800,10 @@ mod tests {
             setup(
                 Backend::Iptables,
                 &a,
+                "eth0",
                 &[prefix("10.1.17.5/24"), prefix("fd00:1::5/64")],
             )?;
-            setup(Backend::Iptables, &b, &[prefix("10.1.17.6/24")])
+            setup(Backend::Iptables, &b, "eth0", &[prefix("10.1.17.6/24")])
         })
         .unwrap()
         .unwrap();

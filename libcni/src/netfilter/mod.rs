@@ -18,9 +18,11 @@
 //! Everything acts on the network namespace of the calling thread (the
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
 
+pub mod conditions;
 pub mod conntrack;
 pub mod firewall;
 pub mod iptables;
+pub mod ledger;
 pub mod masq;
 pub mod nfnetlink;
 pub mod nft;

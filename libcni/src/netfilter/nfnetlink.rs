@@ -24,6 +24,7 @@ const NLMSG_OVERRUN: u16 = 4;
 
 pub(crate) const NLM_F_REQUEST: u16 = 0x1;
 pub(crate) const NLM_F_ACK: u16 = 0x4;
+pub(crate) const NLM_F_ECHO: u16 = 0x8;
 pub(crate) const NLM_F_DUMP_INTR: u16 = 0x10;
 pub(crate) const NLM_F_DUMP: u16 = 0x300;
 pub(crate) const NLM_F_EXCL: u16 = 0x200;
@@ -193,8 +194,16 @@ impl NfNetlink {
     /// succeeded; otherwise nothing of it is applied, and the error of the
     /// first failing message is returned, naming what it did.
     pub fn batch(&mut self, msgs: &[Request]) -> Result<()> {
+        self.batch_echo(msgs).map(|_| ())
+    }
+
+    /// [`NfNetlink::batch`], also returning the messages the kernel sent
+    /// back for requests with `NLM_F_ECHO` (by the request's index). The
+    /// kernel sends them while it commits, before the acknowledgements, so
+    /// they are all in once every request is acknowledged.
+    pub fn batch_echo(&mut self, msgs: &[Request]) -> Result<Vec<(usize, Reply)>> {
         if msgs.is_empty() {
-            return Ok(());
+            return Ok(Vec::new());
         }
         let mut out = Vec::new();
         let begin = self.next_seq();
@@ -221,6 +230,8 @@ impl NfNetlink {
             );
             pending.insert(seq, i);
         }
+        let index_of = pending.clone();
+        let mut echoed = Vec::new();
         let end = self.next_seq();
         encode(
             &mut out,
@@ -245,6 +256,11 @@ impl NfNetlink {
                 .map_err(|f| f.into_error("read the nf_tables batch acknowledgements"))?;
             for msg in msgs_in {
                 if msg.ty != NLMSG_ERROR {
+                    if let Some(&index) = index_of.get(&msg.seq) {
+                        if msgs[index].flags & NLM_F_ECHO != 0 && msg.ty == msgs[index].ty {
+                            echoed.push((index, msg.reply));
+                        }
+                    }
                     continue;
                 }
                 let Some(index) = pending.remove(&msg.seq) else {
@@ -279,7 +295,7 @@ impl NfNetlink {
             }
         }
         match first_error {
-            None => Ok(()),
+            None => Ok(echoed),
             Some((index, e, ext)) => Err(with_ext(
                 Error::kernel(format!("nf_tables: {}", msgs[index].what), e),
                 ext.as_deref(),

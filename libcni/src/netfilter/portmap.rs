@@ -3,34 +3,36 @@
 //!
 //! # nftables design
 //!
-//! One table, `inet cni_rs_hostport`, shared by every container:
+//! Exactly the Go plugin's (v1.6+) tables, chains and rule shapes, so that
+//! either side's DEL removes the other's rules. Per family, `ip` and `ip6`:
 //!
 //! ```text
-//! chain prerouting  (nat, prerouting, dstnat)   fib daddr type local jump hostports
-//! chain output      (nat, output, dstnat)       fib daddr type local jump hostports
-//! chain hostports   jump conditioned
-//!                   meta nfproto ipv4 dnat ip to ip daddr . meta l4proto . th dport map @hostip_hostports4
-//!                   meta nfproto ipv4 dnat ip to meta l4proto . th dport map @hostports4
-//!                   (the same for ipv6 with @hostip_hostports6, @hostports6)
-//! chain conditioned per-container rules of networks with conditionsV4/V6
-//! chain postrouting (nat, postrouting, srcnat)
-//!                   meta nfproto ipv4 ct status dnat ip saddr 127.0.0.0/8 masquerade
-//!                   meta nfproto ipv6 ct status dnat ip6 saddr ::1 masquerade
-//!                   meta nfproto ipv4 ct status dnat ip daddr @masq_all4 masquerade
-//!                   meta nfproto ipv6 ct status dnat ip6 daddr @masq_all6 masquerade
-//!                   jump hairpin
-//! chain hairpin     one rule per pod subnet: ct status dnat ip saddr S ip daddr S masquerade
+//! table ip cni_hostport              comment "CNI portmap plugin"
+//!   chain hostports                  a rule per mapping, comment "<container ID>":
+//!                                    [ip daddr HOSTIP] tcp dport 8080 dnat to 10.0.0.5:80
+//!   chain hostip_hostports           empty (upstream's former chain, kept)
+//!   chain hostports_all              jump hostip_hostports; jump hostports
+//!   chain prerouting (nat, prerouting, -100)   fib daddr type local jump hostports_all
+//!   chain output     (nat, output, -100)       fib daddr type local jump hostports_all
+//!   chain masquerading (nat, postrouting, 100) per container, comment "<container ID>":
+//!                                    ip saddr SUBNET ip daddr C masquerade
+//!                                    ip saddr 127.0.0.1 ip daddr C masquerade (IPv4)
 //! ```
 //!
-//! A container's mappings are elements of the four maps (`proto . port` or
-//! `hostIP . proto . port` to `containerIP . containerPort`), each with its
-//! [`Owner::tag`] as comment. ADD adds them (a key already owned by another
-//! container is refused before anything changes, and `NLM_F_EXCL` closes
-//! the race), DEL and GC dump the maps and delete the elements by tag. The
-//! rules of the base chains are rewritten by every ADD in the same batch,
-//! so the cost of ADD and DEL does not depend on how many other mappings
-//! exist (DEL reads the maps once). Hairpin masquerade rules are per pod
-//! subnet and shared, like the Go plugin's top-level chains; they stay.
+//! The rules are encoded as `nft` encodes the same text (the tests compare
+//! the bytes with rulesets loaded by `nft -f` from the Go plugin's
+//! transactions). ADD appends its rules with `NLM_F_ECHO` and keeps their
+//! handles in the container's [`ledger`]; DEL reads each one back, checks
+//! its comment and deletes it, so neither lists a chain that holds every
+//! container's rules. Without a ledger (rules the Go plugin wrote, or an
+//! ADD killed before it wrote its ledger) DEL lists the three chains once,
+//! as the Go plugin's DEL does. Every ADD, DEL and GC is one batch, both
+//! families included. The shared chains are rewritten only when they are
+//! not the Go plugin's.
+//!
+//! Our previous releases kept map elements in `inet cni_rs_hostport`; DEL
+//! and GC still remove a container's elements there, and the table when
+//! nothing else is left in it.
 //!
 //! # iptables design
 //!
@@ -43,23 +45,16 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
+use super::conditions::{self, Condition};
 use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
-use super::nft::expr::{self, CmpOp, Expr, MetaKey, NatType, PayloadBase, Verdict, REG_1};
+use super::ledger::{self, Entry, Ledger};
+use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{
-    addr_field, port_field, proto_field, types, BaseChain, Batch, Elem, ElemData, Family, Hook,
-    Nft, SetSpec, PRIORITY_DSTNAT, PRIORITY_SRCNAT, SET_MAP,
+    BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_DSTNAT, PRIORITY_SRCNAT,
 };
 use super::Owner;
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, Result};
-
-/// The nf_tables table of host ports.
-pub const TABLE: &str = "cni_rs_hostport";
-const F: Family = Family::Inet;
-
-/// The CNI error code of a host port that another container already maps
-/// (plugin-specific range: the config is valid, the node is not free).
-pub const CONFLICT_CODE: u32 = crate::error::code::CONFLICT;
 
 /// A transport protocol of a mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -201,713 +196,539 @@ impl PortMapSpec {
     }
 }
 
-/// The error of a host port that another owner holds.
-pub fn conflict_error(m: &PortMapping, holder: &str) -> Error {
-    Error::Conflict(format!(
-        "runtimeConfig.portMappings: host port {} ({m}) is already mapped by {holder}",
-        m.host_port
-    ))
-}
-
 // ---- nftables -------------------------------------------------------------
 
-/// The names of the maps of one family.
-fn map_names(v6: bool) -> (&'static str, &'static str) {
+/// The Go plugin's table of host ports, one per family (`ip` and `ip6`).
+pub const TABLE: &str = "cni_hostport";
+/// The `inet` table of host ports of this suite's previous releases: DEL
+/// and GC still remove what a container owns there, and the table once it
+/// holds no container's state.
+pub const OLD_TABLE: &str = "cni_rs_hostport";
+const TABLE_COMMENT: &str = "CNI portmap plugin";
+/// The chain of every mapping rule.
+pub const HOSTPORTS: &str = "hostports";
+/// Upstream's former chain of mappings with a host IP: created, kept
+/// empty, still searched by DEL.
+pub const HOSTIP_HOSTPORTS: &str = "hostip_hostports";
+const HOSTPORTS_ALL: &str = "hostports_all";
+/// The chain of the hairpin and localhost masquerade rules.
+pub const MASQUERADING: &str = "masquerading";
+/// The chains a container's rules are in.
+const OWNED_CHAINS: [&str; 3] = [HOSTPORTS, HOSTIP_HOSTPORTS, MASQUERADING];
+/// The ledger feature name (`/run/cni/portmap/<network>/<container ID>`).
+const LEDGER: &str = "portmap";
+
+fn family(v6: bool) -> Family {
     if v6 {
-        ("hostports6", "hostip_hostports6")
+        Family::Ip6
     } else {
-        ("hostports4", "hostip_hostports4")
+        Family::Ip
     }
 }
 
-fn masq_all_set(v6: bool) -> &'static str {
-    if v6 {
-        "masq_all6"
-    } else {
-        "masq_all4"
-    }
+/// The comment of every rule of a container: its ID, as the Go plugin
+/// writes it (cut to what `nft` stores).
+pub fn rule_comment(owner: &Owner) -> String {
+    let mut c = owner.container_id.clone();
+    c.truncate(super::nft::MAX_NFT_COMMENT_CHARS);
+    c
 }
 
-/// The map and key of a mapping.
-fn map_key(m: &PortMapping, v6: bool) -> (&'static str, Vec<u8>) {
-    let (any, with_ip) = map_names(v6);
-    let mut key = Vec::new();
-    let map = match m.dst() {
-        Some(ip) => {
-            key.extend(addr_field(ip));
-            with_ip
-        }
-        None => any,
+fn ledger(owner: &Owner) -> Option<Ledger> {
+    Ledger::new(LEDGER, &owner.network, &owner.container_id)
+}
+
+/// The rule of mapping `m` to `container` in chain `hostports`:
+/// `[conditions] [ip daddr HOSTIP] tcp dport P dnat to C:P`.
+fn mapping_rule(m: &PortMapping, container: IpAddr, conds: Vec<Expr>) -> Vec<Expr> {
+    let mut r = conds;
+    if let Some(dst) = m.dst() {
+        let width = if dst.is_ipv6() { 128 } else { 32 };
+        r.extend(expr::match_prefix_nft(false, CmpOp::Eq, dst, width));
+    }
+    r.extend(expr::match_l4_dport(m.protocol.number(), m.host_port));
+    r.extend(expr::dnat_to_nft(container, m.container_port));
+    r
+}
+
+/// The masquerade rules of a container in chain `masquerading`: from its
+/// subnet (hairpin: the Go plugin's nftables backend matches the container
+/// alone, its iptables backend the subnet, which other pods of the bridge
+/// reaching the host port need) or from anywhere (`masqAll`), and for IPv4
+/// from the node's 127.0.0.1.
+fn masq_rules(spec: &PortMapSpec, container: IpPrefix) -> Vec<Vec<Expr>> {
+    let v6 = !container.is_ipv4();
+    let cip = container.addr();
+    let width = if v6 { 128 } else { 32 };
+    let rule = |src: IpAddr, len: u8| {
+        let mut r = expr::match_prefix_nft(true, CmpOp::Eq, src, len);
+        r.extend(expr::match_prefix_nft(false, CmpOp::Eq, cip, width));
+        r.push(Expr::Masq);
+        r
     };
-    key.extend(proto_field(m.protocol.number()));
-    key.extend(port_field(m.host_port));
-    (map, key)
-}
-
-fn map_data(container: IpAddr, port: u16) -> Vec<u8> {
-    let mut d = addr_field(container);
-    d.extend(port_field(port));
-    d
-}
-
-fn set_specs() -> Vec<SetSpec> {
     let mut out = Vec::new();
-    for v6 in [false, true] {
-        let (addr_t, addr_len) = if v6 {
-            (types::IP6ADDR, 16)
+    if spec.masq_all {
+        let any = if v6 {
+            IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
         } else {
-            (types::IPADDR, 4)
+            IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
         };
-        let data = Some((types::concat(&[addr_t, types::INET_SERVICE]), addr_len + 4));
-        let (any, with_ip) = map_names(v6);
-        let base = if v6 { 10 } else { 0 };
-        out.push(SetSpec {
-            name: any.into(),
-            id: base + 1,
-            flags: SET_MAP,
-            key_type: types::concat(&[types::INET_PROTOCOL, types::INET_SERVICE]),
-            key_len: 8,
-            data,
-        });
-        out.push(SetSpec {
-            name: with_ip.into(),
-            id: base + 2,
-            flags: SET_MAP,
-            key_type: types::concat(&[addr_t, types::INET_PROTOCOL, types::INET_SERVICE]),
-            key_len: addr_len + 8,
-            data,
-        });
-        out.push(SetSpec {
-            name: masq_all_set(v6).into(),
-            id: base + 3,
-            flags: 0,
-            key_type: addr_t,
-            key_len: addr_len,
-            data: None,
-        });
+        out.push(rule(any, 0));
+    } else {
+        let subnet = container.truncate();
+        out.push(rule(subnet.addr(), subnet.prefix_len()));
+        if !v6 {
+            out.push(rule(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 32));
+        }
     }
     out
 }
 
-/// `dnat ip to <key> map @map`: the lookup rule of one map.
-fn dnat_map_rule(v6: bool, with_ip: bool, map: &str, set_id: u32) -> Vec<Expr> {
-    let mut r = expr::match_nfproto(v6);
-    let mut next = 0;
-    if with_ip {
-        let (offset, len) = expr::ip_addr_offset(v6, false);
-        r.push(Expr::Payload {
-            base: PayloadBase::Network,
-            offset,
-            len,
-            dreg: expr::reg32(0),
-        });
-        next = len / 4;
-    }
-    r.push(Expr::Meta {
-        key: MetaKey::L4Proto,
-        dreg: expr::reg32(next),
-    });
-    r.push(Expr::Payload {
-        base: PayloadBase::Transport,
-        offset: 2,
-        len: 2,
-        dreg: expr::reg32(next + 1),
-    });
-    r.push(Expr::Lookup {
-        set: map.into(),
-        set_id: Some(set_id),
-        sreg: expr::reg32(0),
-        dreg: Some(expr::reg32(0)),
-        invert: false,
-    });
-    r.push(Expr::Nat {
-        kind: NatType::Dnat,
-        family: if v6 {
-            expr::NFPROTO_IPV6
-        } else {
-            expr::NFPROTO_IPV4
-        },
-        addr_reg: expr::reg32(0),
-        port_reg: Some(expr::reg32(if v6 { 4 } else { 1 })),
-    });
-    r
-}
-
-/// The comment of the first rule of chain `prerouting`: which version of
-/// the skeleton the table holds.
-const SKELETON_MARK: &str = "cni-rs hostport skeleton v1";
-
-/// The number of rules of each shared chain in a complete skeleton.
-const SKELETON_RULES: [(&str, usize); 4] = [
-    ("prerouting", 1),
-    ("output", 1),
-    ("hostports", 5),
-    ("postrouting", 5),
-];
-
-/// Whether the rules read back hold the current skeleton, whole.
-fn skeleton_intact(rules: &[super::nft::RuleInfo]) -> bool {
-    let marked = rules
-        .iter()
-        .any(|r| r.chain == "prerouting" && r.comment.as_deref() == Some(SKELETON_MARK));
-    marked
-        && SKELETON_RULES
-            .iter()
-            .all(|(c, n)| rules.iter().filter(|r| r.chain == *c).count() == *n)
-}
-
-/// Declares the table, chains and maps, and rewrites the rules of the
-/// shared chains (idempotent). Only ADDs that find the skeleton missing or
-/// outdated send it: rewriting rules that look maps up makes the kernel
-/// walk every element of the maps.
-fn skeleton(b: &mut Batch) {
-    b.add_table(F, TABLE);
+/// The Go plugin's table, chains and shared rules of one family, in its
+/// order (so a fresh table lists, and numbers its handles, as Go's does).
+fn skeleton(b: &mut Batch, v6: bool, snat: bool) {
+    let f = family(v6);
     let nat = |hook, priority| BaseChain {
         hook,
         priority,
         chain_type: "nat",
     };
-    b.add_chain(
-        F,
-        TABLE,
-        "prerouting",
-        Some(&nat(Hook::Prerouting, PRIORITY_DSTNAT)),
-    );
-    b.add_chain(
-        F,
-        TABLE,
-        "output",
-        Some(&nat(Hook::Output, PRIORITY_DSTNAT)),
-    );
-    b.add_chain(
-        F,
-        TABLE,
-        "postrouting",
-        Some(&nat(Hook::Postrouting, PRIORITY_SRCNAT)),
-    );
-    for c in ["hostports", "conditioned", "hairpin"] {
-        b.add_chain(F, TABLE, c, None);
+    b.add_table_commented(f, TABLE, Some(TABLE_COMMENT));
+    for c in [HOSTPORTS, HOSTIP_HOSTPORTS, HOSTPORTS_ALL] {
+        b.add_chain(f, TABLE, c, None);
     }
-    let sets = set_specs();
-    for s in &sets {
-        b.add_set(F, TABLE, s);
+    b.flush_chain(f, TABLE, HOSTPORTS_ALL);
+    for target in [HOSTIP_HOSTPORTS, HOSTPORTS] {
+        b.add_rule(
+            f,
+            TABLE,
+            HOSTPORTS_ALL,
+            &[Expr::Immediate(Verdict::Jump(target.into()))],
+            None,
+        );
     }
-    for c in ["prerouting", "output", "hostports", "postrouting"] {
-        b.flush_chain(F, TABLE, c);
-    }
-    for c in ["prerouting", "output"] {
+    for (chain, hook) in [("prerouting", Hook::Prerouting), ("output", Hook::Output)] {
+        b.add_chain(f, TABLE, chain, Some(&nat(hook, PRIORITY_DSTNAT)));
+        b.flush_chain(f, TABLE, chain);
         let mut r = expr::match_fib_daddr_local();
-        r.push(Expr::Immediate(Verdict::Jump("hostports".into())));
-        let mark = (c == "prerouting").then_some(SKELETON_MARK);
-        b.add_rule(F, TABLE, c, &r, mark);
+        r.push(Expr::Immediate(Verdict::Jump(HOSTPORTS_ALL.into())));
+        b.add_rule(f, TABLE, chain, &r, None);
     }
-    b.add_rule(
-        F,
-        TABLE,
-        "hostports",
-        &[Expr::Immediate(Verdict::Jump("conditioned".into()))],
-        None,
-    );
-    for v6 in [false, true] {
-        let (any, with_ip) = map_names(v6);
-        let id = |name: &str| sets.iter().find(|s| s.name == name).map_or(0, |s| s.id);
-        b.add_rule(
-            F,
+    if snat {
+        b.add_chain(
+            f,
             TABLE,
-            "hostports",
-            &dnat_map_rule(v6, true, with_ip, id(with_ip)),
-            None,
-        );
-        b.add_rule(
-            F,
-            TABLE,
-            "hostports",
-            &dnat_map_rule(v6, false, any, id(any)),
-            None,
+            MASQUERADING,
+            Some(&nat(Hook::Postrouting, PRIORITY_SRCNAT)),
         );
     }
-    for v6 in [false, true] {
-        let mut r = expr::match_nfproto(v6);
-        r.extend(expr::match_ct_status_dnat());
-        let lo: IpAddr = if v6 {
-            "::1"
-                .parse()
-                .unwrap_or(IpAddr::V6(std::net::Ipv6Addr::LOCALHOST))
-        } else {
-            IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 0))
-        };
-        r.extend(expr::match_ip(
-            true,
-            CmpOp::Eq,
-            lo,
-            if v6 { 128 } else { 8 },
-        ));
-        r.push(Expr::Masq);
-        b.add_rule(F, TABLE, "postrouting", &r, None);
-    }
-    for v6 in [false, true] {
-        let set = masq_all_set(v6);
-        let id = sets.iter().find(|s| s.name == set).map_or(0, |s| s.id);
-        let mut r = expr::match_nfproto(v6);
-        r.extend(expr::match_ct_status_dnat());
-        r.extend(expr::match_ip_in_set(v6, false, set, id));
-        r.push(Expr::Masq);
-        b.add_rule(F, TABLE, "postrouting", &r, None);
-    }
-    b.add_rule(
-        F,
-        TABLE,
-        "postrouting",
-        &[Expr::Immediate(Verdict::Jump("hairpin".into()))],
-        None,
-    );
 }
 
-/// The comment of the shared hairpin rule of a pod subnet.
-fn hairpin_comment(subnet: &IpPrefix) -> String {
-    format!("hairpin {}/{}", subnet.network(), subnet.prefix_len())
-}
-
-fn hairpin_rule(subnet: &IpPrefix) -> Vec<Expr> {
-    let v6 = !subnet.is_ipv4();
-    let mut r = expr::match_nfproto(v6);
-    r.extend(expr::match_ct_status_dnat());
-    r.extend(expr::match_ip(
-        true,
-        CmpOp::Eq,
-        subnet.network(),
-        subnet.prefix_len(),
-    ));
-    r.extend(expr::match_ip(
-        false,
-        CmpOp::Eq,
-        subnet.network(),
-        subnet.prefix_len(),
-    ));
-    r.push(Expr::Masq);
-    r
-}
-
-/// A mapping of a network with conditions, as a rule of chain `conditioned`.
-fn conditioned_rule(m: &PortMapping, container: IpAddr, conds: &[Vec<Expr>]) -> Vec<Expr> {
-    let v6 = container.is_ipv6();
-    let mut r = expr::match_nfproto(v6);
-    for c in conds {
-        r.extend(c.iter().cloned());
-    }
-    if let Some(dst) = m.dst() {
-        r.extend(expr::match_ip(
-            false,
-            CmpOp::Eq,
-            dst,
-            if v6 { 128 } else { 32 },
-        ));
-    }
-    r.push(Expr::Meta {
-        key: MetaKey::L4Proto,
-        dreg: REG_1,
-    });
-    r.push(Expr::Cmp {
-        sreg: REG_1,
-        op: CmpOp::Eq,
-        data: vec![m.protocol.number()],
-    });
-    r.push(Expr::Payload {
-        base: PayloadBase::Transport,
-        offset: 2,
-        len: 2,
-        dreg: REG_1,
-    });
-    r.push(Expr::Cmp {
-        sreg: REG_1,
-        op: CmpOp::Eq,
-        data: m.host_port.to_be_bytes().to_vec(),
-    });
-    r.extend(nat_to(container, m.container_port));
-    r
-}
-
-/// `dnat ip to addr:port` with immediates.
-fn nat_to(addr: IpAddr, port: u16) -> Vec<Expr> {
-    let v6 = addr.is_ipv6();
-    vec![
-        Expr::Load {
-            dreg: REG_1,
-            data: expr::ip_bytes(addr),
-        },
-        Expr::Load {
-            dreg: expr::reg32(if v6 { 4 } else { 1 }),
-            data: port.to_be_bytes().to_vec(),
-        },
-        Expr::Nat {
-            kind: NatType::Dnat,
-            family: if v6 {
-                expr::NFPROTO_IPV6
-            } else {
-                expr::NFPROTO_IPV4
-            },
-            addr_reg: REG_1,
-            port_reg: Some(expr::reg32(if v6 { 4 } else { 1 })),
-        },
-    ]
-}
-
-/// Parses `conditionsV4`/`conditionsV6` written in nft syntax. The suite
-/// encodes rules itself, so it understands a subset: `ip saddr|daddr`,
-/// `ip6 saddr|daddr` (an address or prefix, optionally after `!=` or `==`)
-/// and `[meta] iifname|oifname` (a name, `*` suffix for a prefix). Anything
-/// else is code 7 naming `key` and the token.
-pub fn parse_nft_conditions(key: &str, conds: &[String], v6: bool) -> Result<Vec<Vec<Expr>>> {
-    let tokens: Vec<String> = conds
-        .iter()
-        .flat_map(|c| c.split_whitespace())
-        .map(str::to_string)
-        .collect();
-    let bad = |what: &str| {
-        Error::config(
-            key,
-            format!(
-                "{what} (understood nft conditions: ip/ip6 saddr|daddr [!=] ADDR[/LEN], \
-                 [meta] iifname|oifname [!=] NAME)"
-            ),
-        )
+/// Whether one family's shared chains hold the Go plugin's rules (three
+/// chains of one or two rules: no listing of the mapping chains). Only an
+/// ADD that finds them otherwise rewrites them: flushing is a deletion,
+/// and a commit with deletions makes closing the socket wait for an RCU
+/// grace period.
+fn skeleton_intact(nft: &mut Nft, v6: bool, snat: bool) -> Result<bool> {
+    let f = family(v6);
+    let jump_local = |rules: &[RuleInfo]| {
+        rules.len() == 1
+            && rules[0].exprs == ["fib", "cmp", "immediate"]
+            && rules[0].cmp_data == [expr::RTN_LOCAL.to_ne_bytes().to_vec()]
     };
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < tokens.len() {
-        let mut t = tokens[i].as_str();
-        if t == "meta" {
-            i += 1;
-            t = tokens.get(i).map_or("", String::as_str);
-        }
-        let take_op = |i: &mut usize| -> CmpOp {
-            match tokens.get(*i + 1).map(String::as_str) {
-                Some("!=") => {
-                    *i += 1;
-                    CmpOp::Neq
-                }
-                Some("==") => {
-                    *i += 1;
-                    CmpOp::Eq
-                }
-                _ => CmpOp::Eq,
-            }
-        };
-        match t {
-            "ip" | "ip6" => {
-                if (t == "ip6") != v6 {
-                    return Err(bad(&format!("{t:?} does not match the family of {key}")));
-                }
-                let field = tokens.get(i + 1).map_or("", String::as_str);
-                let source = match field {
-                    "saddr" => true,
-                    "daddr" => false,
-                    other => return Err(bad(&format!("unsupported match \"{t} {other}\""))),
-                };
-                i += 1;
-                let op = take_op(&mut i);
-                let value = tokens
-                    .get(i + 1)
-                    .ok_or_else(|| bad(&format!("\"{t} {field}\" without a value")))?;
-                i += 1;
-                let (addr, len) = match value.split_once('/') {
-                    Some((a, l)) => (a, l.parse::<u8>().ok()),
-                    None => (value.as_str(), Some(if v6 { 128 } else { 32 })),
-                };
-                let addr: IpAddr = addr
-                    .parse()
-                    .map_err(|_| bad(&format!("{value:?} is not an address or prefix")))?;
-                let max = if v6 { 128 } else { 32 };
-                let len = len
-                    .filter(|l| *l <= max && addr.is_ipv6() == v6)
-                    .ok_or_else(|| {
-                        bad(&format!(
-                            "{value:?} is not an address or prefix of the family"
-                        ))
-                    })?;
-                out.push(expr::match_ip(source, op, addr, len));
-            }
-            "iifname" | "oifname" => {
-                let op = take_op(&mut i);
-                let value = tokens
-                    .get(i + 1)
-                    .ok_or_else(|| bad(&format!("\"{t}\" without a value")))?;
-                i += 1;
-                let name = value.trim_matches('"');
-                if name.is_empty() || name.len() > 15 {
-                    return Err(bad(&format!("{value:?} is not an interface name")));
-                }
-                out.push(expr::match_ifname(t == "iifname", op, name));
-            }
-            other => return Err(bad(&format!("unsupported condition {other:?}"))),
-        }
-        i += 1;
+    let all = nft.rules(f, TABLE, HOSTPORTS_ALL)?;
+    if all.len() != 2 || all.iter().any(|r| r.exprs != ["immediate"]) {
+        return Ok(false);
     }
-    Ok(out)
+    for chain in ["prerouting", "output"] {
+        if !jump_local(&nft.rules(f, TABLE, chain)?) {
+            return Ok(false);
+        }
+    }
+    Ok(!snat || nft.has_chain(f, TABLE, MASQUERADING)?)
 }
 
-/// The holder of an element, for a conflict message.
-fn holder(comment: Option<&str>) -> String {
-    match comment {
-        Some(c) => format!("another container ({c})"),
-        None => "a rule this plugin did not write (no owner comment)".to_string(),
+/// The `cmp` and immediate data of a rule: what [`RuleInfo`] reads back.
+fn summary(exprs: &[Expr]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut cmp = Vec::new();
+    let mut imm = Vec::new();
+    for e in exprs {
+        match e {
+            Expr::Cmp { data, .. } => cmp.push(data.clone()),
+            Expr::Load { data, .. } => imm.push(data.clone()),
+            _ => {}
+        }
     }
+    (cmp, imm)
 }
 
-/// nftables ADD: the skeleton, this container's elements (replacing its
-/// own leftovers), hairpin rules of its subnets, in one batch. A key held
-/// by another container fails with [`CONFLICT_CODE`] before any change.
-pub fn nft_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
-    let tag = spec.owner.tag();
-    // One dump of the table's rules (not of its maps): the skeleton's
-    // state, the hairpin rules, this container's conditioned rules.
-    let rules = nft.table_rules(F, TABLE)?;
-    let mut b = Batch::new();
-    if !skeleton_intact(&rules) {
-        skeleton(&mut b);
-    }
-    let mut hairpin_rules: BTreeSet<String> = rules
-        .iter()
-        .filter(|r| r.chain == "hairpin")
-        .filter_map(|r| r.comment.clone())
-        .collect();
-    let conditioned_own: Vec<u64> = rules
-        .iter()
-        .filter(|r| r.chain == "conditioned" && r.comment.as_deref() == Some(tag.as_str()))
-        .map(|r| r.handle)
-        .collect();
-    for v6 in [false, true] {
-        let Some(container) = spec.container(v6) else {
-            continue;
-        };
-        let key = if v6 { "conditionsV6" } else { "conditionsV4" };
-        let conds = parse_nft_conditions(key, spec.conditions.of(v6), v6)?;
-        let mappings = spec.family_mappings(v6);
-        if mappings.is_empty() {
-            continue;
-        }
-        for m in &mappings {
-            let (map, key) = map_key(m, v6);
-            if let Some(existing) = nft.get_elem(F, TABLE, map, &key)? {
-                if existing.comment.as_deref() != Some(tag.as_str()) {
-                    return Err(conflict_error(m, &holder(existing.comment.as_deref())));
-                }
-                b.del_elems(F, TABLE, map, &[existing], "this container's old mapping");
-            }
-            if !conds.is_empty() {
-                let r = conditioned_rule(m, container.addr(), &conds);
-                b.add_rule(F, TABLE, "conditioned", &r, Some(&tag));
-                continue;
-            }
-            let elem = Elem {
-                key,
-                data: Some(ElemData::Value(map_data(
-                    container.addr(),
-                    m.container_port,
-                ))),
-                comment: Some(tag.clone()),
-            };
-            b.add_elems(F, TABLE, map, &[elem], true, &format!("mapping {m}"));
-        }
-        if spec.snat && spec.masq_all {
-            let set = masq_all_set(v6);
-            let key = addr_field(container.addr());
-            if let Some(existing) = nft.get_elem(F, TABLE, set, &key)? {
-                b.del_elems(F, TABLE, set, &[existing], "the old masqAll entry");
-            }
-            let elem = Elem {
-                key,
-                data: None,
-                comment: Some(tag.clone()),
-            };
-            b.add_elems(F, TABLE, set, &[elem], false, "masqAll entry");
-        }
-        if spec.snat {
-            let subnet = container.truncate();
-            let comment = hairpin_comment(&subnet);
-            if hairpin_rules.insert(comment.clone()) {
-                b.add_rule(F, TABLE, "hairpin", &hairpin_rule(&subnet), Some(&comment));
-            }
-        }
-    }
-    // Rules of an earlier ADD of this container with conditions go, before
-    // the new ones are added.
-    if !conditioned_own.is_empty() {
-        let mut first = Batch::new();
-        for h in conditioned_own {
-            first.del_rule(F, TABLE, "conditioned", h);
-        }
-        first.extend(b);
-        b = first;
-    }
-    match nft.commit(&b) {
-        // A concurrent ADD took a key between our lookup and the commit.
-        Err(e) if crate::netlink::is_exists(&e) => Err(Error::Conflict(format!(
-            "runtimeConfig.portMappings: a host port was mapped meanwhile: {e}"
-        ))),
-        other => other,
-    }
+/// The `proto/port` note of a mapping rule's ledger entry.
+fn port_note(m: &PortMapping) -> String {
+    format!("{}/{}", m.protocol.number(), m.host_port)
 }
-
-/// The sets holding containers' elements.
-const OWNED_SETS: [&str; 6] = [
-    "hostports4",
-    "hostip_hostports4",
-    "hostports6",
-    "hostip_hostports6",
-    "masq_all4",
-    "masq_all6",
-];
 
 /// A removed host port: (IPv6, IP protocol number, port).
 pub type RemovedPort = (bool, u8, u16);
 
-/// The host ports of removed map elements (the key ends in proto . port).
-fn removed_ports(gone: &[(String, Elem)]) -> Vec<RemovedPort> {
-    gone.iter()
-        .filter(|(set, _)| set.starts_with("host"))
-        .filter_map(|(set, e)| {
-            let n = e.key.len();
-            let proto = *e.key.get(n.checked_sub(8)?)?;
-            let port = u16::from_be_bytes([*e.key.get(n - 4)?, *e.key.get(n - 3)?]);
-            Some((set.ends_with('6'), proto, port))
-        })
-        .collect()
+/// The host port of a ledger note (`proto/port`).
+fn note_port(v6: bool, note: &str) -> Option<RemovedPort> {
+    let (p, port) = note.split_once('/')?;
+    Some((v6, p.parse().ok()?, port.parse().ok()?))
 }
 
-/// nftables DEL: removes every element and rule tagged with `owner`, by
-/// reading the maps (no mapping needs to be known). Returns the host ports
-/// that were mapped (rules of conditioned networks are not included).
-pub fn nft_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
-    let tag = owner.tag();
-    let (gone, _) = nft.delete_tagged(F, TABLE, &OWNED_SETS, &["conditioned"], &|c| c == tag)?;
-    Ok(removed_ports(&gone))
+/// The host port of a mapping rule read back (`meta l4proto` compared with
+/// one byte, then the port with two), for rules found by listing.
+fn rule_port(v6: bool, r: &RuleInfo) -> Option<RemovedPort> {
+    let i = r.cmp_data.iter().position(|d| d.len() == 1)?;
+    let port = r.cmp_data.get(i + 1).filter(|d| d.len() == 2)?;
+    Some((v6, r.cmp_data[i][0], u16::from_be_bytes([port[0], port[1]])))
 }
 
-/// nftables DEL when the mappings are known (the runtime passes the ADD's
-/// `runtimeConfig` and `prevResult` to DEL): looks up exactly this
-/// container's keys instead of reading the maps, so its cost does not grow
-/// with other containers' mappings. Elements whose comment is another
-/// owner's are left alone. Conditioned rules and masqAll entries are found
-/// as in [`nft_del`].
-pub fn nft_del_known(nft: &mut Nft, spec: &PortMapSpec) -> Result<Vec<RemovedPort>> {
-    let tag = spec.owner.tag();
+/// The ledger's entries whose rule still exists with `comment`, and
+/// whether every entry did (a missing one means the chains changed behind
+/// the ledger: the caller lists them instead).
+fn verified(nft: &mut Nft, entries: &[Entry], comment: &str) -> Result<(Vec<Entry>, bool)> {
+    let mut out = Vec::new();
+    let mut all = true;
+    for e in entries {
+        match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+            Some(r) if r.comment.as_deref() == Some(comment) => out.push(e.clone()),
+            _ => all = false,
+        }
+    }
+    Ok((out, all))
+}
+
+/// The rules of `comment` in the owned chains of both families, by one
+/// listing of each chain: state the Go plugin wrote, or an ADD killed
+/// before it wrote its ledger.
+fn listed(nft: &mut Nft, comment: &str) -> Result<Vec<(bool, RuleInfo)>> {
+    let mut out = Vec::new();
+    for v6 in [false, true] {
+        let f = family(v6);
+        if !nft.has_table(f, TABLE)? {
+            continue;
+        }
+        for chain in OWNED_CHAINS {
+            for r in nft.rules(f, TABLE, chain)? {
+                if r.comment.as_deref() == Some(comment) {
+                    out.push((v6, r));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes, in `b`, what `doomed` owners hold in our previous release's
+/// `inet cni_rs_hostport`, or the whole table when nothing else is left in
+/// it. Returns the host ports of the deleted map elements. Costs one
+/// `GETTABLE` on a node that never had the table.
+fn old_teardown(
+    nft: &mut Nft,
+    b: &mut Batch,
+    doomed: &dyn Fn(&str) -> bool,
+) -> Result<Vec<RemovedPort>> {
+    const OLD_SETS: [&str; 6] = [
+        "hostports4",
+        "hostip_hostports4",
+        "hostports6",
+        "hostip_hostports6",
+        "masq_all4",
+        "masq_all6",
+    ];
+    let f = Family::Inet;
+    if !nft.has_table(f, OLD_TABLE)? {
+        return Ok(Vec::new());
+    }
+    let mut gone = Vec::new();
+    let mut kept = 0;
+    let mut inner = Batch::new();
+    for set in OLD_SETS {
+        let (mine, other): (Vec<Elem>, Vec<Elem>) = nft
+            .elems(f, OLD_TABLE, set)?
+            .into_iter()
+            .partition(|e| e.comment.as_deref().is_some_and(doomed));
+        kept += other.len();
+        inner.del_elems(f, OLD_TABLE, set, &mine, "elements");
+        if set.starts_with("host") {
+            let v6 = set.ends_with('6');
+            for e in &mine {
+                let n = e.key.len();
+                if n >= 8 {
+                    let port = u16::from_be_bytes([e.key[n - 4], e.key[n - 3]]);
+                    gone.push((v6, e.key[n - 8], port));
+                }
+            }
+        }
+    }
+    for r in nft.rules(f, OLD_TABLE, "conditioned")? {
+        if r.comment.as_deref().is_some_and(doomed) {
+            inner.del_rule(f, OLD_TABLE, "conditioned", r.handle);
+        } else {
+            kept += 1;
+        }
+    }
+    if kept == 0 {
+        b.del_table(f, OLD_TABLE);
+    } else {
+        b.extend(inner);
+    }
+    Ok(gone)
+}
+
+/// nftables ADD: the Go plugin's skeleton where it is missing, then a rule
+/// per mapping in `hostports` and the masquerade rules in `masquerading`,
+/// each commented with the container ID (what the Go plugin's DEL looks
+/// for), in one batch that also deletes this container's rules of an
+/// earlier ADD. The kernel echoes the new rules' handles, which go to the
+/// container's ledger, so DEL needs no listing.
+pub fn nft_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     const ATTEMPTS: usize = 3;
+    let comment = rule_comment(&spec.owner);
+    let ledger = ledger(&spec.owner);
+    // Conditions are checked before anything is read or written.
+    let mut conds = [Vec::new(), Vec::new()];
+    for v6 in [false, true] {
+        let key = if v6 { "conditionsV6" } else { "conditionsV4" };
+        conds[usize::from(v6)] = parse_nft_conditions(key, spec.conditions.of(v6), v6)?;
+    }
     let mut attempt = 1;
     loop {
         let mut b = Batch::new();
-        let mut removed = Vec::new();
+        if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
+            for e in verified(nft, &old, &comment)?.0 {
+                b.del_rule(e.family, &e.table, &e.chain, e.handle);
+            }
+        }
+        let mut notes: Vec<(usize, bool, String)> = Vec::new();
+        let mut set_id = 0;
         for v6 in [false, true] {
             let Some(container) = spec.container(v6) else {
                 continue;
             };
+            let f = family(v6);
+            if !skeleton_intact(nft, v6, spec.snat)? {
+                skeleton(&mut b, v6, spec.snat);
+            }
             for m in spec.family_mappings(v6) {
-                let (map, key) = map_key(&m, v6);
-                if let Some(e) = nft.get_elem(F, TABLE, map, &key)? {
-                    if e.comment.as_deref() == Some(tag.as_str()) {
-                        b.del_elems(F, TABLE, map, &[e], &format!("mapping {m}"));
-                        removed.push((v6, m.protocol.number(), m.host_port));
-                    }
-                }
+                let c = conditions::emit(&conds[usize::from(v6)], &mut b, f, TABLE, &mut set_id);
+                let r = mapping_rule(&m, container.addr(), c);
+                let i = b.add_rule_echo(f, TABLE, HOSTPORTS, &r, &comment);
+                notes.push((i, v6, port_note(&m)));
             }
-            let set = masq_all_set(v6);
-            if let Some(e) = nft.get_elem(F, TABLE, set, &addr_field(container.addr()))? {
-                if e.comment.as_deref() == Some(tag.as_str()) {
-                    b.del_elems(F, TABLE, set, &[e], "masqAll entry");
+            if spec.snat {
+                for r in masq_rules(spec, container) {
+                    let i = b.add_rule_echo(f, TABLE, MASQUERADING, &r, &comment);
+                    notes.push((i, v6, String::new()));
                 }
             }
         }
-        let conditioned = !spec.conditions.v4.is_empty() || !spec.conditions.v6.is_empty();
-        if conditioned {
-            for r in nft.rules(F, TABLE, "conditioned")? {
-                if r.comment.as_deref() == Some(tag.as_str()) {
-                    b.del_rule(F, TABLE, "conditioned", r.handle);
+        let echoed = match nft.commit_echo(&b) {
+            Ok(e) => e,
+            // A rule of the earlier ADD went meanwhile: read again.
+            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let entries: Vec<Entry> = notes
+            .iter()
+            .filter_map(|(i, v6, note)| {
+                let (_, r) = echoed.iter().find(|(j, _)| j == i)?;
+                Some(Entry {
+                    family: family(*v6),
+                    table: TABLE.to_string(),
+                    chain: r.chain.clone(),
+                    handle: r.handle,
+                    note: note.clone(),
+                })
+            })
+            .collect();
+        let Some(ledger) = ledger else {
+            return Ok(());
+        };
+        if let Err(e) = ledger.store(&entries) {
+            // Without its ledger the container's rules would still be
+            // found by listing; but a failed ADD leaves nothing.
+            let mut undo = Batch::new();
+            for en in &entries {
+                undo.del_rule(en.family, &en.table, &en.chain, en.handle);
+            }
+            let _ = nft.commit(&undo);
+            return Err(e);
+        }
+        return Ok(());
+    }
+}
+
+/// nftables DEL: the container's rules, from its ledger (each handle read
+/// back first, with the container ID as comment), or, without a ledger or
+/// when one of its rules is gone, from one listing of the Go plugin's
+/// chains: rules the Go plugin wrote are removed too. Also what the
+/// container owns in our previous release's table. One batch. Returns the
+/// host ports that were mapped.
+pub fn nft_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
+    const ATTEMPTS: usize = 3;
+    let comment = rule_comment(owner);
+    let ledger = ledger(owner);
+    let tag = owner.tag();
+    let mut attempt = 1;
+    let removed = loop {
+        let mut b = Batch::new();
+        let mut removed = Vec::new();
+        let (mut doomed, complete) = match ledger.as_ref().and_then(Ledger::load) {
+            Some(entries) => {
+                let (ok, all) = verified(nft, &entries, &comment)?;
+                let doomed: Vec<(bool, u64, String, Option<RemovedPort>)> = ok
+                    .iter()
+                    .map(|e| {
+                        let v6 = e.family == Family::Ip6;
+                        (v6, e.handle, e.chain.clone(), note_port(v6, &e.note))
+                    })
+                    .collect();
+                (doomed, all)
+            }
+            None => (Vec::new(), false),
+        };
+        if !complete {
+            for (v6, r) in listed(nft, &comment)? {
+                if !doomed.iter().any(|d| d.0 == v6 && d.1 == r.handle) {
+                    let port = (r.chain != MASQUERADING)
+                        .then(|| rule_port(v6, &r))
+                        .flatten();
+                    doomed.push((v6, r.handle, r.chain.clone(), port));
                 }
             }
         }
+        for (v6, handle, chain, port) in &doomed {
+            b.del_rule(family(*v6), TABLE, chain, *handle);
+            removed.extend(*port);
+        }
+        removed.extend(old_teardown(nft, &mut b, &|c| c == tag)?);
         match nft.commit(&b) {
-            Ok(()) => return Ok(removed),
+            Ok(()) => break removed,
             Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => attempt += 1,
             Err(e) => return Err(e),
         }
+    };
+    if let Some(l) = ledger {
+        l.remove()?;
     }
+    Ok(removed)
 }
 
-/// nftables GC: removes the elements and rules of containers of `network`
-/// that are not in `valid`; returns the host ports that were mapped.
+/// nftables GC: the rules of this network's containers that are not in
+/// `valid`, from their ledgers (the Go plugin's rules carry no network
+/// name, so only the ledgers tell whose network a rule is of; rules the
+/// Go plugin wrote are left to its DEL), and their state in our previous
+/// release's table. Returns the host ports that were mapped.
 pub fn nft_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<Vec<RemovedPort>> {
-    let (gone, _) = nft.delete_tagged(F, TABLE, &OWNED_SETS, &["conditioned"], &|c| {
+    let mut b = Batch::new();
+    let mut removed = Vec::new();
+    let mut stale = Vec::new();
+    for (l, entries) in ledger::list(LEDGER, network) {
+        let cid = l
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if valid.iter().any(|a| a.container_id == cid) {
+            continue;
+        }
+        let comment = rule_comment(&Owner::new(network, &cid));
+        for e in verified(nft, &entries, &comment)?.0 {
+            let v6 = e.family == Family::Ip6;
+            removed.extend(note_port(v6, &e.note));
+            b.del_rule(e.family, &e.table, &e.chain, e.handle);
+        }
+        stale.push(l);
+    }
+    removed.extend(old_teardown(nft, &mut b, &|c| {
         Owner::is_stale_tag(c, network, valid)
-    })?;
-    Ok(removed_ports(&gone))
+    })?);
+    nft.commit(&b)?;
+    for l in stale {
+        l.remove()?;
+    }
+    Ok(removed)
 }
 
-/// nftables CHECK: every mapping is in its map with this container's
-/// address and tag, and the shared chains have their rules.
+/// nftables CHECK: each family's shared chains are the Go plugin's, and
+/// every rule the container should have is there with its comment (found
+/// from the ledger, or by listing the chains as the Go plugin's CHECK
+/// does): code 102 naming what is missing.
 pub fn nft_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
-    let tag = spec.owner.tag();
+    let comment = rule_comment(&spec.owner);
     let failed = |what: String| Error::CheckFailed(format!("portmap: {what}"));
-    for (chain, want) in [
-        ("prerouting", 1),
-        ("output", 1),
-        ("hostports", 5),
-        ("postrouting", 5),
-    ] {
-        let have = nft.rules(F, TABLE, chain)?.len();
-        if have < want {
-            return Err(failed(format!(
-                "chain inet {TABLE} {chain} has {have} rules, expected {want}"
-            )));
+    // The ledger's rules when every one of them is there; otherwise one
+    // listing, as the Go plugin's CHECK does.
+    let mut have: Vec<(bool, RuleInfo)> = Vec::new();
+    let mut complete = false;
+    if let Some(entries) = ledger(&spec.owner).and_then(|l| l.load()) {
+        complete = true;
+        for e in &entries {
+            match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+                Some(r) if r.comment.as_deref() == Some(comment.as_str()) => {
+                    have.push((e.family == Family::Ip6, r))
+                }
+                _ => complete = false,
+            }
         }
     }
-    let mut conditioned: Option<usize> = None;
+    if !complete {
+        have = listed(nft, &comment)?;
+    }
+    let has = |v6: bool, chain: &str, exprs: &[Expr]| {
+        let (cmp, imm) = summary(exprs);
+        have.iter()
+            .any(|(f, r)| *f == v6 && r.chain == chain && r.cmp_data == cmp && r.imm_data == imm)
+    };
     for v6 in [false, true] {
         let Some(container) = spec.container(v6) else {
             continue;
         };
-        let conds = spec.conditions.of(v6);
+        let f = family(v6);
+        if !skeleton_intact(nft, v6, spec.snat)? {
+            return Err(failed(format!(
+                "the shared chains of table {} {TABLE} are missing or changed",
+                f.as_str()
+            )));
+        }
+        let key = if v6 { "conditionsV6" } else { "conditionsV4" };
+        let conds = parse_nft_conditions(key, spec.conditions.of(v6), v6)?;
         for m in spec.family_mappings(v6) {
-            if !conds.is_empty() {
-                let n = match conditioned {
-                    Some(n) => n,
-                    None => {
-                        let n = nft
-                            .rules(F, TABLE, "conditioned")?
-                            .iter()
-                            .filter(|r| r.comment.as_deref() == Some(tag.as_str()))
-                            .count();
-                        conditioned = Some(n);
-                        n
-                    }
-                };
-                if n == 0 {
+            let mut scratch = Batch::new();
+            let c = conditions::emit(&conds, &mut scratch, f, TABLE, &mut 0);
+            if !has(v6, HOSTPORTS, &mapping_rule(&m, container.addr(), c)) {
+                return Err(failed(format!(
+                    "mapping {m} has no rule to {} in chain {} {TABLE} {HOSTPORTS}",
+                    container.addr(),
+                    f.as_str()
+                )));
+            }
+        }
+        if spec.snat {
+            for r in masq_rules(spec, container) {
+                if !has(v6, MASQUERADING, &r) {
                     return Err(failed(format!(
-                        "mapping {m} has no rule in chain conditioned"
+                        "a masquerade rule of {} is missing from chain {} {TABLE} {MASQUERADING}",
+                        container.addr(),
+                        f.as_str()
                     )));
                 }
-                continue;
-            }
-            let (map, key) = map_key(&m, v6);
-            let want = ElemData::Value(map_data(container.addr(), m.container_port));
-            match nft.get_elem(F, TABLE, map, &key)? {
-                None => return Err(failed(format!("mapping {m} is missing from map {map}"))),
-                Some(e) if e.comment.as_deref() != Some(tag.as_str()) => {
-                    return Err(failed(format!(
-                        "mapping {m} in map {map} belongs to {}",
-                        holder(e.comment.as_deref())
-                    )))
-                }
-                Some(e) if e.data.as_ref() != Some(&want) => {
-                    return Err(failed(format!(
-                        "mapping {m} in map {map} does not point to {}",
-                        container.addr()
-                    )))
-                }
-                Some(_) => {}
             }
         }
     }
     Ok(())
+}
+
+/// Parses `conditionsV4`/`conditionsV6` written in nft syntax (see
+/// [`super::conditions`]): code 7 naming `key` for anything else.
+pub fn parse_nft_conditions(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
+    conditions::parse(key, conds, v6)
 }
 
 // ---- iptables ---------------------------------------------------------------

@@ -109,9 +109,10 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         let addrs: Vec<IpPrefix> = result.ips.iter().map(|ip| ip.address).collect();
         a.undo("removing the masquerade", {
             let owner = owner.clone();
-            move || masq::teardown(backend, &owner)
+            let ifname = args.ifname.clone();
+            move || masq::teardown(backend, &owner, &ifname)
         });
-        masq::setup(backend, &owner, &addrs)?;
+        masq::setup(backend, &owner, &args.ifname, &addrs)?;
         fault::point("ptp/masq");
     }
 

@@ -34,7 +34,12 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     }
     let addrs = c.addresses_and_routes()?;
     if conf.ip_masq {
-        masq::check(conf.masq_backend(), &config::owner(args), &addrs)?;
+        masq::check(
+            conf.masq_backend(),
+            &config::owner(args),
+            &args.ifname,
+            &addrs,
+        )?;
     }
     Ok(())
 }

@@ -39,7 +39,11 @@ impl Plugin for Ptp {
             let keys = MasqKeys::lenient(args);
             let mut errors = ErrorList::new();
             if keys.ip_masq {
-                errors.record(masq::teardown(keys.masq_backend(), &config::owner(args)));
+                errors.record(masq::teardown(
+                    keys.masq_backend(),
+                    &config::owner(args),
+                    &args.ifname,
+                ));
             }
             errors
         })

@@ -6,6 +6,7 @@
 //! (containernetworking/plugins `plugins/meta/tuning`); the deliberate
 //! differences are in the README.
 
+pub mod allowlist;
 pub mod backup;
 pub mod config;
 pub mod tune;
@@ -53,6 +54,7 @@ fn prev_result(args: &CmdArgs) -> Result<CniResult, Error> {
 /// was. Prints `prevResult` with the new MAC (and MTU) on the interface.
 fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
+    allowlist::check(&conf.sysctls)?;
     let mut result = prev_result(args)?;
     let ns = args.open_netns()?;
     let mut nl = Netlink::open_in(&ns)?;

@@ -23,6 +23,9 @@ pub const REG_VERDICT: u32 = 0;
 /// [`reg32`]`(0)`.
 pub const REG_1: u32 = 1;
 
+/// The second 16-byte register (`NFT_REG_2`): where `nft` puts a NAT port.
+pub const REG_2: u32 = 2;
+
 /// The 32-bit register `n` (`NFT_REG32_00 + n`); concatenations put each
 /// field in its own 32-bit slots.
 pub const fn reg32(n: u32) -> u32 {
@@ -154,6 +157,13 @@ pub enum Expr {
     FibDaddrType {
         dreg: u32,
     },
+    /// A fib lookup: `result` (`NFT_FIB_RESULT_*`) of the route found with
+    /// `flags` (`NFTA_FIB_F_*`), into `dreg`.
+    Fib {
+        result: u32,
+        flags: u32,
+        dreg: u32,
+    },
     /// Load a conntrack key (`NFT_CT_*`) into `dreg`.
     Ct {
         key: u32,
@@ -182,6 +192,12 @@ pub const IPS_DST_NAT: u32 = 1 << 5;
 pub const RTN_LOCAL: u32 = 2;
 
 impl Expr {
+    /// The kernel's name of the expression (`"payload"`, `"cmp"`, ...), as
+    /// [`super::RuleInfo::exprs`] reads it back.
+    pub fn kind(&self) -> &'static str {
+        self.name()
+    }
+
     fn name(&self) -> &'static str {
         match self {
             Expr::Meta { .. } => "meta",
@@ -192,7 +208,7 @@ impl Expr {
             Expr::Immediate(_) | Expr::Load { .. } => "immediate",
             Expr::Nat { .. } => "nat",
             Expr::Masq => "masq",
-            Expr::FibDaddrType { .. } => "fib",
+            Expr::FibDaddrType { .. } | Expr::Fib { .. } => "fib",
             Expr::Ct { .. } => "ct",
             Expr::Counter => "counter",
             Expr::Match { .. } => "match",
@@ -278,6 +294,15 @@ impl Expr {
                 }
             }
             Expr::Masq => {}
+            Expr::Fib {
+                result,
+                flags,
+                dreg,
+            } => {
+                a.put_be32(1, *dreg)
+                    .put_be32(2, *result)
+                    .put_be32(3, *flags);
+            }
             Expr::FibDaddrType { dreg } => {
                 // NFT_FIB_RESULT_ADDRTYPE, NFTA_FIB_F_DADDR.
                 a.put_be32(1, *dreg).put_be32(2, 3).put_be32(3, 2);
@@ -461,6 +486,125 @@ pub fn match_ifname(input: bool, op: CmpOp, name: &str) -> Vec<Expr> {
         data,
     });
     out
+}
+
+/// `ip saddr|daddr [!=] addr/len` (`ip6` for IPv6) exactly as `nft` 1.0
+/// encodes it, so that a rule made here and the same rule made by `nft -f`
+/// are the same bytes: a whole address is compared as is; a prefix that
+/// ends on a byte boundary loads and compares only its bytes; any other
+/// prefix (and `/0`) loads the address and masks it. No `meta nfproto`
+/// guard: an `inet` table's caller puts [`match_nfproto`] first.
+pub fn match_prefix_nft(source: bool, op: CmpOp, addr: IpAddr, prefix_len: u8) -> Vec<Expr> {
+    let v6 = addr.is_ipv6();
+    let (offset, len) = ip_addr_offset(v6, source);
+    let bytes = ip_bytes(addr);
+    let width = len * 8;
+    let plen = u32::from(prefix_len).min(width);
+    let mask = prefix_mask(bytes.len(), plen);
+    let net: Vec<u8> = bytes.iter().zip(&mask).map(|(b, m)| b & m).collect();
+    if plen == width {
+        return vec![
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset,
+                len,
+                dreg: REG_1,
+            },
+            Expr::Cmp {
+                sreg: REG_1,
+                op,
+                data: bytes,
+            },
+        ];
+    }
+    if plen > 0 && plen % 8 == 0 {
+        let n = plen / 8;
+        return vec![
+            Expr::Payload {
+                base: PayloadBase::Network,
+                offset,
+                len: n,
+                dreg: REG_1,
+            },
+            Expr::Cmp {
+                sreg: REG_1,
+                op,
+                data: net[..n as usize].to_vec(),
+            },
+        ];
+    }
+    vec![
+        Expr::Payload {
+            base: PayloadBase::Network,
+            offset,
+            len,
+            dreg: REG_1,
+        },
+        Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask,
+            xor: vec![0; bytes.len()],
+        },
+        Expr::Cmp {
+            sreg: REG_1,
+            op,
+            data: net,
+        },
+    ]
+}
+
+/// `tcp|udp|sctp dport PORT` as `nft` encodes it in an `ip`/`ip6` table:
+/// `meta l4proto` compared with the protocol, then the transport header's
+/// destination port.
+pub fn match_l4_dport(proto: u8, port: u16) -> Vec<Expr> {
+    vec![
+        Expr::Meta {
+            key: MetaKey::L4Proto,
+            dreg: REG_1,
+        },
+        Expr::Cmp {
+            sreg: REG_1,
+            op: CmpOp::Eq,
+            data: vec![proto],
+        },
+        Expr::Payload {
+            base: PayloadBase::Transport,
+            offset: 2,
+            len: 2,
+            dreg: REG_1,
+        },
+        Expr::Cmp {
+            sreg: REG_1,
+            op: CmpOp::Eq,
+            data: port.to_be_bytes().to_vec(),
+        },
+    ]
+}
+
+/// `dnat to ADDR:PORT` (`[ADDR]:PORT` for IPv6) as `nft` encodes it: the
+/// address in register 1, the port in register 2.
+pub fn dnat_to_nft(addr: IpAddr, port: u16) -> Vec<Expr> {
+    vec![
+        Expr::Load {
+            dreg: REG_1,
+            data: ip_bytes(addr),
+        },
+        Expr::Load {
+            dreg: REG_2,
+            data: port.to_be_bytes().to_vec(),
+        },
+        Expr::Nat {
+            kind: NatType::Dnat,
+            family: if addr.is_ipv6() {
+                NFPROTO_IPV6
+            } else {
+                NFPROTO_IPV4
+            },
+            addr_reg: REG_1,
+            port_reg: Some(REG_2),
+        },
+    ]
 }
 
 /// The address in network byte order.

@@ -17,7 +17,7 @@ use self::expr::Expr;
 use self::wire::{AttrIter, Attrs};
 use super::nfnetlink::{
     NfNetlink, Reply, Request, NFNL_SUBSYS_NFTABLES, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP,
-    NLM_F_EXCL,
+    NLM_F_ECHO, NLM_F_EXCL,
 };
 use crate::netlink::is_not_found;
 use crate::netns::NetNs;
@@ -39,11 +39,13 @@ const NFT_MSG_DELSETELEM: u16 = 14;
 const NFT_MSG_GETGEN: u16 = 16;
 
 const NFTA_TABLE_NAME: u16 = 1;
+const NFTA_TABLE_USERDATA: u16 = 6;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
 const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_POLICY: u16 = 5;
 const NFTA_CHAIN_TYPE: u16 = 7;
+const NFTA_CHAIN_USERDATA: u16 = 12;
 const NFTA_HOOK_HOOKNUM: u16 = 1;
 const NFTA_HOOK_PRIORITY: u16 = 2;
 const NFTA_RULE_TABLE: u16 = 1;
@@ -61,6 +63,8 @@ const NFTA_SET_DATA_LEN: u16 = 7;
 const NFTA_SET_ID: u16 = 10;
 const NFTA_SET_ELEM_LIST_TABLE: u16 = 1;
 const NFTA_SET_ELEM_LIST_SET: u16 = 2;
+const NFTA_SET_ELEM_LIST_SET_ID: u16 = 4;
+const NFTA_SET_ELEM_FLAGS: u16 = 3;
 const NFTA_SET_ELEM_LIST_ELEMENTS: u16 = 3;
 const NFTA_SET_ELEM_KEY: u16 = 1;
 const NFTA_SET_ELEM_DATA: u16 = 2;
@@ -72,6 +76,14 @@ const NFTA_VERDICT_CODE: u16 = 1;
 const NFTA_VERDICT_CHAIN: u16 = 2;
 const NFTA_EXPR_NAME: u16 = 1;
 
+/// `NFT_SET_ANONYMOUS | NFT_SET_CONSTANT`: a set made for one rule (named
+/// by the kernel, deleted with the rule), as `nft` makes for `{ a, b }`.
+pub const SET_ANONYMOUS_CONSTANT: u32 = 0x1 | 0x2;
+/// `NFT_SET_INTERVAL`: elements are ranges.
+pub const SET_INTERVAL: u32 = 0x4;
+/// `NFT_SET_ELEM_INTERVAL_END`: the element ends a range.
+pub const ELEM_INTERVAL_END: u32 = 0x1;
+
 /// `NFT_SET_MAP`: the set maps keys to data.
 pub const SET_MAP: u32 = 0x8;
 /// `NFT_DATA_VERDICT`: the data type of a verdict map.
@@ -79,8 +91,12 @@ pub const DATA_VERDICT: u32 = 0xffff_ff00;
 
 /// `NFTNL_UDATA_RULE_COMMENT` / `NFTNL_UDATA_SET_ELEM_COMMENT`.
 const UDATA_COMMENT: u8 = 0;
-/// Longest comment `nft` accepts (with its NUL).
+/// Longest comment [`comment_udata`] writes, with its NUL (the owner tags).
 pub const MAX_COMMENT_LEN: usize = 128;
+/// Longest comment `nft` accepts, without its NUL
+/// (`NFTNL_UDATA_COMMENT_MAXLEN`): what knftables, and so the Go plugins,
+/// may write.
+pub const MAX_NFT_COMMENT_CHARS: usize = 128;
 
 /// Datatype ids of `nft` (its `enum datatypes`): sets carry them so that
 /// `nft list` prints keys and data as addresses and ports.
@@ -188,6 +204,7 @@ pub struct Elem {
 /// A rule read back from the kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuleInfo {
+    pub table: String,
     pub chain: String,
     pub handle: u64,
     pub comment: Option<String>,
@@ -195,12 +212,27 @@ pub struct RuleInfo {
     pub exprs: Vec<String>,
     /// The data its `cmp` expressions compare with, in order.
     pub cmp_data: Vec<Vec<u8>>,
+    /// The data its `immediate` expressions load into data registers (not
+    /// verdicts), in order: a DNAT rule's address and port.
+    pub imm_data: Vec<Vec<u8>>,
 }
 
 /// The user data TLV `nft` writes for a comment.
 pub fn comment_udata(comment: &str) -> Vec<u8> {
     let mut c = comment.as_bytes().to_vec();
     c.truncate(MAX_COMMENT_LEN - 1);
+    c.push(0);
+    let mut out = vec![UDATA_COMMENT, c.len() as u8];
+    out.extend_from_slice(&c);
+    out
+}
+
+/// The user data TLV `nft` writes for a comment of up to
+/// [`MAX_NFT_COMMENT_CHARS`] characters (longer ones are cut there, as
+/// knftables cuts them).
+pub fn nft_comment_udata(comment: &str) -> Vec<u8> {
+    let mut c = comment.as_bytes().to_vec();
+    c.truncate(MAX_NFT_COMMENT_CHARS);
     c.push(0);
     let mut out = vec![UDATA_COMMENT, c.len() as u8];
     out.extend_from_slice(&c);
@@ -262,7 +294,16 @@ impl Batch {
 
     /// Adds the table if it does not exist (never touches its content).
     pub fn add_table(&mut self, family: Family, table: &str) {
-        let a = table_attrs(table);
+        self.add_table_commented(family, table, None);
+    }
+
+    /// [`Batch::add_table`] with the comment `nft` stores for
+    /// `add table ... { comment "..." ; }` (kept by an existing table).
+    pub fn add_table_commented(&mut self, family: Family, table: &str, comment: Option<&str>) {
+        let mut a = table_attrs(table);
+        if let Some(c) = comment {
+            a.put(NFTA_TABLE_USERDATA, &nft_comment_udata(c));
+        }
         let what = format!("add table {} {table}", family.as_str());
         self.push(NFT_MSG_NEWTABLE, NLM_F_CREATE, family, a, what);
     }
@@ -283,7 +324,22 @@ impl Batch {
         chain: &str,
         base: Option<&BaseChain>,
     ) {
+        self.add_chain_commented(family, table, chain, base, None);
+    }
+
+    /// [`Batch::add_chain`] with a chain comment, stored as `nft` does.
+    pub fn add_chain_commented(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        base: Option<&BaseChain>,
+        comment: Option<&str>,
+    ) {
         let mut a = chain_attrs(table, chain);
+        if let Some(c) = comment {
+            a.put(NFTA_CHAIN_USERDATA, &nft_comment_udata(c));
+        }
         if let Some(b) = base {
             a.nest(NFTA_CHAIN_HOOK, |h| {
                 h.put_be32(NFTA_HOOK_HOOKNUM, b.hook as u32)
@@ -339,6 +395,39 @@ impl Batch {
             a,
             what,
         );
+    }
+
+    /// Appends a rule whose comment is stored as `nft` stores it (up to
+    /// [`MAX_NFT_COMMENT_CHARS`]), asking the kernel to echo it back with
+    /// its handle: [`Nft::commit_echo`] returns the handle under the index
+    /// this returns.
+    pub fn add_rule_echo(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        exprs: &[Expr],
+        comment: &str,
+    ) -> usize {
+        let mut a = rule_attrs(table, chain);
+        a.nest(NFTA_RULE_EXPRESSIONS, |list| {
+            for e in exprs {
+                e.encode(list);
+            }
+        });
+        a.put(NFTA_RULE_USERDATA, &nft_comment_udata(comment));
+        let what = format!(
+            "add rule to {} {table} {chain} ({comment})",
+            family.as_str()
+        );
+        self.push(
+            NFT_MSG_NEWRULE,
+            NLM_F_CREATE | NLM_F_APPEND | NLM_F_ECHO,
+            family,
+            a,
+            what,
+        );
+        self.msgs.len() - 1
     }
 
     /// Deletes the rule with `handle`.
@@ -413,6 +502,43 @@ impl Batch {
             family,
             a,
             format!("add {what} to {set}"),
+        );
+    }
+
+    /// Adds the elements of a set created in this batch under `set_id`
+    /// (an anonymous set, which has no name yet): `(key, flags)` pairs,
+    /// flags [`ELEM_INTERVAL_END`] or 0.
+    pub fn add_elems_to_new_set(
+        &mut self,
+        family: Family,
+        table: &str,
+        set_id: u32,
+        elems: &[(Vec<u8>, u32)],
+    ) {
+        if elems.is_empty() {
+            return;
+        }
+        let mut a = Attrs::new();
+        a.put_str(NFTA_SET_ELEM_LIST_TABLE, table)
+            .put_be32(NFTA_SET_ELEM_LIST_SET_ID, set_id);
+        a.nest(NFTA_SET_ELEM_LIST_ELEMENTS, |list| {
+            for (key, flags) in elems {
+                list.nest(NFTA_LIST_ELEM, |el| {
+                    el.nest(NFTA_SET_ELEM_KEY, |k| {
+                        k.put(NFTA_DATA_VALUE, key);
+                    });
+                    if *flags != 0 {
+                        el.put_be32(NFTA_SET_ELEM_FLAGS, *flags);
+                    }
+                });
+            }
+        });
+        self.push(
+            NFT_MSG_NEWSETELEM,
+            NLM_F_CREATE,
+            family,
+            a,
+            format!("add elements to anonymous set {set_id}"),
         );
     }
 
@@ -531,6 +657,39 @@ impl Nft {
     /// Applies `batch` atomically: all of it or, on any error, none of it.
     pub fn commit(&mut self, batch: &Batch) -> Result<()> {
         self.nl.batch(&batch.msgs)
+    }
+
+    /// [`Nft::commit`], returning the rules the kernel echoed for
+    /// [`Batch::add_rule_echo`] messages, by the index that returned.
+    pub fn commit_echo(&mut self, batch: &Batch) -> Result<Vec<(usize, RuleInfo)>> {
+        let replies = self.nl.batch_echo(&batch.msgs)?;
+        Ok(replies
+            .into_iter()
+            .filter(|(_, r)| r.ty == msg_type(NFT_MSG_NEWRULE))
+            .filter_map(|(i, r)| parse_rule(&r).map(|info| (i, info)))
+            .collect())
+    }
+
+    /// The rule with `handle` in `chain` (one lookup, no dump); `None` when
+    /// the table, the chain or the rule does not exist.
+    pub fn get_rule(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        handle: u64,
+    ) -> Result<Option<RuleInfo>> {
+        let mut a = rule_attrs(table, chain);
+        a.put_be64(NFTA_RULE_HANDLE, handle);
+        let what = format!("get rule {handle} of {} {table} {chain}", family.as_str());
+        let Some(replies) = self.get(NFT_MSG_GETRULE, 0, family, a, what)? else {
+            return Ok(None);
+        };
+        Ok(replies
+            .iter()
+            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
+            .filter_map(parse_rule)
+            .find(|r| r.handle == handle && r.chain == chain))
     }
 
     fn get(
@@ -775,14 +934,17 @@ impl Nft {
 
 fn parse_rule(r: &Reply) -> Option<RuleInfo> {
     let mut info = RuleInfo {
+        table: String::new(),
         chain: String::new(),
         handle: 0,
         comment: None,
         exprs: Vec::new(),
         cmp_data: Vec::new(),
+        imm_data: Vec::new(),
     };
     for a in r.attrs() {
         match a.ty {
+            NFTA_RULE_TABLE => info.table = a.str(),
             NFTA_RULE_CHAIN => info.chain = a.str(),
             NFTA_RULE_HANDLE => info.handle = a.be64()?,
             NFTA_RULE_USERDATA => info.comment = parse_comment_udata(a.data),
@@ -800,6 +962,16 @@ fn parse_rule(r: &Reply) -> Option<RuleInfo> {
                             .and_then(|c| c.nested().find(NFTA_DATA_VALUE))
                             .map(|v| v.data.to_vec());
                         info.cmp_data.extend(data);
+                    }
+                    if name == "immediate" {
+                        // NFTA_EXPR_DATA > NFTA_IMMEDIATE_DATA (2) > NFTA_DATA_VALUE.
+                        let data = e
+                            .nested()
+                            .find(2)
+                            .and_then(|d| d.nested().find(2))
+                            .and_then(|c| c.nested().find(NFTA_DATA_VALUE))
+                            .map(|v| v.data.to_vec());
+                        info.imm_data.extend(data);
                     }
                     info.exprs.push(name);
                 }

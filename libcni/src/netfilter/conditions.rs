@@ -1,0 +1,492 @@
+//! portmap's `conditionsV4` / `conditionsV6` in nft syntax: the matches
+//! real configs put in front of a host port's rule, parsed and encoded the
+//! way `nft` encodes the same text (the tests compare the bytes with rules
+//! `nft -f` made), since the suite writes rules without `nft`.
+//!
+//! Understood, in any order and number (the strings are joined with
+//! spaces, as the Go plugin joins them into its rule):
+//!
+//! - `ip|ip6 saddr|daddr [==|!=] ADDR[/LEN]`, or a set
+//!   `{ ADDR[/LEN], ... }` (an anonymous set of the rule, as `nft` makes);
+//! - `[meta] iifname|oifname [==|!=] NAME` (quoted or not, `*` suffix for a
+//!   prefix);
+//! - `meta mark [and|& MASK] [==|!=] VALUE` (decimal or 0x hex);
+//! - `fib saddr|daddr type [==|!=] TYPE` (`local`, `unicast`,
+//!   `broadcast`, `multicast`, `anycast`, `blackhole`, `unreachable`,
+//!   `prohibit`, `unspec`).
+//!
+//! Anything else is refused with code 7, naming the key, the word, and what
+//! is understood.
+
+use std::net::IpAddr;
+
+use super::nft::expr::{self, CmpOp, Expr, MetaKey, REG_1};
+use super::nft::{
+    types, Batch, Family, SetSpec, ELEM_INTERVAL_END, SET_ANONYMOUS_CONSTANT, SET_INTERVAL,
+};
+use crate::{Error, Result};
+
+/// What the parser understands, for the refusal message.
+pub const SUPPORTED: &str = "understood nft conditions: ip/ip6 saddr|daddr [==|!=] ADDR[/LEN] \
+     or { ADDR[/LEN], ... }; [meta] iifname|oifname [==|!=] NAME; \
+     meta mark [and MASK] [==|!=] VALUE; fib saddr|daddr type [==|!=] TYPE";
+
+/// One parsed condition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Condition {
+    /// Expressions as they are.
+    Exprs(Vec<Expr>),
+    /// An address compared with a set of addresses and prefixes: the
+    /// expressions load the address, then the set is looked up.
+    AddrSet {
+        source: bool,
+        v6: bool,
+        invert: bool,
+        /// Merged, sorted, inclusive ranges of addresses (big-endian bytes).
+        ranges: Vec<(Vec<u8>, Vec<u8>)>,
+        /// Whether every member is a single address (a plain hash set).
+        plain: bool,
+    },
+}
+
+/// Parses one family's condition list (`key` names it in errors).
+pub fn parse(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
+    let text = conds.join(" ");
+    let tokens = tokenize(&text);
+    let bad = |what: String| Error::config(key, format!("{what} ({SUPPORTED})"));
+    let mut out = Vec::new();
+    let mut i = 0;
+    let peek = |i: usize| tokens.get(i).map(String::as_str);
+    // An optional `==` / `!=` at `*i`.
+    let op_at = |i: &mut usize| -> CmpOp {
+        match peek(*i) {
+            Some("!=") => {
+                *i += 1;
+                CmpOp::Neq
+            }
+            Some("==") => {
+                *i += 1;
+                CmpOp::Eq
+            }
+            _ => CmpOp::Eq,
+        }
+    };
+    while i < tokens.len() {
+        let t = tokens[i].as_str();
+        match t {
+            "ip" | "ip6" => {
+                if (t == "ip6") != v6 {
+                    return Err(bad(format!("{t:?} does not match the family of {key}")));
+                }
+                let source = match peek(i + 1) {
+                    Some("saddr") => true,
+                    Some("daddr") => false,
+                    other => {
+                        return Err(bad(format!(
+                            "unsupported match \"{t} {}\"",
+                            other.unwrap_or("")
+                        )))
+                    }
+                };
+                i += 2;
+                let op = op_at(&mut i);
+                match peek(i) {
+                    Some("{") => {
+                        let (members, next) = set_members(&tokens, i)
+                            .ok_or_else(|| bad(format!("unclosed set after \"{t}\"")))?;
+                        i = next;
+                        let mut ranges = Vec::new();
+                        let mut plain = true;
+                        for m in &members {
+                            let (addr, len) = prefix(m, v6).ok_or_else(|| {
+                                bad(format!("{m:?} is not an address or prefix of the family"))
+                            })?;
+                            plain &= len == width(v6);
+                            ranges.push(range_of(addr, len));
+                        }
+                        if ranges.is_empty() {
+                            return Err(bad("an empty set".to_string()));
+                        }
+                        ranges.sort();
+                        out.push(Condition::AddrSet {
+                            source,
+                            v6,
+                            invert: op == CmpOp::Neq,
+                            ranges: merge(ranges),
+                            plain,
+                        });
+                    }
+                    Some(v) => {
+                        let (addr, len) = prefix(v, v6).ok_or_else(|| {
+                            bad(format!("{v:?} is not an address or prefix of the family"))
+                        })?;
+                        i += 1;
+                        out.push(Condition::Exprs(expr::match_prefix_nft(
+                            source, op, addr, len,
+                        )));
+                    }
+                    None => return Err(bad(format!("\"{t}\" without a value"))),
+                }
+            }
+            "meta" if matches!(peek(i + 1), Some("iifname" | "oifname")) => i += 1,
+            "iifname" | "oifname" => {
+                i += 1;
+                let op = op_at(&mut i);
+                let v = peek(i).ok_or_else(|| bad(format!("\"{t}\" without a value")))?;
+                i += 1;
+                let name = v.trim_matches('"');
+                let bare = name.strip_suffix('*').unwrap_or(name);
+                if name.is_empty() || bare.len() > 15 || name.contains(['{', '}', ',']) {
+                    return Err(bad(format!("{v:?} is not an interface name")));
+                }
+                out.push(Condition::Exprs(expr::match_ifname(
+                    t == "iifname",
+                    op,
+                    name,
+                )));
+            }
+            "meta" if peek(i + 1) == Some("mark") => {
+                i += 2;
+                let mut mask = None;
+                if matches!(peek(i), Some("and" | "&")) {
+                    let m = peek(i + 1)
+                        .ok_or_else(|| bad("\"meta mark and\" without a mask".into()))?;
+                    mask = Some(number(m).ok_or_else(|| bad(format!("{m:?} is not a number")))?);
+                    i += 2;
+                }
+                let op = op_at(&mut i);
+                let v = peek(i).ok_or_else(|| bad("\"meta mark\" without a value".into()))?;
+                let value = number(v).ok_or_else(|| bad(format!("{v:?} is not a number")))?;
+                i += 1;
+                let mut e = vec![Expr::Meta {
+                    key: MetaKey::Mark,
+                    dreg: REG_1,
+                }];
+                if let Some(m) = mask {
+                    e.push(Expr::Bitwise {
+                        sreg: REG_1,
+                        dreg: REG_1,
+                        mask: m.to_ne_bytes().to_vec(),
+                        xor: vec![0; 4],
+                    });
+                }
+                e.push(Expr::Cmp {
+                    sreg: REG_1,
+                    op,
+                    data: value.to_ne_bytes().to_vec(),
+                });
+                out.push(Condition::Exprs(e));
+            }
+            "fib" => {
+                // NFTA_FIB_F_SADDR / DADDR / IIF / OIF.
+                let flags = match peek(i + 1) {
+                    Some("saddr") => 1,
+                    Some("daddr") => 2,
+                    other => {
+                        return Err(bad(format!(
+                            "unsupported match \"fib {}\"",
+                            other.unwrap_or("")
+                        )))
+                    }
+                };
+                i += 2;
+                if peek(i) == Some(".") {
+                    // The kernel allows `. iif` only from prerouting and
+                    // `. oif` only from output: the host port rules are
+                    // reached from both.
+                    return Err(bad(format!(
+                        "\"fib ... . {}\" cannot be used: host port rules run in both prerouting and output",
+                        peek(i + 1).unwrap_or("")
+                    )));
+                }
+                if peek(i) != Some("type") {
+                    return Err(bad(format!(
+                        "unsupported fib result {:?} (only \"type\")",
+                        peek(i).unwrap_or("")
+                    )));
+                }
+                i += 1;
+                let op = op_at(&mut i);
+                let v = peek(i).ok_or_else(|| bad("\"fib ... type\" without a type".into()))?;
+                let rtn = route_type(v).ok_or_else(|| bad(format!("{v:?} is not a route type")))?;
+                i += 1;
+                out.push(Condition::Exprs(vec![
+                    Expr::Fib {
+                        result: 3, // NFT_FIB_RESULT_ADDRTYPE
+                        flags,
+                        dreg: REG_1,
+                    },
+                    Expr::Cmp {
+                        sreg: REG_1,
+                        op,
+                        data: rtn.to_ne_bytes().to_vec(),
+                    },
+                ]));
+            }
+            other => return Err(bad(format!("unsupported condition {other:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// The expressions of `conds` for one rule, declaring in `b` the anonymous
+/// sets they need (ids from `next_id`, unique in the batch).
+pub fn emit(
+    conds: &[Condition],
+    b: &mut Batch,
+    family: Family,
+    table: &str,
+    next_id: &mut u32,
+) -> Vec<Expr> {
+    let mut out = Vec::new();
+    for c in conds {
+        match c {
+            Condition::Exprs(e) => out.extend(e.iter().cloned()),
+            Condition::AddrSet {
+                source,
+                v6,
+                invert,
+                ranges,
+                plain,
+            } => {
+                *next_id += 1;
+                let id = *next_id;
+                let len = if *v6 { 16 } else { 4 };
+                b.add_set(
+                    family,
+                    table,
+                    &SetSpec {
+                        name: "__set%d".into(),
+                        id,
+                        flags: SET_ANONYMOUS_CONSTANT | if *plain { 0 } else { SET_INTERVAL },
+                        key_type: if *v6 { types::IP6ADDR } else { types::IPADDR },
+                        key_len: len,
+                        data: None,
+                    },
+                );
+                let mut elems = Vec::new();
+                for (lo, hi) in ranges {
+                    elems.push((lo.clone(), 0));
+                    if !*plain {
+                        if let Some(end) = successor(hi) {
+                            elems.push((end, ELEM_INTERVAL_END));
+                        }
+                    }
+                }
+                if !*plain
+                    && ranges
+                        .first()
+                        .is_some_and(|(lo, _)| lo.iter().any(|&x| x != 0))
+                {
+                    // As nft: the range below the first member is "not in".
+                    elems.insert(0, (vec![0; len as usize], ELEM_INTERVAL_END));
+                }
+                b.add_elems_to_new_set(family, table, id, &elems);
+                let (offset, l) = expr::ip_addr_offset(*v6, *source);
+                out.push(Expr::Payload {
+                    base: expr::PayloadBase::Network,
+                    offset,
+                    len: l,
+                    dreg: REG_1,
+                });
+                out.push(Expr::Lookup {
+                    set: "__set%d".into(),
+                    set_id: Some(id),
+                    sreg: REG_1,
+                    dreg: None,
+                    invert: *invert,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Splits on whitespace, with `{`, `}` and `,` as tokens of their own.
+fn tokenize(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in text.split_whitespace() {
+        let mut cur = String::new();
+        for c in word.chars() {
+            if matches!(c, '{' | '}' | ',') {
+                if !cur.is_empty() {
+                    out.push(std::mem::take(&mut cur));
+                }
+                out.push(c.to_string());
+            } else {
+                cur.push(c);
+            }
+        }
+        if !cur.is_empty() {
+            out.push(cur);
+        }
+    }
+    out
+}
+
+/// The members of the set opening at `tokens[i]` (`{`) and the index after
+/// its `}`.
+fn set_members(tokens: &[String], i: usize) -> Option<(Vec<String>, usize)> {
+    let mut members = Vec::new();
+    let mut j = i + 1;
+    loop {
+        match tokens.get(j)?.as_str() {
+            "}" => return Some((members, j + 1)),
+            "," => {}
+            m => members.push(m.to_string()),
+        }
+        j += 1;
+    }
+}
+
+fn width(v6: bool) -> u8 {
+    if v6 {
+        128
+    } else {
+        32
+    }
+}
+
+/// `ADDR` or `ADDR/LEN` of the family.
+fn prefix(s: &str, v6: bool) -> Option<(IpAddr, u8)> {
+    let (a, l) = match s.split_once('/') {
+        Some((a, l)) => (a, l.parse::<u8>().ok()?),
+        None => (s, width(v6)),
+    };
+    let addr: IpAddr = a.parse().ok()?;
+    (addr.is_ipv6() == v6 && l <= width(v6)).then_some((addr, l))
+}
+
+/// The first and last address of `addr/len`.
+fn range_of(addr: IpAddr, len: u8) -> (Vec<u8>, Vec<u8>) {
+    let bytes = expr::ip_bytes(addr);
+    let mut lo = bytes.clone();
+    let mut hi = bytes;
+    for bit in usize::from(len)..lo.len() * 8 {
+        lo[bit / 8] &= !(0x80 >> (bit % 8));
+        hi[bit / 8] |= 0x80 >> (bit % 8);
+    }
+    (lo, hi)
+}
+
+/// Sorted ranges with overlapping and adjacent ones joined (the kernel
+/// refuses overlapping intervals).
+fn merge(ranges: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    for (lo, hi) in ranges {
+        if let Some(last) = out.last_mut() {
+            let joins = successor(&last.1).is_none_or(|next| lo <= next);
+            if joins {
+                if hi > last.1 {
+                    last.1 = hi;
+                }
+                continue;
+            }
+        }
+        out.push((lo, hi));
+    }
+    out
+}
+
+/// The address after `a`, `None` past the last one.
+fn successor(a: &[u8]) -> Option<Vec<u8>> {
+    let mut v = a.to_vec();
+    for i in (0..v.len()).rev() {
+        if v[i] == 0xff {
+            v[i] = 0;
+        } else {
+            v[i] += 1;
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// A number, decimal or `0x` hex.
+fn number(s: &str) -> Option<u32> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// `RTN_*` of a route type name.
+fn route_type(s: &str) -> Option<u32> {
+    Some(match s {
+        "unspec" => 0,
+        "unicast" => 1,
+        "local" => 2,
+        "broadcast" => 3,
+        "anycast" => 4,
+        "multicast" => 5,
+        "blackhole" => 6,
+        "unreachable" => 7,
+        "prohibit" => 8,
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strs(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn netfilter_conditions_parse_what_real_configs_use() {
+        for ok in [
+            vec!["ip saddr 10.0.0.0/8"],
+            vec!["ip", "daddr", "!=", "192.168.0.0/16"],
+            vec!["ip saddr { 10.0.0.1, 10.1.0.0/16 }"],
+            vec!["ip saddr != {10.0.0.1,10.0.0.2}"],
+            vec!["iifname \"eth0\"", "oifname != eth1"],
+            vec!["meta iifname eth*"],
+            vec!["meta mark 0x1"],
+            vec!["meta mark and 0xff == 0x1"],
+            vec!["fib daddr type local", "fib saddr type != local"],
+        ] {
+            parse("conditionsV4", &strs(&ok), false).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+        }
+        parse(
+            "conditionsV6",
+            &strs(&["ip6 saddr { fd00::/64, fd01::1 }"]),
+            true,
+        )
+        .unwrap();
+        for (bad, word) in [
+            (vec!["tcp flags syn"], "\"tcp\""),
+            (vec!["ip6 saddr fd00::1"], "\"ip6\" does not match"),
+            (vec!["ip saddr 10.0.0.0/33"], "\"10.0.0.0/33\""),
+            (vec!["ip saddr { 10.0.0.1"], "unclosed set"),
+            (vec!["meta mark x"], "\"x\" is not a number"),
+            (vec!["fib daddr oif"], "only \"type\""),
+            (vec!["fib saddr . iif type local"], "prerouting and output"),
+            (vec!["ct state new"], "\"ct\""),
+        ] {
+            let e = parse("conditionsV4", &strs(&bad), false).unwrap_err();
+            assert_eq!(e.code(), 7);
+            let m = e.to_string();
+            assert!(
+                m.contains("conditionsV4")
+                    && m.contains(word)
+                    && m.contains("understood nft conditions"),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
+    fn netfilter_condition_sets_merge_and_end_ranges() {
+        let a = |s: &str| expr::ip_bytes(s.parse().unwrap());
+        let r = merge(vec![
+            range_of("10.0.0.0".parse().unwrap(), 24),
+            range_of("10.0.0.128".parse().unwrap(), 25),
+            range_of("10.0.1.0".parse().unwrap(), 24),
+        ]);
+        assert_eq!(r, vec![(a("10.0.0.0"), a("10.0.1.255"))]);
+        assert_eq!(successor(&a("10.0.0.255")), Some(a("10.0.1.0")));
+        assert_eq!(successor(&a("255.255.255.255")), None);
+    }
+}
