@@ -89,16 +89,17 @@ fn rollback(args: &CmdArgs, host: &mut Netlink, br: &Bridge, created: &Created) 
             eprintln!("bridge: rollback: removing the MAC spoof check: {e}");
         }
     }
+    // IPAM first, while the veth is there (dhcp releases through it).
+    if let Some(plugin) = &created.ipam {
+        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
+            eprintln!("bridge: rollback: IPAM DEL: {e}");
+        }
+    }
     if let Some(index) = created.veth {
         if let Err(e) = host.delete_link(index) {
             if !is_not_found(&e) {
                 eprintln!("bridge: rollback: deleting the veth pair: {e}");
             }
-        }
-    }
-    if let Some(plugin) = &created.ipam {
-        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
-            eprintln!("bridge: rollback: IPAM DEL: {e}");
         }
     }
     if br.created {

@@ -11,11 +11,14 @@
 //! config: a config ADD rejected (a contradiction, a bad value) must still
 //! be deletable, since runtimes DEL every ADD, a failed one too.
 //!
-//! The three steps touch nothing of each other's, and two of them mostly
-//! wait on the kernel (deleting a veth blocks for its RCU grace periods,
-//! some 15 ms; a nf_tables commit with deletions makes the socket's close
-//! wait for one too), so the link goes on its own thread while IPAM and
-//! the firewall run: a DEL takes about the longest step, not their sum.
+//! IPAM DEL runs before the link is deleted, as in the reference: an IPAM
+//! plugin may need the interface (dhcp's DHCPRELEASE goes out on it).
+//! Otherwise the steps touch nothing of each other's, and two of them
+//! mostly wait on the kernel (deleting a veth blocks for its RCU grace
+//! periods, some 15 ms; a nf_tables commit with deletions makes the
+//! socket's close wait for one too), so IPAM and then the link go on their
+//! own thread while the firewall runs: a DEL takes about the longest of
+//! the two, not the sum of the three.
 
 use std::path::Path;
 
@@ -30,16 +33,21 @@ use crate::firewall;
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = ErrorList::new();
     std::thread::scope(|s| {
-        let link = s.spawn(|| delete_container_link(args));
-        if let Some(plugin) = args.teardown_ipam_type() {
-            errors.record(ipam::exec_del(&plugin, &args.stdin));
-        }
+        let ipam_then_link = s.spawn(|| {
+            let mut errors = ErrorList::new();
+            if let Some(plugin) = args.teardown_ipam_type() {
+                errors.record(ipam::exec_del(&plugin, &args.stdin));
+            }
+            errors.record(delete_container_link(args));
+            errors
+        });
         errors.extend(firewall::del(args, &firewall::Keys::lenient(args)));
-        errors.record(link.join().unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "deleting the container link panicked".into(),
-            ))
-        }));
+        match ipam_then_link.join() {
+            Ok(e) => errors.extend(e),
+            Err(_) => errors.push(Error::Internal(
+                "IPAM DEL or deleting the container link panicked".into(),
+            )),
+        }
     });
     errors.finish()
 }

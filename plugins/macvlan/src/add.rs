@@ -86,18 +86,19 @@ fn ifname_exists(ifname: &str) -> Error {
     )
 }
 
-/// Undoes `created`, best effort: the macvlan, then the IPAM lease.
+/// Undoes `created`, best effort: the IPAM lease while the macvlan is
+/// still there (dhcp releases through it), then the macvlan.
 fn rollback(args: &CmdArgs, container: &mut Netlink, created: &Created) {
+    if let Some(plugin) = &created.ipam {
+        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
+            eprintln!("macvlan: rollback: IPAM DEL: {e}");
+        }
+    }
     if let Some(index) = created.link {
         if let Err(e) = container.delete_link(index) {
             if !is_not_found(&e) {
                 eprintln!("macvlan: rollback: deleting {:?}: {e}", args.ifname);
             }
-        }
-    }
-    if let Some(plugin) = &created.ipam {
-        if let Err(e) = ipam::exec_del(plugin, &args.stdin) {
-            eprintln!("macvlan: rollback: IPAM DEL: {e}");
         }
     }
 }

@@ -1,7 +1,9 @@
-//! DEL, best effort: deletes the macvlan in the container and always calls
-//! IPAM DEL. What is already gone (the namespace, the link, the lease) is
-//! success; a step that fails does not stop the next, and the failures are
-//! reported together.
+//! DEL, best effort: always calls IPAM DEL, then deletes the macvlan in the
+//! container. IPAM goes first, as in the reference, because an IPAM plugin
+//! may need the interface: dhcp's DHCPRELEASE goes out on it. What is
+//! already gone (the namespace, the link, the lease) is success; a step
+//! that fails does not stop the next, and the failures are reported
+//! together.
 //!
 //! DEL reads only `ipam.type` from the config: a config ADD refused (an
 //! unknown mode, a master that is gone, ...) must still be deletable, since
@@ -17,10 +19,10 @@ use libcni::{Error, ErrorList};
 
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = ErrorList::new();
-    errors.record(delete_container_link(args));
     if let Some(plugin) = args.teardown_ipam_type() {
         errors.record(ipam::exec_del(&plugin, &args.stdin));
     }
+    errors.record(delete_container_link(args));
     errors.finish()
 }
 
