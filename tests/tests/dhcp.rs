@@ -21,7 +21,10 @@ const NET: &str = "lan";
 fn wait_long(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !cond() {
-        assert!(Instant::now() < deadline, "timed out ({limit:?}) waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out ({limit:?}) waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -92,9 +95,22 @@ impl Lan {
         let lan = Netns::new(&format!("lan-{tag}"));
         node.ns.ip(&["link", "set", "lo", "up"]);
         lan.ip(&["link", "set", "lo", "up"]);
-        let port = if kind == Kind::Macvlan { "up0" } else { "lanport" };
+        let port = if kind == Kind::Macvlan {
+            "up0"
+        } else {
+            "lanport"
+        };
         node.ns.ip(&[
-            "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", lan.name(),
+            "link",
+            "add",
+            port,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            lan.name(),
         ]);
         if kind == Kind::Bridge {
             node.ns.ip(&["link", "add", "brlan", "type", "bridge"]);
@@ -185,6 +201,15 @@ impl Lan {
         self.server_leases().into_iter().find(|l| l.ip == ip)
     }
 
+    /// dnsmasq's lease of `ip`, once it wrote it (it writes its file after
+    /// it answered).
+    fn server_lease_written(&self, ip: &str) -> ServerLease {
+        wait_for(&format!("dnsmasq's lease of {ip}"), || {
+            self.server_lease_of(ip).is_some()
+        });
+        self.server_lease_of(ip).unwrap()
+    }
+
     /// The daemon with `extra` flags; it answers when this returns.
     fn daemon(&self, extra: &[&str]) -> Daemon {
         let log = self.path("daemon.log");
@@ -229,7 +254,10 @@ impl Lan {
         }
         let d = Daemon::spawn(cmd, &self.path("daemon.log"), &sock);
         drop(listener);
-        assert!(!self.path("unused.sock").exists(), "-socketpath is not bound under activation");
+        assert!(
+            !self.path("unused.sock").exists(),
+            "-socketpath is not bound under activation"
+        );
         d
     }
 
@@ -343,15 +371,24 @@ fn in_pool(cidr: &str) -> bool {
 /// eth0 with the router as default route (plus `routes`), dnsmasq's lease
 /// for it under the attachment's client identifier, the daemon's lease
 /// file (0600 in a 0700 directory). Returns the address.
-fn assert_bound(lan: &Lan, pod: &Netns, cid_suffix: &str, hostname: &str, routes: &[&str]) -> String {
+fn assert_bound(
+    lan: &Lan,
+    pod: &Netns,
+    cid_suffix: &str,
+    hostname: &str,
+    routes: &[&str],
+) -> String {
     let addr = pod_addr(pod);
     assert!(in_pool(&addr), "{addr} is not from dnsmasq's pool");
     let mut want: Vec<String> = routes.iter().map(|s| s.to_string()).collect();
     want.push("10.77.0.0/24".into());
     want.sort();
     assert_eq!(pod_routes(pod), want);
-    let l = lan.server_lease_of(ip_of(&addr)).expect("dnsmasq's lease");
-    let mac = pod.link("eth0").unwrap()["address"].as_str().unwrap().to_string();
+    let l = lan.server_lease_written(ip_of(&addr));
+    let mac = pod.link("eth0").unwrap()["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert_eq!(l.mac, mac);
     assert_eq!(l.hostname, hostname);
     assert!(
@@ -364,8 +401,12 @@ fn assert_bound(lan: &Lan, pod: &Netns, cid_suffix: &str, hostname: &str, routes
     addr
 }
 
+/// dnsmasq drops the lease of `addr` (it handles the RELEASE after the
+/// DEL returned).
 fn assert_released(lan: &Lan, addr: &str) {
-    assert_eq!(lan.server_lease_of(ip_of(addr)), None, "dnsmasq still leases {addr}");
+    wait_for(&format!("dnsmasq to drop its lease of {addr}"), || {
+        lan.server_lease_of(ip_of(addr)).is_none()
+    });
 }
 
 /// The DNS every LAN hands out.
@@ -391,7 +432,10 @@ fn every_client(lan: &Lan, routes: &[&str], result_routes: Value) {
     );
     assert_eq!(r["routes"], result_routes);
     assert_eq!(r["dns"], lan_dns());
-    assert_eq!(r["interfaces"][r["ips"][0]["interface"].as_u64().unwrap() as usize]["name"], "eth0");
+    assert_eq!(
+        r["interfaces"][r["ips"][0]["interface"].as_u64().unwrap() as usize]["name"],
+        "eth0"
+    );
     lan.cnitool("check", &pod).assert_silent_ok();
     let file = lan.lease_file_json();
     assert_eq!(file["key"]["network"], NET);
@@ -433,12 +477,18 @@ fn every_client(lan: &Lan, routes: &[&str], result_routes: Value) {
     if let Some(tool) = go_cni_cri() {
         let pod = Netns::new("dhcp-pod-cri");
         let id = "sandbox0123456789";
-        let out = lan.node.cri(&tool, "setup", Some(&pod), id, &["-name", "web-0"]);
+        let out = lan
+            .node
+            .cri(&tool, "setup", Some(&pod), id, &["-name", "web-0"]);
         let r = out.result();
         let addr = assert_bound(lan, &pod, &format!("{id}/lan/eth0"), "web-0", routes);
         let l = lan.server_lease_of(ip_of(&addr)).unwrap();
         assert_eq!(l.client_id, client_id_hex(&format!("{id}/lan/eth0")));
-        assert_eq!(r["interfaces"]["eth0"]["IPConfigs"][0]["IP"], ip_of(&addr), "{r}");
+        assert_eq!(
+            r["interfaces"]["eth0"]["IPConfigs"][0]["IP"],
+            ip_of(&addr),
+            "{r}"
+        );
         assert_eq!(r["dns"][1]["nameservers"], lan_dns()["nameservers"], "{r}");
         // (containerd's CRI never CHECKs; go-cni's loopback is 0.3.1, which
         // has no CHECK: our cnitool's CHECK above covers it.)
@@ -491,4 +541,406 @@ fn dhcp_bridge_through_every_client() {
         &["192.0.2.0/24 via 10.77.0.254", "default via 10.77.0.2"],
         json!([{"dst": "192.0.2.0/24", "gw": "10.77.0.254"}, {"dst": "0.0.0.0/0", "gw": "10.77.0.2"}]),
     );
+}
+
+/// The container ID [`ours`] gives `pod`.
+fn cid_of(pod: &Netns) -> String {
+    format!("ctr-{}", pod.name())
+}
+
+/// Our cnitool: `verb` of `pod` on `lan` (conflist at 1.1.0), container
+/// ID [`cid_of`].
+fn ours(lan: &Lan, verb: &str, pod: &Netns) -> PluginOutput {
+    lan.node
+        .write_conf("10-lan.conflist", &lan.conf_at("1.1.0"));
+    let cid = cid_of(pod);
+    let netns = pod.path().to_str().unwrap().to_string();
+    lan.node.cnitool_with(
+        &bin("cnitool"),
+        &[verb, NET, &netns],
+        &[("CNI_CONTAINERID", &cid)],
+    )
+}
+
+/// [`ours`] ADD; the address.
+fn add_ours(lan: &Lan, pod: &Netns) -> String {
+    ours(lan, "add", pod).result();
+    pod_addr(pod)
+}
+
+/// The dhcp plugin itself (as the main plugin delegates to it): `verb`
+/// for `pod`'s eth0, with `extra` keys on the config.
+fn ipam(lan: &Lan, verb: &str, pod: &Netns, extra: Value) -> PluginOutput {
+    let mut conf = json!({"cniVersion": "1.1.0", "name": NET, "type": "macvlan",
+        "ipam": {"type": "dhcp", "daemonSocketPath": lan.socket()}});
+    merge(&mut conf, extra);
+    let cid = cid_of(pod);
+    let netns = pod.path().to_str().unwrap().to_string();
+    call_plugin(
+        Some(&lan.node.ns),
+        &bin("dhcp"),
+        &[
+            ("CNI_COMMAND", verb),
+            ("CNI_CONTAINERID", &cid),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", "eth0"),
+        ],
+        &conf.to_string(),
+    )
+}
+
+/// With a 2-minute lease (T1 60 s, T2 105 s): one pod's lease is renewed
+/// at T1 and it keeps its address; for another the server dies after
+/// ADD: renewal (unicast) from T1, rebinding (broadcast) from T2, and at
+/// the lease's end the address comes off the interface. Both on their own
+/// threads, so the whole waits about as long as one lease.
+#[test]
+fn dhcp_lease_renewed_at_t1_and_runs_out_without_a_server() {
+    if !require_root("dhcp_lease_renewed_at_t1_and_runs_out_without_a_server") {
+        return;
+    }
+    let renewed = std::thread::spawn(|| {
+        let lan = Lan::new("t1", Kind::Macvlan, "2m", &[]);
+        let _d = lan.daemon(&[]);
+        let pod = Netns::new("dhcp-pod-t1");
+        let addr = add_ours(&lan, &pod);
+        let first = lan.server_lease_written(ip_of(&addr));
+        let bound_at = lan.lease_file_json()["boundAt"].as_u64().unwrap();
+        wait_long(
+            "dnsmasq to see the renewal at T1",
+            Duration::from_secs(100),
+            || {
+                lan.server_lease_of(ip_of(&addr))
+                    .is_some_and(|l| l.expiry > first.expiry)
+            },
+        );
+        let log = lan.daemon_log();
+        let t1 = log.find("T1: renewing").expect(&log);
+        assert!(log[t1..].contains(&format!("renewed {addr}")), "{log}");
+        assert_eq!(pod_addr(&pod), addr, "the pod keeps its address after T1");
+        assert!(lan.lease_file_json()["boundAt"].as_u64().unwrap() >= bound_at + 55_000);
+        assert!(ping_ok(&pod, "10.77.0.1"));
+        ours(&lan, "check", &pod).assert_silent_ok();
+        ours(&lan, "del", &pod).assert_silent_ok();
+        assert_released(&lan, &addr);
+    });
+    let ran_out = std::thread::spawn(|| {
+        let mut lan = Lan::new("exp", Kind::Macvlan, "2m", &[]);
+        let _d = lan.daemon(&[]);
+        let pod = Netns::new("dhcp-pod-exp");
+        let started = Instant::now();
+        let addr = add_ours(&lan, &pod);
+        lan.dnsmasq.signal(libc::SIGKILL); // the server stops answering
+        wait_long(
+            "the address to come off at the lease's end",
+            Duration::from_secs(150),
+            || global_addrs(&pod, "eth0").is_empty(),
+        );
+        assert!(
+            started.elapsed() >= Duration::from_secs(115),
+            "not before the lease's end"
+        );
+        let log = lan.daemon_log();
+        let steps = [
+            "T1: renewing".to_string(),
+            "T2: no answer to the renewal, rebinding".to_string(),
+            format!("the lease ran out: {addr} taken off \"eth0\""),
+        ];
+        let mut at = 0;
+        for s in &steps {
+            at += log[at..]
+                .find(s.as_str())
+                .unwrap_or_else(|| panic!("{s:?} not in order in {log}"));
+        }
+        // Cleanly: no routes through it, no lease file, the link still up,
+        // CHECK says why, DEL succeeds.
+        assert_eq!(pod_routes(&pod), Vec::<String>::new());
+        assert!(pod.link_is_up("eth0"));
+        assert!(lan.lease_files().is_empty(), "{:?}", lan.lease_files());
+        ipam(&lan, "CHECK", &pod, json!({})).assert_error(102, "expired");
+        ours(&lan, "del", &pod).assert_silent_ok();
+        ours(&lan, "del", &pod).assert_silent_ok();
+    });
+    let a = renewed.join();
+    let b = ran_out.join();
+    if let Err(e) = a.and(b) {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// The daemon is SIGKILLed and started again (by socket activation, as
+/// systemd starts it): it takes the lease up from disk and renews it at
+/// once; the pod keeps its address, and DEL still releases it.
+#[test]
+fn dhcp_daemon_restart_keeps_and_renews_the_lease() {
+    if !require_root("dhcp_daemon_restart_keeps_and_renews_the_lease") {
+        return;
+    }
+    let lan = Lan::new("restart", Kind::Macvlan, "1h", &[]);
+    let d = lan.daemon(&[]);
+    let pod = Netns::new("dhcp-pod-restart");
+    let addr = add_ours(&lan, &pod);
+    let first = lan.server_lease_written(ip_of(&addr));
+    let file = lan.lease_file_json();
+    // dnsmasq's expiry has a one-second grain.
+    std::thread::sleep(Duration::from_millis(1100));
+    d.kill();
+    assert_eq!(
+        lan.lease_file_json(),
+        file,
+        "the lease survives a killed daemon"
+    );
+    let _d = lan.daemon_activated();
+    wait_long(
+        "the restarted daemon to renew",
+        Duration::from_secs(20),
+        || {
+            lan.server_lease_of(ip_of(&addr))
+                .is_some_and(|l| l.expiry > first.expiry)
+        },
+    );
+    let log = lan.daemon_log();
+    assert!(
+        log.contains("listening on the socket systemd passed"),
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("taking up {addr} from disk")),
+        "{log}"
+    );
+    assert!(log.contains(&format!("renewed {addr}")), "{log}");
+    assert_eq!(pod_addr(&pod), addr);
+    assert_eq!(
+        lan.server_lease_of(ip_of(&addr)).unwrap().client_id,
+        first.client_id
+    );
+    ours(&lan, "check", &pod).assert_silent_ok();
+    ours(&lan, "del", &pod).assert_silent_ok();
+    assert_released(&lan, &addr);
+    assert!(lan.lease_files().is_empty());
+}
+
+/// A server that NAKs the renewal (its range changed while the daemon was
+/// down): the address comes off at once and the lease ends (RFC 2131
+/// §4.4.5).
+#[test]
+fn dhcp_nak_on_renewal_takes_the_address_off() {
+    if !require_root("dhcp_nak_on_renewal_takes_the_address_off") {
+        return;
+    }
+    let mut lan = Lan::new("nak", Kind::Macvlan, "1h", &[]);
+    let d = lan.daemon(&[]);
+    let pod = Netns::new("dhcp-pod-nak");
+    let addr = add_ours(&lan, &pod);
+    d.kill();
+    let _ = std::fs::remove_file(lan.path("dnsmasq.leases"));
+    lan.start_dnsmasq("10.77.0.200,10.77.0.250", "1h", &[]);
+    let _d = lan.daemon(&[]);
+    wait_for("the NAK to take the address off", || {
+        global_addrs(&pod, "eth0").is_empty()
+    });
+    let log = lan.daemon_log();
+    assert!(
+        log.contains(&format!("DHCPNAK")) && log.contains(&format!("{addr} taken off")),
+        "{log}"
+    );
+    assert!(lan.lease_files().is_empty());
+    ipam(&lan, "CHECK", &pod, json!({})).assert_error(102, "DHCPNAK");
+    ours(&lan, "del", &pod).assert_silent_ok();
+    // A new ADD gets an address of the new range.
+    let pod2 = Netns::new("dhcp-pod-nak2");
+    let addr2 = add_ours(&lan, &pod2);
+    assert!(
+        ip_of(&addr2)
+            .rsplit('.')
+            .next()
+            .unwrap()
+            .parse::<u8>()
+            .unwrap()
+            >= 200,
+        "{addr2}"
+    );
+    ours(&lan, "del", &pod2).assert_silent_ok();
+}
+
+/// 64 pods acquiring at once get 64 distinct addresses, and the daemon
+/// answers STATUS while they do; 64 DELs at once release them all.
+#[test]
+fn dhcp_64_pods_at_once() {
+    if !require_root("dhcp_64_pods_at_once") {
+        return;
+    }
+    let lan = Lan::new("64", Kind::Macvlan, "1h", &[]);
+    let _d = lan.daemon(&[]);
+    lan.node
+        .write_conf("10-lan.conflist", &lan.conf_at("1.1.0"));
+    let pods: Vec<Netns> = (0..64)
+        .map(|i| Netns::new(&format!("dhcp-64-{i}")))
+        .collect();
+    let lan = &lan;
+    let results: Vec<PluginOutput> = std::thread::scope(|s| {
+        let adds: Vec<_> = pods
+            .iter()
+            .map(|p| s.spawn(move || lan.cnitool("add", p)))
+            .collect();
+        let status = lan
+            .node
+            .cnitool_with(&bin("cnitool"), &["status", NET], &[]);
+        status.assert_silent_ok();
+        adds.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut addrs: Vec<String> = results
+        .iter()
+        .map(|r| {
+            r.result()["ips"][0]["address"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    for (p, a) in pods.iter().zip(&addrs) {
+        assert_eq!(&pod_addr(p), a);
+        assert!(in_pool(a), "{a}");
+    }
+    addrs.sort();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 64, "distinct addresses");
+    wait_for("dnsmasq to write 64 leases", || {
+        lan.server_leases().len() == 64
+    });
+    assert_eq!(lan.lease_files().len(), 64);
+    let stats =
+        |ns: &Netns, dev: &str| ns.ip_json(&["-s", "link", "show", dev])[0]["stats64"].clone();
+    std::thread::scope(|s| {
+        for p in &pods {
+            s.spawn(move || lan.cnitool("del", p).assert_silent_ok());
+        }
+    });
+    // The server handles the RELEASEs after the DELs returned.
+    wait_for("dnsmasq to drop every released lease", || {
+        lan.server_leases().is_empty()
+    });
+    assert!(lan.lease_files().is_empty());
+}
+
+/// STATUS, GC and CHECK: GC releases the leases of attachments not in the
+/// valid list; CHECK finds a lease whose address was taken off; STATUS
+/// fails with code 50 naming the socket when the daemon is gone, and DEL
+/// then still succeeds.
+#[test]
+fn dhcp_status_gc_and_check() {
+    if !require_root("dhcp_status_gc_and_check") {
+        return;
+    }
+    let lan = Lan::new("gc", Kind::Macvlan, "1h", &[]);
+    let d = lan.daemon(&[]);
+    let keep = Netns::new("dhcp-pod-keep");
+    let stale = Netns::new("dhcp-pod-stale");
+    let kept = add_ours(&lan, &keep);
+    let gone = add_ours(&lan, &stale);
+    lan.node
+        .cnitool_with(&bin("cnitool"), &["status", NET], &[])
+        .assert_silent_ok();
+    // GC keeping only `keep`: the stale lease is released.
+    let valid =
+        json!({"cni.dev/valid-attachments": [{"containerID": cid_of(&keep), "ifname": "eth0"}]});
+    ipam(&lan, "GC", &keep, valid).assert_silent_ok();
+    assert_released(&lan, &gone);
+    lan.server_lease_written(ip_of(&kept));
+    assert_eq!(lan.lease_files().len(), 1);
+    assert!(lan
+        .daemon_log()
+        .contains("collected (not a valid attachment)"));
+    // GC without a list collects nothing.
+    ipam(&lan, "GC", &keep, json!({})).assert_silent_ok();
+    assert_eq!(lan.lease_files().len(), 1);
+    // CHECK: the address must be on the interface.
+    ours(&lan, "check", &keep).assert_silent_ok();
+    keep.ip(&["addr", "del", &kept, "dev", "eth0"]);
+    ipam(&lan, "CHECK", &keep, json!({})).assert_error(102, &format!("address {kept} not found"));
+    // CHECK of an attachment the daemon holds nothing for.
+    ipam(&lan, "CHECK", &stale, json!({})).assert_error(102, "holds no lease");
+    d.kill();
+    let sock = lan.socket().display().to_string();
+    let out = lan
+        .node
+        .cnitool_with(&bin("cnitool"), &["status", NET], &[]);
+    assert_ne!(out.exit_code, 0);
+    assert!(
+        out.stderr.contains("code 50") || out.stderr.contains(&sock),
+        "{out:?}"
+    );
+    let direct = call_plugin(
+        Some(&lan.node.ns),
+        &bin("dhcp"),
+        &[("CNI_COMMAND", "STATUS")],
+        &json!({"cniVersion": "1.1.0", "name": NET, "type": "dhcp",
+                "ipam": {"type": "dhcp", "daemonSocketPath": sock}})
+        .to_string(),
+    );
+    direct.assert_error(50, &sock);
+    direct.assert_error(50, "dhcp daemon");
+    // DEL without a daemon: nothing to release, success.
+    ours(&lan, "del", &keep).assert_silent_ok();
+    ours(&lan, "del", &stale).assert_silent_ok();
+}
+
+/// The daemon's files: the socket directory 0700 and the socket 0600, the
+/// pidfile; SIGTERM removes the socket and the pidfile but keeps the
+/// leases (on disk and at the server: a restart renews them); a second
+/// daemon on a live socket refuses to start.
+#[test]
+fn dhcp_daemon_files_and_signals() {
+    if !require_root("dhcp_daemon_files_and_signals") {
+        return;
+    }
+    let lan = Lan::new("files", Kind::Macvlan, "1h", &[]);
+    let pidfile = lan.path("dhcp.pid");
+    let d = lan.daemon(&["-pidfile", pidfile.to_str().unwrap()]);
+    assert_eq!(mode_of(&lan.path("run")), 0o700);
+    assert_eq!(mode_of(&lan.socket()) & 0o777, 0o600);
+    wait_for("the pidfile", || pidfile.exists());
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        pid,
+        d.0.pid(),
+        "ip netns exec runs the daemon in its own process"
+    );
+    let again = lan
+        .node
+        .ns
+        .command(bin("dhcp"))
+        .args(["daemon", "-socketpath"])
+        .arg(lan.socket())
+        .arg("-leasedir")
+        .arg(lan.path("other"))
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("another daemon already listens"));
+    let pod = Netns::new("dhcp-pod-files");
+    let addr = add_ours(&lan, &pod);
+    d.term();
+    assert!(!lan.socket().exists() && !pidfile.exists());
+    assert_eq!(lan.lease_files().len(), 1, "leases stay on disk");
+    lan.server_lease_written(ip_of(&addr)); // and at the server
+    assert!(lan.daemon_log().contains("the leases stay on disk"));
+    let _d = lan.daemon(&[]);
+    ours(&lan, "check", &pod).assert_silent_ok();
+    ours(&lan, "del", &pod).assert_silent_ok();
+    assert_released(&lan, &addr);
+    // Bad flags: Go's flag package's words, exit 2.
+    let bad = lan
+        .node
+        .ns
+        .command(bin("dhcp"))
+        .args(["daemon", "-nope"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("flag provided but not defined: -nope"));
 }
