@@ -809,8 +809,6 @@ fn dhcp_64_pods_at_once() {
         lan.server_leases().len() == 64
     });
     assert_eq!(lan.lease_files().len(), 64);
-    let stats =
-        |ns: &Netns, dev: &str| ns.ip_json(&["-s", "link", "show", dev])[0]["stats64"].clone();
     std::thread::scope(|s| {
         for p in &pods {
             s.spawn(move || lan.cnitool("del", p).assert_silent_ok());

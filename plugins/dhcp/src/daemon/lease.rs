@@ -197,7 +197,7 @@ pub fn find_iface(ctx: &Context, netns: &str, id: (u64, u64), ifname: &str) -> R
         Ok(Some(l)) => l,
         Ok(None) => {
             return Err(Gone::Gone(format!(
-                "interface {ifname:?} is gone from {path}"
+                "no interface {ifname:?} in {path}"
             )))
         }
         Err(e) => return Err(Gone::Failed(e)),
