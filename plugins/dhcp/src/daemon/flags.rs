@@ -43,6 +43,7 @@ Usage: dhcp daemon [flags]
   -pidfile PATH        write the daemon's PID there (absolute)
   -hostprefix PREFIX   prefix of the host's root: put before the socket path,
                        the lease directory and every container's CNI_NETNS
+                       (for a daemon in a container with the host's / there)
   -leasedir DIR        where the leases are kept (default /var/lib/cni/dhcp)
   -broadcast           set the broadcast flag in DISCOVER and REQUEST
   -timeout D           longest wait for the answer to one message (default 10s)

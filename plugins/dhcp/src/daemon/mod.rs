@@ -251,9 +251,9 @@ fn run(flags: &Flags) -> Result<(), Error> {
     let fail = |what: String| Error::io(what, std::io::Error::other(""));
     let set = block_signals();
     let listening = listen(flags).map_err(|e| Error::io(e, std::io::Error::other("listen")))?;
-    if let Some(p) = &flags.pidfile {
-        let path = PathBuf::from(format!("{}{}", flags.host_prefix, p.display()));
-        write_pidfile(&path)
+    // The pidfile is not under -hostprefix (as the reference's).
+    if let Some(path) = &flags.pidfile {
+        write_pidfile(path)
             .map_err(|e| fail(format!("Error writing pidfile {}: {e}", path.display())))?;
     }
     let lease_dir = PathBuf::from(format!(
@@ -278,10 +278,7 @@ fn run(flags: &Flags) -> Result<(), Error> {
 
     // The signal thread ends the process; leases stay on disk.
     let socket_file = listening.path.clone();
-    let pidfile = flags
-        .pidfile
-        .as_ref()
-        .map(|p| PathBuf::from(format!("{}{}", flags.host_prefix, p.display())));
+    let pidfile = flags.pidfile.clone();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {

@@ -49,11 +49,25 @@ pub enum Wait {
     Woken,
 }
 
-/// The sockets of one exchange on one interface.
+/// The sockets of one exchange on one interface. Dropping them closes
+/// them on a thread of their own: the close of a packet socket waits for
+/// an RCU grace period (milliseconds), which no ADD or DEL should wait on.
 pub struct Sockets {
-    packet: OwnedFd,
+    packet: Option<OwnedFd>,
     udp: Option<OwnedFd>,
     ifindex: u32,
+}
+
+impl Drop for Sockets {
+    fn drop(&mut self) {
+        let fds = (self.packet.take(), self.udp.take());
+        let closer = std::thread::Builder::new()
+            .name("close".into())
+            .stack_size(64 << 10)
+            .spawn(move || drop(fds));
+        // No thread to be had: close them here.
+        drop(closer);
+    }
 }
 
 fn last_error(what: &str) -> io::Error {
@@ -101,13 +115,17 @@ fn bootpc_filter() -> [libc::sock_filter; 9] {
 }
 
 fn open_packet(ifindex: u32) -> io::Result<OwnedFd> {
+    // Protocol 0: the socket receives nothing until bind() names the
+    // protocol and the interface at once. Created with ETH_P_IP it would
+    // be hooked on every interface first, and the bind would unhook it,
+    // which waits for an RCU grace period (milliseconds).
     // SAFETY: plain socket(2).
     let fd = cvt(
         unsafe {
             libc::socket(
                 libc::AF_PACKET,
                 libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-                i32::from(ETH_P_IP.to_be()),
+                0,
             )
         },
         "open a packet socket",
@@ -142,18 +160,6 @@ fn open_packet(ifindex: u32) -> io::Result<OwnedFd> {
         },
         "bind the packet socket to the interface",
     )?;
-    // What came in before the filter was attached.
-    let mut junk = [0u8; 64];
-    // SAFETY: reads into a local buffer.
-    while unsafe {
-        libc::recv(
-            fd.as_raw_fd(),
-            junk.as_mut_ptr().cast(),
-            junk.len(),
-            libc::MSG_DONTWAIT,
-        )
-    } >= 0
-    {}
     Ok(fd)
 }
 
@@ -217,7 +223,7 @@ impl Sockets {
                 Error::kernel(format!("DHCP socket on {name:?} in {:?}", ns.path()), e)
             })?;
             Ok(Sockets {
-                packet,
+                packet: Some(packet),
                 udp: open_udp(&name).ok(),
                 ifindex,
             })
@@ -233,6 +239,7 @@ impl Sockets {
         payload: &[u8],
     ) -> io::Result<()> {
         let frame = ipv4_udp(src, dst, payload);
+        let packet = self.packet.as_ref().ok_or_else(|| io::Error::other("closed"))?;
         // SAFETY: zeroed sockaddr_ll, then the fields sendto(2) reads.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -243,7 +250,7 @@ impl Sockets {
         // SAFETY: a buffer and a sockaddr_ll we own, of the sizes given.
         let n = unsafe {
             libc::sendto(
-                self.packet.as_raw_fd(),
+                packet.as_raw_fd(),
                 frame.as_ptr().cast(),
                 frame.len(),
                 0,
@@ -260,6 +267,7 @@ impl Sockets {
     /// Waits until a datagram for port 68 arrives, `deadline` passes or
     /// `wake` becomes readable.
     pub fn recv(&self, deadline: Instant, wake: Option<RawFd>) -> io::Result<Wait> {
+        let packet = self.packet.as_ref().ok_or_else(|| io::Error::other("closed"))?;
         loop {
             if let Some(d) = self.try_recv()? {
                 return Ok(Wait::Got(d));
@@ -269,7 +277,7 @@ impl Sockets {
                 return Ok(Wait::Timeout);
             }
             let mut fds = vec![libc::pollfd {
-                fd: self.packet.as_raw_fd(),
+                fd: packet.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             }];
@@ -306,14 +314,14 @@ impl Sockets {
     /// One queued datagram, if any (a malformed packet is skipped).
     fn try_recv(&self) -> io::Result<Option<Datagram>> {
         let mut buf = vec![0u8; 65536];
-        loop {
+        while let Some(packet) = &self.packet {
             // SAFETY: zeroed sockaddr_ll filled in by recvfrom(2).
             let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
             let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
             // SAFETY: a buffer and an address we own, of the sizes given.
             let n = unsafe {
                 libc::recvfrom(
-                    self.packet.as_raw_fd(),
+                    packet.as_raw_fd(),
                     buf.as_mut_ptr().cast(),
                     buf.len(),
                     libc::MSG_DONTWAIT,
