@@ -63,7 +63,10 @@ impl Drop for Detached {
 }
 
 fn ip(args: &[&str]) -> io::Result<()> {
-    let st = Command::new("ip").args(args).stderr(Stdio::null()).status()?;
+    let st = Command::new("ip")
+        .args(args)
+        .stderr(Stdio::null())
+        .status()?;
     if st.success() {
         Ok(())
     } else {
@@ -75,7 +78,10 @@ fn wait_socket(path: &Path, what: &str) -> io::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     while UnixStream::connect(path).is_err() {
         if Instant::now() > deadline {
-            return Err(io::Error::other(format!("{what} did not listen on {}", path.display())));
+            return Err(io::Error::other(format!(
+                "{what} did not listen on {}",
+                path.display()
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -93,16 +99,22 @@ impl DhcpLan {
     ) -> io::Result<DhcpLan> {
         let dnsmasq = Path::new("/usr/sbin/dnsmasq");
         if !dnsmasq.is_file() {
-            return Err(io::Error::other("dnsmasq is not installed (package dnsmasq-base)"));
+            return Err(io::Error::other(
+                "dnsmasq is not installed (package dnsmasq-base)",
+            ));
         }
         for (side, d) in [("ours", ours_dir), ("reference", reference_dir)] {
             if !d.join("dhcp").is_file() {
-                return Err(io::Error::other(format!("no dhcp binary on the {side} side")));
+                return Err(io::Error::other(format!(
+                    "no dhcp binary on the {side} side"
+                )));
             }
         }
         ns.add_node("lan")?;
         let lan = format!("{}-lan", ns.node());
-        ip(&["link", "add", MASTER, "type", "veth", "peer", "name", "eth0", "netns", &lan])?;
+        ip(&[
+            "link", "add", MASTER, "type", "veth", "peer", "name", "eth0", "netns", &lan,
+        ])?;
         ip(&["link", "set", MASTER, "up"])?;
         ip(&["-n", &lan, "link", "set", "eth0", "up"])?;
         ip(&["-n", &lan, "addr", "add", "10.210.0.1/16", "dev", "eth0"])?;
@@ -129,7 +141,10 @@ impl DhcpLan {
                 "--dhcp-option=option:router,10.210.0.1",
                 "--dhcp-option=option:dns-server,10.210.0.53",
             ])
-            .arg(format!("--dhcp-leasefile={}", dir.join("dnsmasq.leases").display()))
+            .arg(format!(
+                "--dhcp-leasefile={}",
+                dir.join("dnsmasq.leases").display()
+            ))
             .arg(format!("--log-facility={}", log.display()));
         l.children.push(("dnsmasq", Detached::spawn(&cmd)?));
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -145,13 +160,15 @@ impl DhcpLan {
             .arg(&l.ours_socket)
             .arg("-leasedir")
             .arg(dir.join("ours/leases"));
-        l.children.push(("our dhcp daemon", Detached::spawn(&ours)?));
+        l.children
+            .push(("our dhcp daemon", Detached::spawn(&ours)?));
         let mut reference = Command::new(reference_dir.join("dhcp"));
         reference
             .arg("daemon")
             .arg("-socketpath")
             .arg(&l.reference_socket);
-        l.children.push(("the reference's dhcp daemon", Detached::spawn(&reference)?));
+        l.children
+            .push(("the reference's dhcp daemon", Detached::spawn(&reference)?));
         wait_socket(&l.ours_socket, "our dhcp daemon")?;
         wait_socket(&l.reference_socket, "the reference's dhcp daemon")?;
         Ok(l)
@@ -173,4 +190,3 @@ impl DhcpLan {
         (hwm("our dhcp daemon"), hwm("the reference's dhcp daemon"))
     }
 }
-

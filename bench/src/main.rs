@@ -97,10 +97,19 @@ fn run() -> Result<(), String> {
     };
 
     // The dhcp chain's LAN and daemons, when that chain runs.
-    let wants = |key: &str| opts.chains.as_ref().is_none_or(|only| only.iter().any(|k| k == key));
+    let wants = |key: &str| {
+        opts.chains
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|k| k == key))
+    };
     let dhcp_dir = scratch.dir("dhcp").map_err(io)?;
     let dhcp_lan = if wants("dhcp") {
-        Some(bench::dhcp::DhcpLan::start(&mut ns, &dhcp_dir, &ours_dir, &reference_dir))
+        Some(bench::dhcp::DhcpLan::start(
+            &mut ns,
+            &dhcp_dir,
+            &ours_dir,
+            &reference_dir,
+        ))
     } else {
         None
     };

@@ -1399,7 +1399,16 @@ fn bad_input_dhcp() {
     let lan = Netns::new("lan-bad-dhcp");
     let files = TempDir::new("bad-dhcp-server");
     b.pod.ip(&[
-        "link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", lan.name(),
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        lan.name(),
     ]);
     b.pod.ip(&["link", "set", "eth0", "addrgenmode", "none"]);
     b.pod.ip(&["link", "set", "eth0", "up"]);
@@ -1409,11 +1418,19 @@ fn bad_input_dhcp() {
     let _server = Killed(
         lan.command("dnsmasq")
             .args([
-                "--no-daemon", "--conf-file=/dev/null", "--port=0", "--user=root",
-                "--interface=eth0", "--bind-interfaces", "--no-ping",
+                "--no-daemon",
+                "--conf-file=/dev/null",
+                "--port=0",
+                "--user=root",
+                "--interface=eth0",
+                "--bind-interfaces",
+                "--no-ping",
                 "--dhcp-range=10.78.0.100,10.78.0.199,255.255.255.0,1h",
             ])
-            .arg(format!("--dhcp-leasefile={}", files.path().join("leases").display()))
+            .arg(format!(
+                "--dhcp-leasefile={}",
+                files.path().join("leases").display()
+            ))
             .arg(format!("--log-facility={}", log.display()))
             .spawn()
             .expect("dnsmasq"),
@@ -1435,7 +1452,9 @@ fn bad_input_dhcp() {
             .spawn()
             .expect("dhcp daemon"),
     );
-    wait_for("the daemon", || std::os::unix::net::UnixStream::connect(&sock).is_ok());
+    wait_for("the daemon", || {
+        std::os::unix::net::UnixStream::connect(&sock).is_ok()
+    });
     b.base = json!({"cniVersion": "1.0.0", "name": "dhcp-net", "type": "macvlan",
         "ipam": {"type": "dhcp", "daemonSocketPath": sock}});
     let base = b.base.clone();
@@ -1454,7 +1473,11 @@ fn bad_input_dhcp() {
         ),
         case(
             "daemonSocketPath of 200 bytes",
-            with(&base, "/ipam/daemonSocketPath", json!(format!("/{}", "s".repeat(199)))),
+            with(
+                &base,
+                "/ipam/daemonSocketPath",
+                json!(format!("/{}", "s".repeat(199))),
+            ),
             7,
             "ipam.daemonSocketPath",
         ),
@@ -1476,7 +1499,12 @@ fn bad_input_dhcp() {
             11,
             plain.to_str().unwrap(),
         ),
-        case("provide an object", provide(json!({"option": "12"})), 7, "ipam.provide"),
+        case(
+            "provide an object",
+            provide(json!({"option": "12"})),
+            7,
+            "ipam.provide",
+        ),
         case(
             "provide an unknown option name",
             provide(json!([{"option": "host-nam", "value": "x"}])),
@@ -1526,7 +1554,12 @@ fn bad_input_dhcp() {
             code: 4,
             needle: "CNI_ARGS H".into(),
         },
-        case("request a string", request(json!("routers")), 7, "ipam.request"),
+        case(
+            "request a string",
+            request(json!("routers")),
+            7,
+            "ipam.request",
+        ),
         case(
             "request an unknown option",
             request(json!([{"option": "routerz"}])),
@@ -1545,7 +1578,12 @@ fn bad_input_dhcp() {
             7,
             "ipam.request[0].skipDefault",
         ),
-        case("priority -5", with(&base, "/ipam/priority", json!(-5)), 7, "ipam.priority"),
+        case(
+            "priority -5",
+            with(&base, "/ipam/priority", json!(-5)),
+            7,
+            "ipam.priority",
+        ),
         env_case(
             "CNI_IFNAME not in the pod",
             &base,

@@ -741,7 +741,7 @@ fn dhcp_nak_on_renewal_takes_the_address_off() {
     });
     let log = lan.daemon_log();
     assert!(
-        log.contains(&format!("DHCPNAK")) && log.contains(&format!("{addr} taken off")),
+        log.contains("DHCPNAK") && log.contains(&format!("{addr} taken off")),
         "{log}"
     );
     assert!(lan.lease_files().is_empty());

@@ -195,11 +195,7 @@ pub fn find_iface(ctx: &Context, netns: &str, id: (u64, u64), ifname: &str) -> R
     let mut nl = Netlink::open_in(&ns).map_err(Gone::Failed)?;
     let link = match nl.link_by_name(ifname) {
         Ok(Some(l)) => l,
-        Ok(None) => {
-            return Err(Gone::Gone(format!(
-                "no interface {ifname:?} in {path}"
-            )))
-        }
+        Ok(None) => return Err(Gone::Gone(format!("no interface {ifname:?} in {path}"))),
         Err(e) => return Err(Gone::Failed(e)),
     };
     Ok(Iface { ns, nl, link })

@@ -239,7 +239,10 @@ impl Sockets {
         payload: &[u8],
     ) -> io::Result<()> {
         let frame = ipv4_udp(src, dst, payload);
-        let packet = self.packet.as_ref().ok_or_else(|| io::Error::other("closed"))?;
+        let packet = self
+            .packet
+            .as_ref()
+            .ok_or_else(|| io::Error::other("closed"))?;
         // SAFETY: zeroed sockaddr_ll, then the fields sendto(2) reads.
         let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         sll.sll_family = libc::AF_PACKET as u16;
@@ -267,7 +270,10 @@ impl Sockets {
     /// Waits until a datagram for port 68 arrives, `deadline` passes or
     /// `wake` becomes readable.
     pub fn recv(&self, deadline: Instant, wake: Option<RawFd>) -> io::Result<Wait> {
-        let packet = self.packet.as_ref().ok_or_else(|| io::Error::other("closed"))?;
+        let packet = self
+            .packet
+            .as_ref()
+            .ok_or_else(|| io::Error::other("closed"))?;
         loop {
             if let Some(d) = self.try_recv()? {
                 return Ok(Wait::Got(d));
@@ -338,7 +344,7 @@ impl Sockets {
                 }
             }
             // Our own broadcasts come back as outgoing packets: not answers.
-            if sll.sll_pkttype == libc::PACKET_OUTGOING as u8 {
+            if sll.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
             if let Some((src, payload)) = parse_ipv4_udp(&buf[..n as usize]) {
