@@ -942,3 +942,127 @@ fn dhcp_daemon_files_and_signals() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("flag provided but not defined: -nope"));
 }
+
+/// `provide` and `request` reach the server: the provided vendor class,
+/// user class (from `CNI_ARGS`) and hostname are in dnsmasq's log and lease,
+/// the requested interface MTU in its request list; with `skipDefault` only
+/// the listed options are requested (no DNS then). The MTU is not applied
+/// (as the reference: the main plugin's `mtu` is the link's). `priority`
+/// is every route's metric.
+#[test]
+fn dhcp_provide_request_and_priority() {
+    if !require_root("dhcp_provide_request_and_priority") {
+        return;
+    }
+    let lan = Lan::new(
+        "opts",
+        Kind::Macvlan,
+        "1h",
+        &["--dhcp-option=option:mtu,1400"],
+    );
+    let _d = lan.daemon(&[]);
+    let mut conf = lan.conf_at("1.1.0");
+    conf["plugins"][0]["ipam"]["provide"] = json!([
+        {"option": "vendor-class-identifier", "value": "cni-test-vendor"},
+        {"option": "user-class", "value": "ignored", "fromArg": "UC"},
+        {"option": "host-name", "value": "fixed-name"}
+    ]);
+    conf["plugins"][0]["ipam"]["request"] = json!([
+        {"skipDefault": true}, {"option": "subnet-mask"}, {"option": "routers"}, {"option": "26"}
+    ]);
+    conf["plugins"][0]["ipam"]["priority"] = json!(30);
+    lan.node.write_conf("10-lan.conflist", &conf);
+    let pod = Netns::new("dhcp-pod-opts");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let out = lan.node.cnitool_with(
+        &bin("cnitool"),
+        &["add", NET, &netns],
+        &[(
+            "CNI_ARGS",
+            "IgnoreUnknown=1;K8S_POD_NAME=web-1;UC=class-from-args",
+        )],
+    );
+    let r = out.result();
+    assert_eq!(
+        r["routes"],
+        json!([{"dst": "0.0.0.0/0", "gw": "10.77.0.1", "priority": 30}])
+    );
+    assert_eq!(r["dns"], json!({}), "no DNS asked for: {r}");
+    let addr = pod_addr(&pod);
+    assert_eq!(
+        lan.server_lease_written(ip_of(&addr)).hostname,
+        "fixed-name"
+    );
+    let log = std::fs::read_to_string(lan.path("dnsmasq.log")).unwrap();
+    assert!(log.contains("vendor class: cni-test-vendor"), "{log}");
+    assert!(log.contains("user class: class-from-args"), "{log}");
+    assert!(log.contains("26:mtu"), "{log}");
+    assert!(!log.contains("6:dns-server"), "{log}");
+    assert_eq!(
+        pod.link("eth0").unwrap()["mtu"],
+        1500,
+        "option 26 is not applied"
+    );
+    let routes = pod.ip_json(&["-4", "route", "show", "default"]);
+    assert_eq!(routes[0]["metric"], 30);
+    lan.node
+        .cnitool_with(&bin("cnitool"), &["del", NET, &netns], &[])
+        .assert_silent_ok();
+    assert_released(&lan, &addr);
+}
+
+/// Only root (or the daemon's own user) may ask the daemon anything, even
+/// through a socket whose mode would let others connect.
+#[test]
+fn dhcp_daemon_serves_only_root() {
+    if !require_root("dhcp_daemon_serves_only_root") {
+        return;
+    }
+    let lan = Lan::new("uid", Kind::Macvlan, "1h", &[]);
+    let _d = lan.daemon(&[]);
+    let sock = lan.socket().display().to_string();
+    let conf = json!({"cniVersion": "1.1.0", "name": NET, "type": "macvlan",
+        "ipam": {"type": "dhcp", "daemonSocketPath": sock}})
+    .to_string();
+    let status_as = |uid: Option<&str>| {
+        let mut cmd = match uid {
+            Some(u) => {
+                let mut c = lan.node.ns.command("setpriv");
+                c.args([&format!("--reuid={u}"), "--regid=65534", "--clear-groups"])
+                    .arg(bin("dhcp"));
+                c
+            }
+            None => lan.node.ns.command(bin("dhcp")),
+        };
+        use std::io::Write;
+        let mut child = cmd
+            .env("CNI_COMMAND", "STATUS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(conf.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        PluginOutput {
+            exit_code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    status_as(None).assert_silent_ok();
+    // The socket's mode keeps others out (the directory is 0700 too)...
+    status_as(Some("65534")).assert_error(50, "Permission denied");
+    // ...and with both opened up, the daemon itself refuses them.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(lan.path("run"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(lan.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(lan.socket(), std::fs::Permissions::from_mode(0o666)).unwrap();
+    status_as(Some("65534")).assert_error(4, "serves only root");
+    assert!(lan.daemon_log().contains("refusing a request of uid 65534"));
+}
