@@ -40,9 +40,52 @@ impl Binding {
     }
 }
 
-/// Decodes a DHCP message (the bytes after the UDP header).
+/// Where the options start: the fixed header (236 bytes) and the magic
+/// cookie (4).
+const OPTIONS_AT: usize = 240;
+
+/// Options whose length `dhcproto` takes for granted (a `debug_assert!`,
+/// or a subtraction that overflows below it): rapid commit (80) is empty,
+/// the client FQDN (81) has 3 bytes of flags, the client network interface
+/// (94) is 3 bytes, a bulk lease query status (151) at least its code, the
+/// bulk lease query times (152-155) 4 bytes.
+fn length_is_sane(code: u8, len: usize) -> bool {
+    match code {
+        80 => len == 0,
+        81 => len >= 3,
+        94 => len == 3,
+        151 => len >= 1,
+        152..=155 => len == 4,
+        _ => true,
+    }
+}
+
+/// Decodes a DHCP message (the bytes after the UDP header). Anyone on the
+/// LAN can send one, so an option with a length `dhcproto` does not
+/// expect makes the message malformed rather than reach the decoder, and
+/// a panic in the decoder (a bug of its) is a malformed message too.
 pub fn decode(bytes: &[u8]) -> Result<Message, String> {
-    Message::from_bytes(bytes).map_err(|e| format!("malformed DHCP message: {e}"))
+    let mut at = OPTIONS_AT;
+    while let Some(&code) = bytes.get(at) {
+        match code {
+            0 => at += 1,
+            255 => break,
+            _ => {
+                let Some(&len) = bytes.get(at + 1) else { break };
+                if !length_is_sane(code, usize::from(len)) {
+                    return Err(format!(
+                        "malformed DHCP message: option {code} of {len} bytes"
+                    ));
+                }
+                at += 2 + usize::from(len);
+            }
+        }
+    }
+    match std::panic::catch_unwind(|| Message::from_bytes(bytes)) {
+        Ok(Ok(m)) => Ok(m),
+        Ok(Err(e)) => Err(format!("malformed DHCP message: {e}")),
+        Err(_) => Err("malformed DHCP message (the decoder failed on it)".into()),
+    }
 }
 
 /// The binding of `ack`. `source` is the address the ACK came from.
@@ -250,6 +293,24 @@ mod tests {
         assert_eq!((b.lease, b.t1, b.t2), (None, None, None));
         let b = binding(&ack(vec![]), None).unwrap();
         assert_eq!(b.lease, Some(DEFAULT_LEASE));
+    }
+
+    #[test]
+    fn options_of_an_unexpected_length_are_malformed() {
+        let good = ack(vec![]).to_vec().unwrap();
+        assert!(decode(&good).is_ok());
+        for (code, len) in [(80u8, 1u8), (81, 2), (94, 4), (151, 0), (152, 3)] {
+            // The option goes before the end marker.
+            let mut bad = good.clone();
+            let end = bad.len() - 1;
+            assert_eq!(bad[end], 255);
+            let mut opt = vec![code, len];
+            opt.extend(std::iter::repeat_n(7u8, len.into()));
+            bad.splice(end..end, opt);
+            let e = decode(&bad).unwrap_err();
+            assert!(e.contains(&format!("option {code} of {len} bytes")), "{e}");
+        }
+        assert!(decode(&good[..100]).is_err());
     }
 
     #[test]
