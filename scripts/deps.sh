@@ -26,6 +26,8 @@ ensure_runtime_deps() {
   ensure_cmd nft nftables
   ensure_cmd iptables-restore iptables
   ensure_cmd sha512sum coreutils
+  # The DHCP server the dhcp plugin's tests and benchmark run in a throwaway "LAN" namespace.
+  [ -x /usr/sbin/dnsmasq ] || apt_install dnsmasq-base
 }
 
 # The Go reference plugins (Debian's containernetworking-plugins, under

@@ -12,7 +12,7 @@
 #   scripts/fuzz.sh list                 the targets
 #
 # Targets (fuzz/fuzz_targets/, checks in fuzz/src/checks.rs): netconf,
-# skel, result_versions, cni_args, subnet_env, plugin_config.
+# skel, result_versions, cni_args, subnet_env, plugin_config, dhcp_message.
 #
 # The committed seed corpus (fuzz/corpus/<target>) is only read; new inputs
 # go to fuzz/corpus-work/<target> (not committed). A crash leaves its input
@@ -31,7 +31,7 @@ export RUSTC_BOOTSTRAP=1
 secs=${FUZZ_SECS:-60}
 sanitizer=${FUZZ_SANITIZER:-address}
 rss=${FUZZ_RSS_MB:-2048}
-targets=(netconf skel result_versions cni_args subnet_env plugin_config)
+targets=(netconf skel result_versions cni_args subnet_env plugin_config dhcp_message)
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   echo "installing cargo-fuzz" >&2

@@ -47,12 +47,13 @@ pub struct Chain {
 }
 
 /// The keys of every chain, in the order they run.
-pub const KEYS: [&str; 6] = [
+pub const KEYS: [&str; 7] = [
     "bridge",
     "portmap",
     "bandwidth",
     "flannel",
     "full",
+    "dhcp",
     "loopback",
 ];
 
@@ -109,6 +110,22 @@ pub struct StateDirs<'a> {
     pub flannel: &'a Path,
     /// The subnet.env file (holding [`SUBNET_ENV`]).
     pub subnet_env: &'a Path,
+    /// The sockets of the two dhcp daemons ([`crate::dhcp`]).
+    pub dhcp_ours: &'a Path,
+    pub dhcp_reference: &'a Path,
+}
+
+/// macvlan on the LAN's master with dhcp IPAM asking the daemon at `socket`.
+fn macvlan_dhcp(socket: &Path) -> Value {
+    conflist(
+        "bench-dhcp",
+        vec![json!({
+            "type": "macvlan",
+            "master": crate::dhcp::MASTER,
+            "mode": "bridge",
+            "ipam": {"type": "dhcp", "daemonSocketPath": socket}
+        })],
+    )
 }
 
 /// Every chain, in [`KEYS`] order.
@@ -229,6 +246,19 @@ pub fn all(dirs: &StateDirs) -> Vec<Chain> {
             json!({"portMappings": ports, "bandwidth": bandwidth_limits()}),
             None,
         ),
+        Chain {
+            key: "dhcp",
+            title: "macvlan + dhcp (a local dnsmasq, --no-ping)",
+            ifname: "eth0",
+            ours: macvlan_dhcp(dirs.dhcp_ours),
+            reference: macvlan_dhcp(dirs.dhcp_reference),
+            capability_args: Map::new(),
+            note: Some(
+                "Each side asks its own daemon (ours, or the Go reference's `dhcp daemon`), \
+                 both in the node; dnsmasq serves in a LAN namespace on the macvlans' master. \
+                 DEL releases the lease.",
+            ),
+        },
         same(
             "loopback",
             "loopback",
@@ -295,6 +325,8 @@ mod tests {
             ipam: p,
             flannel: p,
             subnet_env: p,
+            dhcp_ours: p,
+            dhcp_reference: p,
         };
         let chains = all(&dirs);
         let keys: Vec<&str> = chains.iter().map(|c| c.key).collect();
@@ -311,5 +343,7 @@ mod tests {
         let full = chains.iter().find(|c| c.key == "full").unwrap();
         assert_eq!(plugin_types(&full.ours), ["bridge", "portmap", "bandwidth"]);
         assert_eq!(full.ours, full.reference);
+        let dhcp = chains.iter().find(|c| c.key == "dhcp").unwrap();
+        assert_eq!(binaries(&dhcp.ours), ["macvlan", "dhcp"]);
     }
 }

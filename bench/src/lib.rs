@@ -3,7 +3,8 @@
 //!
 //! Code map: [`options`] (flags), [`namespaces`] and [`scratch`] (the
 //! throwaway node, pods and temp dir), [`interrupt`] (SIGINT/SIGTERM),
-//! [`chains`] (the conflists),
+//! [`chains`] (the conflists), [`dhcp`] (the dhcp chain's LAN, dnsmasq and
+//! daemons),
 //! [`process`] (one plugin process: timed, or traced for peak RSS),
 //! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
 //! [`measure`] (the main table), [`sweep`] (the scaling sweep),
@@ -11,6 +12,7 @@
 //! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
 
 pub mod chains;
+pub mod dhcp;
 pub mod diagnose;
 pub mod interrupt;
 pub mod machine;

@@ -105,18 +105,48 @@ fn run() -> Result<(), String> {
         rss_runs: opts.rss_runs,
     };
 
+    // The dhcp chain's LAN and daemons, when that chain runs.
+    let wants = |key: &str| {
+        opts.chains
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|k| k == key))
+    };
+    let dhcp_dir = scratch.dir("dhcp").map_err(io)?;
+    let dhcp_lan = if wants("dhcp") {
+        Some(bench::dhcp::DhcpLan::start(
+            &mut ns,
+            &dhcp_dir,
+            &ours_dir,
+            &reference_dir,
+        ))
+    } else {
+        None
+    };
+    let (dhcp_ours, dhcp_reference) = match &dhcp_lan {
+        Some(Ok(l)) => (l.ours_socket.clone(), l.reference_socket.clone()),
+        _ => (dhcp_dir.join("none.sock"), dhcp_dir.join("none.sock")),
+    };
+
     // The main table.
     let dirs = StateDirs {
         ipam: &ipam,
         flannel: &flannel,
         subnet_env: &subnet_env,
+        dhcp_ours: &dhcp_ours,
+        dhcp_reference: &dhcp_reference,
     };
     let mut outcomes = Vec::new();
     for chain in chains::all(&dirs) {
-        if let Some(only) = &opts.chains {
-            if !only.iter().any(|k| k == chain.key) {
-                continue;
-            }
+        if !wants(chain.key) {
+            continue;
+        }
+        if let (true, Some(Err(e))) = (chain.key == "dhcp", &dhcp_lan) {
+            eprintln!("  skipped {}: {e}", chain.key);
+            outcomes.push(ChainOutcome::Skipped {
+                chain: chain.clone(),
+                reason: format!("no LAN for it: {e}"),
+            });
+            continue;
         }
         eprintln!(
             "[{:>4.0}s] chain {}: {} iterations",
@@ -181,12 +211,25 @@ fn run() -> Result<(), String> {
         });
     }
 
+    let mut notes = Vec::new();
+    if let Some(Ok(l)) = &dhcp_lan {
+        let mib = |k: Option<u64>| {
+            k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or_else(|| "?".into())
+        };
+        let (o, r) = l.daemon_peaks();
+        notes.push(format!(
+            "dhcp daemons' peak RSS over the run: ours {}, the reference's {}",
+            mib(o),
+            mib(r)
+        ));
+    }
+
     // Where the time goes.
     eprintln!(
         "[{:>4.0}s] start costs and syscall summaries",
         started.elapsed().as_secs_f64()
     );
-    let mut notes = Vec::new();
     let mut programs: Vec<PathBuf> = Vec::new();
     let with_extra = outcomes.iter().map(|o| (&reference_dir, o)).chain(
         extra
@@ -263,6 +306,8 @@ fn run() -> Result<(), String> {
     } else {
         notes.push("strace is not installed: no syscall summaries".into());
     }
+
+    drop(dhcp_lan);
 
     // The sweeps.
     let mut sweeps: Vec<Sweep> = Vec::new();

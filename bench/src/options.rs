@@ -5,7 +5,7 @@ use std::path::PathBuf;
 pub const USAGE: &str = "\
 usage: cni-bench [--quick] [--iterations N] [--sweep-iterations N] [--rss-runs N]
                  [--pods 0,100,1000] [--leases 0,100,1000,10000] [--no-sweep]
-                 [--chains bridge,portmap,bandwidth,flannel,full,loopback]
+                 [--chains bridge,portmap,bandwidth,flannel,full,dhcp,loopback]
                  [--ours DIR] [--reference DIR]... [--results FILE] [--plot FILE]
 
 Times our CNI plugins against the Go reference plugins inside throwaway network

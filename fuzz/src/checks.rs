@@ -414,4 +414,45 @@ pub fn plugin_config(data: &[u8]) {
         }
         Err(e) => assert_spec_code(&e, "tap"),
     }
+    match dhcp::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.socket.is_absolute(), "{c:?}");
+            let codes = &c.options.request;
+            assert!(!codes.contains(&0) && !codes.contains(&255), "{c:?}");
+            let mut unique = codes.clone();
+            unique.sort();
+            unique.dedup();
+            assert_eq!(unique.len(), codes.len(), "{c:?}");
+            for p in &c.options.provide {
+                assert!(p.value.len() <= 255 && ![0, 50, 53, 54, 55, 255].contains(&p.code));
+            }
+        }
+        Err(e) => assert_spec_code(&e, "dhcp"),
+    }
+}
+
+// ---- dhcp_message --------------------------------------------------------------
+
+/// What a DHCP server (or anyone on the LAN) can send the dhcp daemon, and
+/// what a local peer can send its socket: the bytes as an IPv4/UDP packet
+/// to port 68, as a DHCP message (binding, CNI result in every version),
+/// and as a protocol request. No panic; a result that is built converts.
+pub fn dhcp_message(data: &[u8]) {
+    if let Some((_, payload)) = dhcp::daemon::packet::parse_ipv4_udp(data) {
+        assert!(payload.len() <= data.len());
+    }
+    if let Ok(msg) = dhcp::ack::decode(data) {
+        if let Ok(b) = dhcp::ack::binding(&msg, Some(std::net::Ipv4Addr::new(10, 0, 0, 1))) {
+            assert!(b.prefix_len <= 32);
+            assert!(b.t1 <= b.t2 && b.t2 <= b.lease, "{b:?}");
+            let r = dhcp::ack::result(&msg, &b, Some(7));
+            for v in version::ALL {
+                match r.to_json(v) {
+                    Ok(j) => assert!(j.is_object()),
+                    Err(e) => assert_spec_code(&e, "dhcp result"),
+                }
+            }
+        }
+    }
+    let _ = dhcp::proto::read_message::<dhcp::proto::Request>(&mut &data[..]);
 }

@@ -1537,6 +1537,225 @@ fn bad_input_macvlan() {
     b.run(cases);
 }
 
+/// A child process killed and reaped on drop (the DHCP server and daemon
+/// of the dhcp cases).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn bad_input_dhcp() {
+    if !require_root("bad_input_dhcp") {
+        return;
+    }
+    let mut b = Bench::new("dhcp", "eth0", false);
+    // The pod's eth0 is on a LAN namespace where dnsmasq serves; the daemon
+    // runs in the node with its socket and leases under the state dir (so
+    // they are part of what must not change).
+    let lan = Netns::new("lan-bad-dhcp");
+    let files = TempDir::new("bad-dhcp-server");
+    b.pod.ip(&[
+        "link",
+        "add",
+        "eth0",
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "eth0",
+        "netns",
+        lan.name(),
+    ]);
+    b.pod.ip(&["link", "set", "eth0", "addrgenmode", "none"]);
+    b.pod.ip(&["link", "set", "eth0", "up"]);
+    lan.ip(&["link", "set", "eth0", "up"]);
+    lan.ip(&["addr", "add", "10.78.0.1/24", "dev", "eth0"]);
+    let log = files.path().join("dnsmasq.log");
+    let _server = Killed(
+        lan.command("dnsmasq")
+            .args([
+                "--no-daemon",
+                "--conf-file=/dev/null",
+                "--port=0",
+                "--user=root",
+                "--interface=eth0",
+                "--bind-interfaces",
+                "--no-ping",
+                "--dhcp-range=10.78.0.100,10.78.0.199,255.255.255.0,1h",
+            ])
+            .arg(format!(
+                "--dhcp-leasefile={}",
+                files.path().join("leases").display()
+            ))
+            .arg(format!("--log-facility={}", log.display()))
+            .spawn()
+            .expect("dnsmasq"),
+    );
+    wait_for("dnsmasq", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("DHCP, IP range"))
+    });
+    let sock = b.path("run/dhcp.sock");
+    let _daemon = Killed(
+        b.node
+            .ns
+            .command(bin("dhcp"))
+            .arg("daemon")
+            .arg("-socketpath")
+            .arg(&sock)
+            .arg("-leasedir")
+            .arg(b.path("leases"))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("dhcp daemon"),
+    );
+    wait_for("the daemon", || {
+        std::os::unix::net::UnixStream::connect(&sock).is_ok()
+    });
+    b.base = json!({"cniVersion": "1.0.0", "name": "dhcp-net", "type": "macvlan",
+        "ipam": {"type": "dhcp", "daemonSocketPath": sock}});
+    let base = b.base.clone();
+    let no_daemon = b.path("nobody.sock");
+    let plain = b.state.write("plain-file.sock", "not a socket\n");
+    let long_arg = format!("H={}", "h".repeat(300));
+    let provide = |v: Value| with(&base, "/ipam/provide", v);
+    let request = |v: Value| with(&base, "/ipam/request", v);
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case(
+            "daemonSocketPath relative",
+            with(&base, "/ipam/daemonSocketPath", json!("run/dhcp.sock")),
+            7,
+            "ipam.daemonSocketPath",
+        ),
+        case(
+            "daemonSocketPath of 200 bytes",
+            with(
+                &base,
+                "/ipam/daemonSocketPath",
+                json!(format!("/{}", "s".repeat(199))),
+            ),
+            7,
+            "ipam.daemonSocketPath",
+        ),
+        case(
+            "daemonSocketPath a number",
+            with(&base, "/ipam/daemonSocketPath", json!(7)),
+            7,
+            "ipam.daemonSocketPath",
+        ),
+        case(
+            "a daemon that is not running",
+            with(&base, "/ipam/daemonSocketPath", json!(no_daemon)),
+            11,
+            no_daemon.to_str().unwrap(),
+        ),
+        case(
+            "daemonSocketPath a regular file",
+            with(&base, "/ipam/daemonSocketPath", json!(plain)),
+            11,
+            plain.to_str().unwrap(),
+        ),
+        case(
+            "provide an object",
+            provide(json!({"option": "12"})),
+            7,
+            "ipam.provide",
+        ),
+        case(
+            "provide an unknown option name",
+            provide(json!([{"option": "host-nam", "value": "x"}])),
+            7,
+            "ipam.provide[0].option",
+        ),
+        case(
+            "provide option 300",
+            provide(json!([{"option": "300", "value": "x"}])),
+            7,
+            "ipam.provide[0].option",
+        ),
+        case(
+            "provide option a number",
+            provide(json!([{"option": 12, "value": "x"}])),
+            7,
+            "ipam.provide[0].option",
+        ),
+        case(
+            "provide the message type",
+            provide(json!([{"option": "12", "value": "a"}, {"option": "53", "value": "x"}])),
+            7,
+            "ipam.provide[1].option",
+        ),
+        case(
+            "provide a value of 300 bytes",
+            provide(json!([{"option": "host-name", "value": "v".repeat(300)}])),
+            7,
+            "ipam.provide[0].value",
+        ),
+        case(
+            "provide a value not a string",
+            provide(json!([{"option": "host-name", "value": 5}])),
+            7,
+            "ipam.provide[0].value",
+        ),
+        case(
+            "provide fromArg not a string",
+            provide(json!([{"option": "host-name", "fromArg": ["H"]}])),
+            7,
+            "ipam.provide[0].fromArg",
+        ),
+        Case {
+            what: "provide fromArg of 300 bytes in CNI_ARGS".into(),
+            stdin: Stdin::Json(provide(json!([{"option": "host-name", "fromArg": "H"}]))),
+            env: vec![("CNI_ARGS", Some(long_arg))],
+            code: 4,
+            needle: "CNI_ARGS H".into(),
+        },
+        case(
+            "request a string",
+            request(json!("routers")),
+            7,
+            "ipam.request",
+        ),
+        case(
+            "request an unknown option",
+            request(json!([{"option": "routerz"}])),
+            7,
+            "ipam.request[0].option",
+        ),
+        case(
+            "request option 0",
+            request(json!([{"option": "routers"}, {"option": "0"}])),
+            7,
+            "ipam.request[1].option",
+        ),
+        case(
+            "request skipDefault not a bool",
+            request(json!([{"skipDefault": "yes"}])),
+            7,
+            "ipam.request[0].skipDefault",
+        ),
+        case(
+            "priority -5",
+            with(&base, "/ipam/priority", json!(-5)),
+            7,
+            "ipam.priority",
+        ),
+        env_case(
+            "CNI_IFNAME not in the pod",
+            &base,
+            &[("CNI_IFNAME", Some("eth7"))],
+            4,
+            "eth7",
+        ),
+    ]);
+    b.run(cases);
+}
+
 #[test]
 fn bad_input_ptp() {
     if !require_root("bad_input_ptp") {

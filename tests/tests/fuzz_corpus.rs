@@ -71,3 +71,8 @@ fn corpus_subnet_env() {
 fn corpus_plugin_config() {
     replay("plugin_config", checks::plugin_config);
 }
+
+#[test]
+fn corpus_dhcp_message() {
+    replay("dhcp_message", checks::dhcp_message);
+}

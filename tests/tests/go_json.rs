@@ -352,6 +352,20 @@ fn tap_keys() {
     same_in_every_case("tap", conf, &[], parse);
 }
 
+#[test]
+fn dhcp_keys() {
+    let parse =
+        |v: &Value| dhcp::config::Conf::parse(&args_of(v, "IgnoreUnknown=1;K8S_POD_NAME=web"));
+    let conf = with(
+        base("macvlan"),
+        json!({"ipam": {"type": "dhcp", "daemonSocketPath": "/run/cni/other.sock", "priority": 3,
+                        "request": [{"option": "domain-name"}, {"skipDefault": true}],
+                        "provide": [{"option": "host-name", "fromArg": "K8S_POD_NAME"},
+                                    {"option": "user-class", "value": "x"}]}}),
+    );
+    same_in_every_case("dhcp", conf, &[], parse);
+}
+
 /// The runtime side: Go libcni reads a conflist's own keys from a map
 /// (exactly) and each plugin's `type` and `capabilities` from a struct.
 #[test]

@@ -29,9 +29,11 @@
 //! this order, best effort, each failure said on stderr:
 //!
 //! 1. the [`Add::undo`] closures, newest first;
-//! 2. the links, newest first (a link's addresses and routes go with it);
-//! 3. IPAM DEL: only once nothing on the node uses the address any more, so
-//!    a concurrent ADD handed the same address finds no stale route to it;
+//! 2. IPAM DEL, while the container's interface is still there: the dhcp
+//!    IPAM sends its DHCPRELEASE out of it (the reference's order too);
+//! 3. the links, newest first (a link's addresses and routes go with it; a
+//!    concurrent ADD handed the address meanwhile replaces a host route to
+//!    it rather than failing on it);
 //! 4. the [`Add::undo_last`] closures, newest first: shared objects (the
 //!    bridge) that this ADD created and that must outlive its own parts.
 //!
@@ -279,6 +281,11 @@ impl<'a> Add<'a> {
                 say(&what, &e);
             }
         }
+        if let Some(plugin) = &self.undo.ipam {
+            if let Err(e) = ipam::exec_del(plugin, &self.args.stdin) {
+                say("IPAM DEL", &e);
+            }
+        }
         for link in std::mem::take(&mut self.undo.links).into_iter().rev() {
             let nl = if link.in_container {
                 Ok(&mut self.container)
@@ -289,11 +296,6 @@ impl<'a> Add<'a> {
                 if !is_not_found(&e) {
                     say(&format!("deleting link {:?}", link.name), &e);
                 }
-            }
-        }
-        if let Some(plugin) = &self.undo.ipam {
-            if let Err(e) = ipam::exec_del(plugin, &self.args.stdin) {
-                say("IPAM DEL", &e);
             }
         }
         for (what, undo) in self.undo.last.drain(..).rev() {
@@ -321,20 +323,21 @@ pub fn interface_of(link: &Link, sandbox: &str) -> Interface {
 
 // ---- DEL, GC, STATUS --------------------------------------------------------
 
-/// DEL's shared part, best effort: deletes `CNI_IFNAME` in the container
-/// ([`delete_container_link`]) on its own thread while IPAM DEL (the
-/// config's `ipam.type`, read leniently) and `more` (the plugin's own
-/// teardown, returning its errors) run on this one: deleting a link waits
-/// for the kernel's RCU grace periods (some 15 ms for a veth), so a DEL
-/// takes about its longest step, not their sum. Every step runs; the
-/// errors are reported together.
+/// DEL's shared part, best effort: IPAM DEL (the config's `ipam.type`,
+/// read leniently) and then the deletion of `CNI_IFNAME` in the container
+/// ([`delete_container_link`]), in that order (the dhcp IPAM releases its
+/// lease out of the interface, as in the reference), on their own thread
+/// while `more` (the plugin's own teardown, returning its errors) runs on
+/// this one: deleting a link waits for the kernel's RCU grace periods (some
+/// 15 ms for a veth), and a firewall teardown for one more. Every step
+/// runs; the errors are reported together.
 pub fn del(args: &CmdArgs, more: impl FnOnce() -> ErrorList) -> Result<()> {
     del_with(args, || delete_container_link(args), more)
 }
 
 /// [`del`] with the plugin's own link step instead of deleting
 /// `CNI_IFNAME` (a plugin that moves a device back to the node rather
-/// than deleting it): `link` runs on its own thread beside IPAM DEL and
+/// than deleting it): `link` runs after IPAM DEL, on their thread beside
 /// `more`.
 pub fn del_with(
     args: &CmdArgs,
@@ -343,16 +346,21 @@ pub fn del_with(
 ) -> Result<()> {
     let mut errors = ErrorList::new();
     std::thread::scope(|s| {
-        let link = s.spawn(link);
-        if let Some(plugin) = args.teardown_ipam_type() {
-            errors.record(ipam::exec_del(&plugin, &args.stdin));
-        }
+        let interface = s.spawn(|| {
+            let mut errors = ErrorList::new();
+            if let Some(plugin) = args.teardown_ipam_type() {
+                errors.record(ipam::exec_del(&plugin, &args.stdin));
+            }
+            errors.record(link());
+            errors
+        });
         errors.extend(more());
-        errors.record(link.join().unwrap_or_else(|_| {
-            Err(Error::Internal(
-                "the container link step of DEL panicked".into(),
-            ))
-        }));
+        match interface.join() {
+            Ok(e) => errors.extend(e),
+            Err(_) => errors.push(Error::Internal(
+                "the IPAM and container link steps of DEL panicked".into(),
+            )),
+        }
     });
     errors.finish()
 }
