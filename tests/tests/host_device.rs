@@ -27,7 +27,6 @@
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use tests::*;
 
 /// Answers each TCP connection with "<name> <peer address>".
@@ -221,6 +220,19 @@ fn dev(ns: &Netns, name: &str) -> Option<Value> {
     }))
 }
 
+/// Waits (bounded) until the kernel's link watch has given `name` in `ns`,
+/// when up, its carrier and qdisc: that runs a moment after a link comes
+/// up, and snapshots hold qdiscs.
+fn settled(ns: &Netns, name: &str) {
+    wait_for(&format!("{name}'s qdisc in {}", ns.name()), || {
+        ns.link(name).is_some_and(|l| {
+            let flags = l["flags"].as_array().cloned().unwrap_or_default();
+            !flags.iter().any(|x| x == "UP")
+                || (flags.iter().any(|x| x == "LOWER_UP") && l["qdisc"] == "noqueue")
+        })
+    });
+}
+
 /// `dev` with its fields as `json!` gives them.
 fn dev_is(ns: &Netns, name: &str, kind: &str, mac: &str, alias: Option<&str>, up: bool) {
     assert_eq!(
@@ -313,12 +325,6 @@ impl FakeSysfs {
         );
         self.dir.write_executable(&format!("bin/{name}"), &script)
     }
-}
-
-/// The PCI address of the stand-in VF, its kernel path.
-const VF: &str = "0000:3b:02.1";
-fn vf_path() -> String {
-    format!("/sys/{PCI_PARENT}/{VF}")
 }
 
 // ---- VERSION ------------------------------------------------------------------
@@ -486,4 +492,528 @@ fn layer_2_only_every_version_and_dual_stack() {
     site.call("DEL", Some(&pod), "net1", &c).assert_silent_ok();
     assert_eq!(leases_in(&leases.join("dual")), Vec::<String>::new());
     dev_is(&site.node.ns, "hd0", "veth", mac, None, false);
+}
+
+// ---- every way of naming the device ----------------------------------------
+
+/// A node with stand-in VFs `vf0`..`vf4` (veths, MACs `0a:58:0a:46:01:0N`)
+/// and the stand-in sysfs: `0000:3b:02.N` holds `vfN` (`.3` as a virtio
+/// NIC), `0000:3b:02.9` is bound to vfio-pci, auxiliary device
+/// `mlx5_core.sf.4` holds `vf4`.
+fn vf_site(tag: &str) -> (Site, FakeSysfs) {
+    let site = Site::new(tag);
+    for n in 0..5 {
+        site.veth(
+            &format!("vf{n}"),
+            &format!("0a:58:0a:46:01:0{n}"),
+            &format!("lan{n}"),
+            None,
+        );
+    }
+    let sys = FakeSysfs::new(tag);
+    for n in 0..4 {
+        sys.pci(
+            &format!("0000:3b:02.{n}"),
+            Some(&format!("vf{n}")),
+            n == 3,
+            "iavf",
+        );
+    }
+    sys.pci("0000:3b:02.9", None, false, "vfio-pci")
+        .aux("mlx5_core.sf.4", "vf4");
+    (site, sys)
+}
+
+/// Each key names its device, in Go's precedence, read from sysfs where
+/// it is a sysfs key; DEL gives each back. The result carries the PCI
+/// address (`pciID`, 1.1.0) when a PCI address named the device.
+#[test]
+fn every_way_of_naming_the_device() {
+    if !require_root("every_way_of_naming_the_device") {
+        return;
+    }
+    let (site, sys) = vf_site("names");
+    let plugin = sys.wrap(&bin("host-device"));
+    let path = bin_dir().display().to_string();
+    let cases: Vec<(Value, &str, &str)> = vec![
+        (json!({"device": "vf1"}), "vf1", ""),
+        (json!({"hwaddr": "0a:58:0a:46:01:02"}), "vf2", ""),
+        (json!({"hwaddr": "0a58.0a46.0100"}), "vf0", ""),
+        (
+            json!({"kernelpath": format!("/sys/{PCI_PARENT}/0000:3b:02.2")}),
+            "vf2",
+            "",
+        ),
+        (json!({"pciBusID": "0000:3b:02.1"}), "vf1", "0000:3b:02.1"),
+        (json!({"pciBusID": "0000:3b:02.3"}), "vf3", "0000:3b:02.3"),
+        (
+            json!({"runtimeConfig": {"deviceID": "0000:3b:02.0"}}),
+            "vf0",
+            "0000:3b:02.0",
+        ),
+        // deviceID overrides pciBusID.
+        (
+            json!({"pciBusID": "0000:3b:02.1", "runtimeConfig": {"deviceID": "0000:3b:02.2"}}),
+            "vf2",
+            "0000:3b:02.2",
+        ),
+        (
+            json!({"runtimeConfig": {"deviceID": "mlx5_core.sf.4"}}),
+            "vf4",
+            "",
+        ),
+        // device over hwaddr over kernelpath over pciBusID.
+        (
+            json!({"device": "vf3", "hwaddr": "0a:58:0a:46:01:01", "pciBusID": "0000:3b:02.2"}),
+            "vf3",
+            "",
+        ),
+        (
+            json!({"hwaddr": "0a:58:0a:46:01:01", "kernelpath": format!("/sys/{PCI_PARENT}/0000:3b:02.2")}),
+            "vf1",
+            "",
+        ),
+    ];
+    for (keys, want, pci) in cases {
+        let pod = Netns::new("pod-names");
+        let c = conf("vf", keys.clone());
+        let r = site
+            .call_with(&plugin, &path, "ADD", Some(&pod), "net1", "c-names", &c)
+            .result();
+        let n = want.trim_start_matches("vf");
+        let mac = format!("0a:58:0a:46:01:0{n}");
+        let mut iface = json!({"name": "net1", "mac": mac, "mtu": 1500, "sandbox": pod.path()});
+        if !pci.is_empty() {
+            iface["pciID"] = json!(pci);
+        }
+        assert_eq!(r["interfaces"], json!([iface]), "{keys}");
+        dev_is(&pod, "net1", "veth", &mac, Some(want), true);
+        assert!(site.node.ns.link(want).is_none(), "{keys}");
+        site.call_with(
+            &plugin,
+            &path,
+            "CHECK",
+            Some(&pod),
+            "net1",
+            "c-names",
+            &with_prev(&c, &r),
+        )
+        .assert_silent_ok();
+        site.call_with(&plugin, &path, "DEL", Some(&pod), "net1", "c-names", &c)
+            .assert_silent_ok();
+        dev_is(&site.node.ns, want, "veth", &mac, None, false);
+    }
+}
+
+/// DPDK: a PCI device bound to vfio-pci has no kernel network device;
+/// nothing is moved, IPAM's addresses are reported on the interface (for
+/// the DPDK application), CHECK and DEL have nothing to look at.
+#[test]
+fn dpdk_devices_are_reported_not_moved() {
+    if !require_root("dpdk_devices_are_reported_not_moved") {
+        return;
+    }
+    let (site, sys) = vf_site("dpdk");
+    let plugin = sys.wrap(&bin("host-device"));
+    let path = bin_dir().display().to_string();
+    let pod = Netns::new("pod-dpdk");
+    let before = (
+        NetSnapshot::take(&site.node.ns),
+        NetSnapshot::take_with(&pod, false),
+    );
+    for keys in [
+        json!({"pciBusID": "0000:3b:02.9", "ipam": static_ipam()}),
+        json!({"runtimeConfig": {"deviceID": "0000:3b:02.9"}, "ipam": static_ipam()}),
+        // A `device` still wins the lookup, but there is none to look up.
+        json!({"device": "vf0", "pciBusID": "0000:3b:02.9", "ipam": static_ipam()}),
+    ] {
+        let c = conf("dpdk", keys.clone());
+        let r = site
+            .call_with(&plugin, &path, "ADD", Some(&pod), "net1", "c-dpdk", &c)
+            .result();
+        assert_eq!(
+            r,
+            json!({"cniVersion": "1.1.0",
+                   "interfaces": [{"name": "net1", "sandbox": pod.path(), "pciID": "0000:3b:02.9"}],
+                   "ips": [{"interface": 0, "address": format!("{POD_IP}/24"), "gateway": LAN_IP}],
+                   "routes": [{"dst": "192.0.2.0/24"}],
+                   "dns": {}}),
+            "{keys}"
+        );
+        let now = (
+            NetSnapshot::take(&site.node.ns),
+            NetSnapshot::take_with(&pod, false),
+        );
+        assert_eq!(now, before, "{keys}: DPDK moved something");
+        site.call_with(
+            &plugin,
+            &path,
+            "CHECK",
+            Some(&pod),
+            "net1",
+            "c-dpdk",
+            &with_prev(&c, &r),
+        )
+        .assert_silent_ok();
+        site.call_with(&plugin, &path, "DEL", Some(&pod), "net1", "c-dpdk", &c)
+            .assert_silent_ok();
+        site.call_with(&plugin, &path, "STATUS", None, "", "", &c)
+            .assert_silent_ok();
+    }
+}
+
+/// `kernelpath` on the node's real sysfs: a veth's device directory is
+/// `/sys/devices/virtual/net/<name>`, so the kernel path that holds it is
+/// `/sys/devices/virtual`, whose `net` lists every virtual device of the
+/// node; the first by name is taken, as Go's does (here the stand-in,
+/// which sorts before `lo`).
+#[test]
+fn kernelpath_of_a_virtual_device_on_the_real_sysfs() {
+    if !require_root("kernelpath_of_a_virtual_device_on_the_real_sysfs") {
+        return;
+    }
+    let site = Site::new("kpath");
+    let mac = "0a:58:0a:46:02:01";
+    site.veth("hdk0", mac, "lan0", Some(LAN_IP));
+    let listed = run_ok(site.node.ns.command("ls").arg("/sys/devices/virtual/net"));
+    assert_eq!(String::from_utf8_lossy(&listed.stdout), "hdk0\nlo\n");
+    let pod = Netns::new("pod-kpath");
+    let c = conf(
+        "kp",
+        json!({"kernelpath": "/sys/devices/virtual", "ipam": static_ipam()}),
+    );
+    let r = site.call("ADD", Some(&pod), "net1", &c).result();
+    assert_eq!(r["interfaces"][0]["mac"], mac);
+    dev_is(&pod, "net1", "veth", mac, Some("hdk0"), true);
+    ping(&pod, LAN_IP);
+    // With hdk0 gone from the node, the first is lo, which the node uses.
+    let pod2 = Netns::new("pod2-kpath");
+    site.call("ADD", Some(&pod2), "net1", &c).assert_error(
+        7,
+        "kernelpath: \"lo\" is in use on the node: it carries 127.0.0.1/8, ::1/128",
+    );
+    site.call("DEL", Some(&pod), "net1", &c).assert_silent_ok();
+    dev_is(&site.node.ns, "hdk0", "veth", mac, None, false);
+}
+
+// ---- failures leave the node as it was --------------------------------------
+
+/// An IPAM plugin that logs each verb to `$LOG` and fails ADD (code 11).
+const FAILING_IPAM: &str = r#"#!/bin/sh
+echo "$CNI_COMMAND" >> "$(dirname "$0")/log"
+if [ "$CNI_COMMAND" = ADD ]; then
+  echo '{"cniVersion":"1.1.0","code":11,"msg":"no address today"}'
+  exit 1
+fi
+"#;
+
+/// A failed ADD, at each step after the move (IPAM ADD, the addresses or
+/// routes in the pod, a bad CNI_ARGS for host-local), puts the device back
+/// on the node under its name with its own alias and up state, and a
+/// failed IPAM ADD gets its DEL. A device in use on the node, missing, or
+/// one the kernel keeps in its namespace is refused before anything moves.
+#[test]
+fn failed_adds_put_the_device_back() {
+    if !require_root("failed_adds_put_the_device_back") {
+        return;
+    }
+    let site = Site::new("fail");
+    let mac = "0a:58:0a:46:03:01";
+    site.veth("hd0", mac, "lan0", Some(LAN_IP));
+    site.node
+        .ns
+        .ip(&["link", "set", "hd0", "alias", "spare port 3"]);
+    let scripts = TempDir::new("fail-ipam");
+    scripts.write_executable("fail-ipam", FAILING_IPAM);
+    let path = format!("{}:{}", scripts.path().display(), bin_dir().display());
+    let pod = Netns::new("pod-fail");
+    let before = (
+        NetSnapshot::take(&site.node.ns),
+        NetSnapshot::take_with(&pod, false),
+    );
+    let unreachable = json!({"type": "static",
+        "addresses": [{"address": format!("{POD_IP}/24")}],
+        "routes": [{"dst": "192.0.2.0/24", "gw": "10.99.0.1"}]});
+    let leases = site.state.path().join("leases");
+    let host_local = json!({"type": "host-local", "dataDir": leases,
+                            "ranges": [[{"subnet": "10.70.0.0/24"}]]});
+    // Down first: a device never up has no qdisc yet, as after a move.
+    for (up, ipam, env_args, code, needle) in [
+        (
+            false,
+            json!({"type": "fail-ipam"}),
+            "",
+            11,
+            "no address today",
+        ),
+        (
+            true,
+            json!({"type": "fail-ipam"}),
+            "",
+            11,
+            "no address today",
+        ),
+        (true, unreachable.clone(), "", 100, "192.0.2.0/24"),
+        (true, host_local, "IP=10.70.9.9", 4, "CNI_ARGS IP=10.70.9.9"),
+    ] {
+        site.node
+            .ns
+            .ip(&["link", "set", "hd0", if up { "up" } else { "down" }]);
+        settled(&site.node.ns, "hd0");
+        let state = (
+            NetSnapshot::take(&site.node.ns),
+            NetSnapshot::take_with(&pod, false),
+        );
+        let c = conf("fail", json!({"device": "hd0", "ipam": ipam}));
+        let netns = pod.path().display().to_string();
+        let out = call_plugin(
+            Some(&site.node.ns),
+            &bin("host-device"),
+            &[
+                ("CNI_COMMAND", "ADD"),
+                ("CNI_CONTAINERID", "c-fail"),
+                ("CNI_NETNS", &netns),
+                ("CNI_IFNAME", "net1"),
+                ("CNI_PATH", &path),
+                ("CNI_ARGS", env_args),
+            ],
+            &c.to_string(),
+        );
+        out.assert_error(code, needle);
+        dev_is(&site.node.ns, "hd0", "veth", mac, Some("spare port 3"), up);
+        settled(&site.node.ns, "hd0");
+        let now = (
+            NetSnapshot::take(&site.node.ns),
+            NetSnapshot::take_with(&pod, false),
+        );
+        assert_eq!(now, state, "{}: the node or the pod changed", out.stdout);
+    }
+    assert_eq!(
+        std::fs::read_to_string(scripts.path().join("log")).unwrap(),
+        "ADD\nDEL\nADD\nDEL\n"
+    );
+    assert_eq!(leases_in(&leases.join("fail")), Vec::<String>::new());
+
+    // Refused before anything moves.
+    site.node.ns.ip(&["link", "add", "br0", "type", "bridge"]);
+    site.veth("port0", "0a:58:0a:46:03:02", "lan1", None);
+    site.node.ns.ip(&["link", "set", "port0", "master", "br0"]);
+    site.veth("used0", "0a:58:0a:46:03:03", "lan2", None);
+    site.node
+        .ns
+        .ip(&["addr", "add", "10.80.0.1/24", "dev", "used0"]);
+    site.veth("used6", "0a:58:0a:46:03:04", "lan3", None);
+    site.node
+        .ns
+        .ip(&["-6", "addr", "add", "fd80::1/64", "dev", "used6", "nodad"]);
+    site.veth("ll0", "0a:58:0a:46:03:05", "lan4", None);
+    site.node
+        .ns
+        .ip(&["-6", "addr", "add", "fe80::5/64", "dev", "ll0", "nodad"]);
+    let refused = (
+        NetSnapshot::take(&site.node.ns),
+        NetSnapshot::take_with(&pod, false),
+    );
+    for (keys, needle) in [
+        (
+            json!({"device": "port0"}),
+            "device: \"port0\" is in use on the node: it is a port of \"br0\" (bridge)",
+        ),
+        (
+            json!({"hwaddr": "0a:58:0a:46:03:03"}),
+            "hwaddr: \"used0\" is in use on the node: it carries 10.80.0.1/24",
+        ),
+        (
+            json!({"device": "used6"}),
+            "device: \"used6\" is in use on the node: it carries fd80::1/64",
+        ),
+        (
+            json!({"device": "br0"}),
+            "device: \"br0\" cannot leave the node's network namespace",
+        ),
+        (
+            json!({"device": "lo"}),
+            "device: \"lo\" is in use on the node",
+        ),
+        (
+            json!({"device": "nosuch0"}),
+            "device: \"nosuch0\" not found in the node's network namespace",
+        ),
+        (
+            json!({"hwaddr": "0a:58:0a:46:03:ff"}),
+            "hwaddr: no link with hardware address 0a:58:0a:46:03:ff",
+        ),
+        (
+            json!({"kernelpath": "/sys/devices/virtual/nosuch"}),
+            "kernelpath: cannot read /sys/devices/virtual/nosuch/net",
+        ),
+        (
+            json!({"pciBusID": "0000:ff:1f.7"}),
+            "pciBusID: no PCI device \"0000:ff:1f.7\"",
+        ),
+        (
+            json!({"runtimeConfig": {"deviceID": "0000:ff:1f.7"}}),
+            "runtimeConfig.deviceID: \"0000:ff:1f.7\" is neither",
+        ),
+    ] {
+        let c = conf("refused", keys.clone());
+        site.call("ADD", Some(&pod), "net1", &c)
+            .assert_error(7, needle);
+        let now = (
+            NetSnapshot::take(&site.node.ns),
+            NetSnapshot::take_with(&pod, false),
+        );
+        assert_eq!(now, refused, "{keys}: the node or the pod changed");
+    }
+    // An IPv6 link-local address is no use of the device: it moves.
+    let c = conf("ll", json!({"device": "ll0"}));
+    site.call("ADD", Some(&pod), "net1", &c).result();
+    site.call("DEL", Some(&pod), "net1", &c).assert_silent_ok();
+    assert_eq!(before.1, NetSnapshot::take_with(&pod, false));
+}
+
+// ---- DEL after the namespace is gone, the kernel's return, GC -----------------
+
+/// What the kernel does with a physical device whose pod namespace dies
+/// (moves it to the root namespace under its pod name, or `dev<N>` when
+/// that is taken, alias kept), done by hand for a veth, which the kernel
+/// would delete instead: `name` in `pod` goes to the node as `as_name`,
+/// then the pod namespace goes.
+fn kernel_returns(site: &Site, pod: Netns, name: &str, as_name: &str) {
+    let node = site.node.ns.name().to_string();
+    pod.ip(&["link", "set", name, "netns", &node, "name", as_name]);
+    drop(pod);
+}
+
+/// DEL once the namespace is gone: a veth or a macvlan died with it
+/// (nothing to do, the lease released); a device the kernel gave back to
+/// the node under its pod name gets its node name back. Go's DEL fails on
+/// both ("failed to open netns") and keeps the lease.
+#[test]
+fn del_after_the_namespace_is_gone() {
+    if !require_root("del_after_the_namespace_is_gone") {
+        return;
+    }
+    let site = Site::new("gone");
+    site.veth("hd0", "0a:58:0a:46:04:01", "lan0", Some(LAN_IP));
+    site.macvlan("hdmv0", "0a:58:0a:46:04:02", "uplink0", "lan1", "10.71.0.1");
+    let leases = site.state.path().join("leases");
+    let ipam = json!({"type": "host-local", "dataDir": leases,
+                      "ranges": [[{"subnet": "10.70.0.0/24"}]]});
+    for (dev, ifname) in [("hd0", "net1"), ("hdmv0", "eth0")] {
+        let c = conf("gone", json!({"device": dev, "ipam": ipam}));
+        let pod = Netns::new("pod-gone");
+        let path = pod.path();
+        site.call("ADD", Some(&pod), ifname, &c).result();
+        assert_eq!(leases_in(&leases.join("gone")).len(), 1);
+        drop(pod);
+        wait_for("the pod's devices to go", || {
+            site.node.ns.link(dev).is_none()
+        });
+        let out = call_plugin(
+            Some(&site.node.ns),
+            &bin("host-device"),
+            &[
+                ("CNI_COMMAND", "DEL"),
+                ("CNI_CONTAINERID", "hd-ctr"),
+                ("CNI_NETNS", path.to_str().unwrap()),
+                ("CNI_IFNAME", ifname),
+                ("CNI_PATH", bin_dir().to_str().unwrap()),
+            ],
+            &c.to_string(),
+        );
+        out.assert_silent_ok();
+        assert_eq!(
+            leases_in(&leases.join("gone")),
+            Vec::<String>::new(),
+            "{dev}"
+        );
+        // An empty CNI_NETNS (containerd, the sandbox gone) too.
+        site.call("DEL", None, ifname, &c).assert_silent_ok();
+    }
+    // The kernel's return of a physical device: under its pod name, and
+    // under dev<N> when that name is taken on the node.
+    site.veth("hd1", "0a:58:0a:46:04:03", "lan2", None);
+    site.veth("hd2", "0a:58:0a:46:04:04", "lan3", None);
+    for (keys, name, back_as) in [
+        (json!({"device": "hd1"}), "hd1", "net1"),
+        (json!({"hwaddr": "0a:58:0a:46:04:04"}), "hd2", "dev77"),
+    ] {
+        let c = conf("ret", keys.clone());
+        let pod = Netns::new("pod-ret");
+        site.call("ADD", Some(&pod), "net1", &c).result();
+        kernel_returns(&site, pod, "net1", back_as);
+        let mac = dev(&site.node.ns, back_as).unwrap()["mac"].clone();
+        dev_is(
+            &site.node.ns,
+            back_as,
+            "veth",
+            mac.as_str().unwrap(),
+            Some(name),
+            false,
+        );
+        let out = site.call_with(
+            &bin("host-device"),
+            bin_dir().to_str().unwrap(),
+            "DEL",
+            None,
+            "net1",
+            "hd-ctr",
+            &c,
+        );
+        out.assert_silent_ok();
+        dev_is(
+            &site.node.ns,
+            name,
+            "veth",
+            mac.as_str().unwrap(),
+            None,
+            false,
+        );
+        assert!(site.node.ns.link(back_as).is_none(), "{keys}");
+    }
+    // Go's DEL, on a namespace that is gone.
+    let Some(go) = go_plugin("host-device") else {
+        return;
+    };
+    site.veth("hd3", "0a:58:0a:46:04:05", "lan4", None);
+    let mut c = conf("gone", json!({"device": "hd3", "ipam": ipam}));
+    c["cniVersion"] = json!("1.0.0");
+    let pod = Netns::new("pod-gone-go");
+    let path = pod.path();
+    site.call_with(&go, GO_PLUGIN_DIR, "ADD", Some(&pod), "net1", "go-ctr", &c)
+        .result();
+    drop(pod);
+    wait_for("the pod's veth to go", || {
+        site.node.ns.link("hd3").is_none()
+    });
+    let out = call_plugin(
+        Some(&site.node.ns),
+        &go,
+        &[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "go-ctr"),
+            ("CNI_NETNS", path.to_str().unwrap()),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_PATH", GO_PLUGIN_DIR),
+        ],
+        &c.to_string(),
+    );
+    out.assert_error(999, "failed to open netns");
+    // The lease stays; ours releases it.
+    assert_eq!(leases_in(&leases.join("gone")).len(), 1);
+    let out = call_plugin(
+        Some(&site.node.ns),
+        &bin("host-device"),
+        &[
+            ("CNI_COMMAND", "DEL"),
+            ("CNI_CONTAINERID", "go-ctr"),
+            ("CNI_NETNS", path.to_str().unwrap()),
+            ("CNI_IFNAME", "net1"),
+            ("CNI_PATH", bin_dir().to_str().unwrap()),
+        ],
+        &c.to_string(),
+    );
+    out.assert_silent_ok();
+    assert_eq!(leases_in(&leases.join("gone")), Vec::<String>::new());
 }
