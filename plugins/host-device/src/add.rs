@@ -15,6 +15,7 @@ use libcni::ipam::IfaceOptions;
 use libcni::mac::format_hardware_addr;
 use libcni::skel::CmdArgs;
 use libcni::types::{CniResult, Interface};
+use libcni::version::Version;
 use libcni::Error;
 
 use crate::config::Conf;
@@ -35,9 +36,12 @@ fn steps(a: &mut Add<'_>, conf: &Conf, plan: &Plan, sys: &Sysfs) -> Result<CniRe
     let mut iface = Interface {
         name: args.ifname.clone(),
         sandbox: args.netns.clone(),
-        pci_id: plan.pci.clone().unwrap_or_default(),
         ..Interface::default()
     };
+    // `pciID` is a 1.1.0 key (the reference never sets it).
+    if args.version >= Version::V1_1_0 {
+        iface.pci_id = plan.pci.clone().unwrap_or_default();
+    }
     let moved = if plan.dpdk {
         None
     } else {
