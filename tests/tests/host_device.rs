@@ -1370,3 +1370,363 @@ fn where_go_leaves_the_device_in_the_pod_ours_goes_back() {
         }
     }
 }
+
+// ---- through the runtimes ---------------------------------------------------
+
+/// Who runs the chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Client {
+    /// go-cni-cri: containerd's CRI path (loopback first, eth0).
+    Cri,
+    /// go-cnitool: upstream Go libcni.
+    GoCnitool,
+    /// Our cnitool.
+    Cnitool,
+}
+
+/// An SR-IOV network as multus runs it: host-device with the VF the
+/// device plugin allocated (`deviceID`; go-cni-cri cannot pass
+/// capabilities of that kind, so its network names the VF by `pciBusID`),
+/// host-local, then tuning (MTU 1400, restored on DEL); through `client`,
+/// with the stand-in sysfs under the runtime: traffic from the pod
+/// through the VF to the LAN, CHECK, DEL (the VF back on the node, the
+/// lease and the cache gone), and DEL after the pod's namespace is gone.
+fn sriov_network_through(client: Client) {
+    let tool = match client {
+        Client::Cri => go_cni_cri(),
+        Client::GoCnitool => go_cnitool(),
+        Client::Cnitool => Some(bin("cnitool")),
+    };
+    let Some(tool) = tool else {
+        return; // said loudly, a failure under CI
+    };
+    let tag = format!("{client:?}").to_lowercase();
+    let (site, sys) = vf_site(&format!("rt-{tag}"));
+    let tool = sys.wrap(&tool);
+    site.lan.ip(&["addr", "add", &format!("{LAN_IP}/24"), "dev", "lan1"]);
+    let leases = site.state.path().join("leases");
+    let mut hd = json!({"type": "host-device",
+        "ipam": {"type": "host-local", "dataDir": leases,
+                 "ranges": [[{"subnet": "10.70.0.0/24", "rangeStart": "10.70.0.10"}]],
+                 "routes": [{"dst": "192.0.2.0/24", "gw": LAN_IP}]}});
+    if client == Client::Cri {
+        hd["pciBusID"] = json!("0000:3b:02.1");
+    } else {
+        hd["capabilities"] = json!({"deviceID": true});
+    }
+    site.node.write_conf(
+        "10-sriov.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "sriov-net", "plugins": [
+            hd,
+            {"type": "tuning", "mtu": 1400, "dataDir": site.state.path().join("tuning")}
+        ]}),
+    );
+    let run = |verb: &str, pod: Option<&Netns>, id: &str| -> PluginOutput {
+        match client {
+            Client::Cri => {
+                let verb = match verb {
+                    "add" => "setup",
+                    "del" => "remove",
+                    v => v,
+                };
+                site.node.cri(&tool, verb, pod, id, &[])
+            }
+            _ => {
+                let netns = pod.map(|p| p.path().display().to_string()).unwrap_or_else(|| "/run/netns/cnit-gone".into());
+                let env = [("CNI_CONTAINERID", id), ("CAP_ARGS", r#"{"deviceID": "0000:3b:02.1"}"#)];
+                let args = [verb, "sriov-net", netns.as_str()];
+                if client == Client::GoCnitool {
+                    site.node.go_cnitool(&tool, &args, &env)
+                } else {
+                    site.node.cnitool_with(&tool, &args, &env)
+                }
+            }
+        }
+    };
+    let what = format!("{client:?}");
+    let before = NetSnapshot::take(&site.node.ns);
+    let pod = Netns::new(&format!("pod-rt-{tag}"));
+    let out = run("add", Some(&pod), "sriov-pod1");
+    assert_eq!(out.exit_code, 0, "{what}: ADD: {out:?}");
+    let eth0 = dev(&pod, "eth0").expect("eth0 in the pod");
+    assert_eq!(
+        eth0,
+        json!({"name": "eth0", "kind": "veth", "mac": "0a:58:0a:46:01:01", "mtu": 1400,
+               "alias": "vf1", "up": true}),
+        "{what}"
+    );
+    assert_eq!(global_addrs(&pod, "eth0"), ["10.70.0.10/24"], "{what}");
+    ping(&pod, LAN_IP);
+    let _l = server(&site.lan, "lan", 7100);
+    assert_eq!(connect(&pod, LAN_IP, 7100), "lan 10.70.0.10", "{what}");
+    if client != Client::Cri {
+        let out = run("check", Some(&pod), "sriov-pod1");
+        assert_eq!(out.exit_code, 0, "{what}: CHECK: {out:?}");
+    }
+    let out = run("del", Some(&pod), "sriov-pod1");
+    assert_eq!(out.exit_code, 0, "{what}: DEL: {out:?}");
+    assert!(pod.link("eth0").is_none(), "{what}");
+    dev_is(&site.node.ns, "vf1", "veth", "0a:58:0a:46:01:01", None, false);
+    assert_eq!(NetSnapshot::take(&site.node.ns).diff(&before), Vec::<String>::new(), "{what}");
+    assert_eq!(leases_in(&leases.join("sriov-net")), Vec::<String>::new(), "{what}");
+    assert_eq!(tree(&site.state.path().join("tuning")), Vec::<String>::new(), "{what}");
+    assert_eq!(tree(&site.node.shared_cache_dir().join("results")), Vec::<String>::new(), "{what}");
+    // Again, then the pod's namespace goes first (the stand-in dies with it).
+    let pod2 = Netns::new(&format!("pod2-rt-{tag}"));
+    let out = run("add", Some(&pod2), "sriov-pod2");
+    assert_eq!(out.exit_code, 0, "{what}: ADD 2: {out:?}");
+    ping(&pod2, LAN_IP);
+    drop(pod2);
+    let out = run("del", None, "sriov-pod2");
+    assert_eq!(out.exit_code, 0, "{what}: DEL after the namespace is gone: {out:?}");
+    assert_eq!(leases_in(&leases.join("sriov-net")), Vec::<String>::new(), "{what}");
+    assert_eq!(tree(&site.node.shared_cache_dir().join("results")), Vec::<String>::new(), "{what}");
+}
+
+#[test]
+fn sriov_network_through_go_cni_cri() {
+    if require_root("sriov_network_through_go_cni_cri") {
+        sriov_network_through(Client::Cri);
+    }
+}
+
+#[test]
+fn sriov_network_through_go_cnitool() {
+    if require_root("sriov_network_through_go_cnitool") {
+        sriov_network_through(Client::GoCnitool);
+    }
+}
+
+#[test]
+fn sriov_network_through_our_cnitool() {
+    if require_root("sriov_network_through_our_cnitool") {
+        sriov_network_through(Client::Cnitool);
+    }
+}
+
+// ---- a physical NIC, under Debian's full kernel -----------------------------
+
+/// The fullkernel tool (`../shared/tools/fullkernel/run.sh`), or `None`
+/// said loudly (a failure under CI).
+fn fullkernel() -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("FULLKERNEL_RUN").map(PathBuf::from),
+        Some(workspace_root().join("../shared/tools/fullkernel/run.sh")),
+        Some(PathBuf::from("/work/shared/tools/fullkernel/run.sh")),
+    ];
+    if let Some(p) = candidates.into_iter().flatten().find(|p| p.is_file()) {
+        return Some(p);
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("../shared/tools/fullkernel/run.sh is missing");
+    }
+    eprintln!("!!! SKIPPED part of this test: ../shared/tools/fullkernel/run.sh is not there !!!");
+    None
+}
+
+/// The same test, run again inside a VM with Debian's kernel (11 s of
+/// boot and more: one call for the whole scenario), where it takes the
+/// other branch: see [`usb_nic_in_the_vm`].
+#[test]
+fn a_usb_nic_under_debians_full_kernel() {
+    const NAME: &str = "a_usb_nic_under_debians_full_kernel";
+    if std::env::var("FULLKERNEL_GUEST").is_ok_and(|v| v == "1") {
+        usb_nic_in_the_vm();
+        return;
+    }
+    if !require_root(NAME) {
+        return;
+    }
+    let Some(run) = fullkernel() else {
+        return;
+    };
+    let out = std::process::Command::new(run)
+        .arg(std::env::current_exe().expect("current_exe"))
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env("CNI_TEST_BIN_DIR", bin_dir())
+        .output()
+        .expect("fullkernel run.sh");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "in the VM:\n{text}");
+    assert!(text.contains("usb nic in the VM: done"), "in the VM:\n{text}");
+}
+
+/// The network devices whose sysfs device is below `dir_part`
+/// (`/dummy_hcd.`: the USB host side; `/dummy_udc.`: the gadget).
+fn netdevs_below(dir_part: &str) -> Vec<(String, PathBuf)> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir("/sys/class/net").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Ok(dev) = std::fs::canonicalize(e.path().join("device")) {
+            if dev.display().to_string().contains(dir_part) {
+                v.push((name, dev));
+            }
+        }
+    }
+    v
+}
+
+/// Waits up to 60 s (the VM is emulated) for `cond`.
+fn slow_wait(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Runs `ip` in the VM's root namespace (the node here); stdout.
+fn root_ip(args: &[&str]) -> String {
+    let out = run_ok(std::process::Command::new("ip").args(args));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A link of the VM's root namespace: name, alias, up.
+fn root_link(name: &str) -> Option<Value> {
+    let out = std::process::Command::new("ip")
+        .args(["-j", "link", "show", "dev", name])
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let l = v.as_array()?.first()?.clone();
+    Some(json!({
+        "name": l["ifname"],
+        "alias": l.get("ifalias").cloned().unwrap_or(Value::Null),
+        "up": l["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "UP")),
+    }))
+}
+
+/// Inside the VM: the USB gadget Ethernet of `dummy_hcd` is a real
+/// driver's NIC (no `rtnl_link_ops`: a physical device to the kernel),
+/// whose host side the plugin moves and whose gadget side, in a LAN
+/// namespace, is the other end of the cable. The VM's root namespace is
+/// the node. Moved by `kernelpath` (its real sysfs directory), `hwaddr`
+/// and `device`; traffic through it; DEL gives it back. When the pod's
+/// namespace dies, the kernel returns the NIC to the root namespace under
+/// its pod name (`dev<N>` when that is taken) with the alias: Go's DEL
+/// fails and leaves it so, ours (and GC) give it its name back. And a
+/// node switching plugins: Go's ADD undone by our DEL, ours by Go's.
+fn usb_nic_in_the_vm() {
+    run_ok(std::process::Command::new("modprobe").args([
+        "-a", "dummy_hcd", "g_ether", "cdc_ether", "rndis_host", "dummy",
+    ]));
+    slow_wait("the USB NIC's two ends", || {
+        netdevs_below("/dummy_hcd.").len() == 1 && netdevs_below("/dummy_udc.").len() == 1
+    });
+    let (nic, nic_dev) = netdevs_below("/dummy_hcd.").remove(0);
+    let (gadget, _) = netdevs_below("/dummy_udc.").remove(0);
+    let kernelpath = nic_dev.display().to_string();
+    assert!(kernelpath.starts_with("/sys/devices/platform/dummy_hcd.0/"), "{kernelpath}");
+    let mac = std::fs::read_to_string(format!("/sys/class/net/{nic}/address"))
+        .unwrap()
+        .trim()
+        .to_string();
+    eprintln!("usb nic {nic} ({mac}) at {kernelpath}, gadget {gadget}");
+    let lan = Netns::new("usb-lan");
+    root_ip(&["link", "set", &gadget, "netns", lan.name()]);
+    lan.ip(&["addr", "add", "10.72.0.1/24", "dev", &gadget]);
+    lan.ip(&["link", "set", &gadget, "up"]);
+    let ipam = json!({"type": "static", "addresses": [{"address": "10.72.0.2/24"}]});
+    let ours = bin("host-device");
+    let go = go_plugin("host-device");
+    let call = |plugin: &Path, cni_path: &str, cmd: &str, netns: &str, ifname: &str, c: &Value| {
+        call_plugin(
+            None,
+            plugin,
+            &[
+                ("CNI_COMMAND", cmd),
+                ("CNI_CONTAINERID", "usb-ctr"),
+                ("CNI_NETNS", netns),
+                ("CNI_IFNAME", ifname),
+                ("CNI_PATH", cni_path),
+            ],
+            &c.to_string(),
+        )
+    };
+    let our_path = bin_dir().display().to_string();
+    let ours_call = |cmd: &str, netns: &str, ifname: &str, c: &Value| {
+        call(&ours, &our_path, cmd, netns, ifname, c)
+    };
+
+    // By its real kernel path: traffic to the other end of the cable.
+    let pod = Netns::new("usb-pod");
+    let netns = pod.path().display().to_string();
+    let c = conf("usb", json!({"kernelpath": kernelpath, "ipam": ipam}));
+    let r = ours_call("ADD", &netns, "net1", &c).result();
+    assert_eq!(r["interfaces"][0]["mac"], mac.as_str(), "{r}");
+    assert_eq!(r["interfaces"][0]["name"], "net1", "{r}");
+    assert!(root_link(&nic).is_none());
+    let l = pod.link("net1").expect("net1 in the pod");
+    assert_eq!(l["ifalias"], nic.as_str());
+    slow_wait("the USB link", || pod.link("net1").is_some_and(|l| l["operstate"] == "UP"));
+    ping(&pod, "10.72.0.1");
+    ours_call("CHECK", &netns, "net1", &with_prev(&c, &r)).assert_silent_ok();
+    ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
+    assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+    ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
+    drop(pod);
+
+    // The pod's namespace dies: the kernel returns the NIC as net1.
+    let by_mac = conf("usb", json!({"hwaddr": mac, "ipam": ipam}));
+    let pod = Netns::new("usb-pod2");
+    let netns = pod.path().display().to_string();
+    ours_call("ADD", &netns, "net1", &by_mac).result();
+    drop(pod);
+    slow_wait("the kernel to return the NIC", || root_link("net1").is_some());
+    assert_eq!(root_link("net1"), Some(json!({"name": "net1", "alias": nic, "up": false})));
+    if let Some(go) = &go {
+        let mut c = by_mac.clone();
+        c["cniVersion"] = json!("1.0.0");
+        call(go, GO_PLUGIN_DIR, "DEL", &netns, "net1", &c).assert_error(999, "failed to open netns");
+        assert!(root_link("net1").is_some(), "Go's DEL renamed it");
+    }
+    ours_call("DEL", &netns, "net1", &by_mac).assert_silent_ok();
+    assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+    assert!(root_link("net1").is_none());
+
+    // Its pod name taken on the node: the kernel names it dev<N>; GC
+    // gives its name back.
+    root_ip(&["link", "add", "net9", "type", "dummy"]);
+    let by_name = conf("usb", json!({"device": nic, "ipam": ipam}));
+    let pod = Netns::new("usb-pod3");
+    let netns = pod.path().display().to_string();
+    ours_call("ADD", &netns, "net9", &by_name).result();
+    drop(pod);
+    let index = || -> Option<String> {
+        let v: Value = serde_json::from_str(&root_ip(&["-j", "link", "show"])).ok()?;
+        v.as_array()?
+            .iter()
+            .find(|l| l["ifalias"] == nic.as_str())
+            .map(|l| l["ifname"].as_str().unwrap_or_default().to_string())
+    };
+    slow_wait("the kernel to return the NIC", || index().is_some());
+    let returned = index().unwrap();
+    assert!(returned.starts_with("dev"), "{returned}");
+    let mut gc = by_name.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    ours_call("GC", "", "", &gc).assert_silent_ok();
+    assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+    root_ip(&["link", "del", "net9"]);
+
+    // A node switching plugins, both ways.
+    if let Some(go) = &go {
+        let mut c = conf("usb", json!({"kernelpath": kernelpath, "ipam": ipam}));
+        c["cniVersion"] = json!("1.0.0");
+        let pod = Netns::new("usb-pod4");
+        let netns = pod.path().display().to_string();
+        call(go, GO_PLUGIN_DIR, "ADD", &netns, "net1", &c).result();
+        ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
+        assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+        ours_call("ADD", &netns, "net1", &c).result();
+        call(go, GO_PLUGIN_DIR, "DEL", &netns, "net1", &c).assert_silent_ok();
+        assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": nic, "up": false})));
+    }
+    println!("usb nic in the VM: done");
+}
