@@ -1061,16 +1061,37 @@ fn gc_gives_returned_devices_their_names_back() {
         site.call("GC", None, "", &c).assert_silent_ok();
     };
     gc(&by_name);
-    dev_is(&site.node.ns, "hd0", "veth", "0a:58:0a:46:05:01", None, false);
+    dev_is(
+        &site.node.ns,
+        "hd0",
+        "veth",
+        "0a:58:0a:46:05:01",
+        None,
+        false,
+    );
     assert!(site.node.ns.link("net1").is_none());
     assert_eq!(leases_in(&leases.join("gcnet")), Vec::<String>::new());
     gc(&by_mac);
-    dev_is(&site.node.ns, "hd1", "veth", "0a:58:0a:46:05:02", None, false);
+    dev_is(
+        &site.node.ns,
+        "hd1",
+        "veth",
+        "0a:58:0a:46:05:02",
+        None,
+        false,
+    );
     let before = NetSnapshot::take(&site.node.ns);
     gc(&admin);
     gc(&by_name);
     assert_eq!(NetSnapshot::take(&site.node.ns), before);
-    dev_is(&site.node.ns, "ens9", "veth", "0a:58:0a:46:05:03", Some("uplink"), false);
+    dev_is(
+        &site.node.ns,
+        "ens9",
+        "veth",
+        "0a:58:0a:46:05:03",
+        Some("uplink"),
+        false,
+    );
 }
 
 /// STATUS: ADD can be served while the device is on the node and free;
@@ -1087,19 +1108,30 @@ fn status_says_whether_the_device_can_be_had() {
     site.call("STATUS", None, "", &c).assert_silent_ok();
     let pod = Netns::new("pod-status");
     site.call("ADD", Some(&pod), "net1", &c).result();
-    site.call("STATUS", None, "", &c)
-        .assert_error(50, "device: \"hd0\" not found in the node's network namespace");
+    site.call("STATUS", None, "", &c).assert_error(
+        50,
+        "device: \"hd0\" not found in the node's network namespace",
+    );
     site.call("DEL", Some(&pod), "net1", &c).assert_silent_ok();
     site.call("STATUS", None, "", &c).assert_silent_ok();
-    site.node.ns.ip(&["addr", "add", "10.80.0.1/24", "dev", "hd0"]);
-    site.call("STATUS", None, "", &c)
-        .assert_error(50, "device: \"hd0\" is in use on the node: it carries 10.80.0.1/24");
+    site.node
+        .ns
+        .ip(&["addr", "add", "10.80.0.1/24", "dev", "hd0"]);
+    site.call("STATUS", None, "", &c).assert_error(
+        50,
+        "device: \"hd0\" is in use on the node: it carries 10.80.0.1/24",
+    );
     site.node.ns.ip(&["addr", "flush", "dev", "hd0"]);
     let by_mac = conf("st", json!({"hwaddr": "0a:58:0a:46:06:09"}));
-    site.call("STATUS", None, "", &by_mac)
-        .assert_error(50, "hwaddr: no link with hardware address 0a:58:0a:46:06:09");
+    site.call("STATUS", None, "", &by_mac).assert_error(
+        50,
+        "hwaddr: no link with hardware address 0a:58:0a:46:06:09",
+    );
     // IPAM's answer: a missing IPAM plugin.
-    let no_ipam = conf("st", json!({"device": "hd0", "ipam": {"type": "no-such-ipam"}}));
+    let no_ipam = conf(
+        "st",
+        json!({"device": "hd0", "ipam": {"type": "no-such-ipam"}}),
+    );
     site.call("STATUS", None, "", &no_ipam)
         .assert_error(101, "no-such-ipam");
 }
@@ -1117,7 +1149,8 @@ fn check_reports_each_difference() {
     let pod = Netns::new("pod-check");
     let c = conf("ck", json!({"device": "hd0", "ipam": static_ipam()}));
     let r = site.call("ADD", Some(&pod), "net1", &c).result();
-    let check = |conf: &Value, prev: &Value| site.call("CHECK", Some(&pod), "net1", &with_prev(conf, prev));
+    let check =
+        |conf: &Value, prev: &Value| site.call("CHECK", Some(&pod), "net1", &with_prev(conf, prev));
     check(&c, &r).assert_silent_ok();
     let mut other_mac = r.clone();
     other_mac["interfaces"][0]["mac"] = json!("0a:58:0a:46:07:99");
@@ -1127,11 +1160,16 @@ fn check_reports_each_difference() {
     );
     let mut no_iface = r.clone();
     no_iface["interfaces"][0]["name"] = json!("net9");
-    no_iface["ips"][0].as_object_mut().unwrap().remove("interface");
+    no_iface["ips"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("interface");
     check(&c, &no_iface).assert_error(102, "prevResult has no interface \"net1\"");
     let other_dev = conf("ck", json!({"device": "hd1", "ipam": static_ipam()}));
-    check(&other_dev, &r)
-        .assert_error(102, "container interface \"net1\" is node device \"hd0\", the config names \"hd1\"");
+    check(&other_dev, &r).assert_error(
+        102,
+        "container interface \"net1\" is node device \"hd0\", the config names \"hd1\"",
+    );
     pod.ip(&["addr", "del", &format!("{POD_IP}/24"), "dev", "net1"]);
     check(&c, &r).assert_error(102, POD_IP);
     pod.ip(&["link", "set", "net1", "alias", ""]);
@@ -1176,8 +1214,15 @@ impl Side {
     /// sysfs) with `cni_path`.
     fn call_by(&self, plugin: &Path, cni_path: &str, cmd: &str, conf: &Value) -> PluginOutput {
         let wrapped = self.sys.wrap(plugin);
-        self.site
-            .call_with(&wrapped, cni_path, cmd, Some(&self.pod), "net1", "ctr-cmp", conf)
+        self.site.call_with(
+            &wrapped,
+            cni_path,
+            cmd,
+            Some(&self.pod),
+            "net1",
+            "ctr-cmp",
+            conf,
+        )
     }
 
     fn call(&self, cmd: &str, conf: &Value) -> PluginOutput {
@@ -1201,7 +1246,9 @@ impl Side {
         let routes = |args: &[&str]| {
             let mut v = self.pod.ip_json(args);
             let a = v.as_array_mut().unwrap();
-            a.retain(|r| !(r["type"] == "local" && r["dst"].as_str().unwrap_or("").starts_with("fe80:")));
+            a.retain(|r| {
+                !(r["type"] == "local" && r["dst"].as_str().unwrap_or("").starts_with("fe80:"))
+            });
             for r in a.iter_mut() {
                 r.as_object_mut().unwrap().remove("expires");
             }
@@ -1245,10 +1292,26 @@ fn same_result_state_check_and_del_as_the_go_reference() {
     let cases = [
         (json!({"device": "vf1", "ipam": static_ipam()}), "vf1", true),
         (json!({"hwaddr": "0A:58:0A:46:01:02"}), "vf2", true),
-        (json!({"kernelpath": format!("/sys/{PCI_PARENT}/0000:3b:02.0"), "ipam": static_ipam_gw()}), "vf0", true),
-        (json!({"pciBusID": "0000:3b:02.3", "ipam": static_ipam_gw()}), "vf3", true),
-        (json!({"runtimeConfig": {"deviceID": "0000:3b:02.2"}}), "vf2", true),
-        (json!({"pciBusID": "0000:3b:02.9", "ipam": static_ipam()}), "-", false),
+        (
+            json!({"kernelpath": format!("/sys/{PCI_PARENT}/0000:3b:02.0"), "ipam": static_ipam_gw()}),
+            "vf0",
+            true,
+        ),
+        (
+            json!({"pciBusID": "0000:3b:02.3", "ipam": static_ipam_gw()}),
+            "vf3",
+            true,
+        ),
+        (
+            json!({"runtimeConfig": {"deviceID": "0000:3b:02.2"}}),
+            "vf2",
+            true,
+        ),
+        (
+            json!({"pciBusID": "0000:3b:02.9", "ipam": static_ipam()}),
+            "-",
+            false,
+        ),
     ];
     for (keys, name, moved) in cases {
         // The Go 1.1.1 reference speaks up to 1.0.0.
@@ -1257,7 +1320,11 @@ fn same_result_state_check_and_del_as_the_go_reference() {
         let go_result = go.call("ADD", &c).result();
         let our_result = ours.call("ADD", &c).result();
         if moved {
-            assert_eq!(normalized(our_result.clone()), normalized(go_result.clone()), "{keys}");
+            assert_eq!(
+                normalized(our_result.clone()),
+                normalized(go_result.clone()),
+                "{keys}"
+            );
         } else {
             // DPDK: Go 1.1.1 lists no interface; v1.9 (and ours) the
             // container's, without MAC. The rest is the same.
@@ -1283,7 +1350,11 @@ fn same_result_state_check_and_del_as_the_go_reference() {
             assert_eq!(our_state["pod_dev"], Value::Null, "{keys}");
         }
         if keys.get("ipam").is_some() && moved {
-            assert_eq!(our_state["pod_addrs"], json!([format!("{POD_IP}/24")]), "{keys}");
+            assert_eq!(
+                our_state["pod_addrs"],
+                json!([format!("{POD_IP}/24")]),
+                "{keys}"
+            );
         }
         // CHECK: each on its own state and on the other's. Go's fails on
         // its own state too when a result's route has no gateway (it looks
@@ -1298,15 +1369,25 @@ fn same_result_state_check_and_del_as_the_go_reference() {
                 .assert_silent_ok();
             let out = side.call_by(&go_hd, GO_PLUGIN_DIR, "CHECK", &with);
             if gwless && moved {
-                out.assert_error(999, "Expected Route {Dst:{IP:192.0.2.0 Mask:ffffff00} GW:<nil>} not found");
+                out.assert_error(
+                    999,
+                    "Expected Route {Dst:{IP:192.0.2.0 Mask:ffffff00} GW:<nil>} not found",
+                );
             } else {
-                assert_eq!(out.exit_code, 0, "{keys}: Go's CHECK on {}: {out:?}", side.site.node.ns.name());
+                assert_eq!(
+                    out.exit_code,
+                    0,
+                    "{keys}: Go's CHECK on {}: {out:?}",
+                    side.site.node.ns.name()
+                );
             }
         }
         // DEL: each removes what the other made. Go 1.1.1 leaves the
         // alias on the device it gives back (v1.9 removes it, as ours).
-        go.call_by(&bin("host-device"), &ours_path, "DEL", &c).assert_silent_ok();
-        ours.call_by(&go_hd, GO_PLUGIN_DIR, "DEL", &c).assert_silent_ok();
+        go.call_by(&bin("host-device"), &ours_path, "DEL", &c)
+            .assert_silent_ok();
+        ours.call_by(&go_hd, GO_PLUGIN_DIR, "DEL", &c)
+            .assert_silent_ok();
         if moved {
             let mac = our_state["pod_dev"]["mac"].as_str().unwrap().to_string();
             dev_is(&go.site.node.ns, name, "veth", &mac, None, false);
@@ -1316,7 +1397,8 @@ fn same_result_state_check_and_del_as_the_go_reference() {
         // A second DEL: ours has nothing to do; Go's fails once it moved
         // a device.
         for side in [&ours, &go] {
-            side.call_by(&bin("host-device"), &ours_path, "DEL", &c).assert_silent_ok();
+            side.call_by(&bin("host-device"), &ours_path, "DEL", &c)
+                .assert_silent_ok();
             let out = side.call_by(&go_hd, GO_PLUGIN_DIR, "DEL", &c);
             if moved {
                 out.assert_error(999, "failed to find \"net1\": Link not found");
@@ -1340,14 +1422,21 @@ fn where_go_leaves_the_device_in_the_pod_ours_goes_back() {
     };
     let scripts = TempDir::new("go-fail-ipam");
     scripts.write_executable("fail-ipam", FAILING_IPAM);
-    for (plugin, dir) in [(bin("host-device"), bin_dir()), (go_hd.clone(), PathBuf::from(GO_PLUGIN_DIR))] {
+    for (plugin, dir) in [
+        (bin("host-device"), bin_dir()),
+        (go_hd.clone(), PathBuf::from(GO_PLUGIN_DIR)),
+    ] {
         let ours = plugin == bin("host-device");
         let site = Site::new(if ours { "gofail-ours" } else { "gofail-go" });
         let mac = "0a:58:0a:46:08:01";
         site.veth("hd0", mac, "lan0", None);
         let path = format!("{}:{}", scripts.path().display(), dir.display());
         for (keys, version, needle) in [
-            (json!({"device": "hd0", "ipam": {"type": "fail-ipam"}}), "1.0.0", "no address today"),
+            (
+                json!({"device": "hd0", "ipam": {"type": "fail-ipam"}}),
+                "1.0.0",
+                "no address today",
+            ),
             (json!({"device": "hd0"}), "0.2.0", "cannot convert"),
         ] {
             let pod = Netns::new("pod-gofail");
@@ -1363,8 +1452,16 @@ fn where_go_leaves_the_device_in_the_pod_ours_goes_back() {
                 dev_is(&pod, "net1", "veth", mac, Some("hd0"), true);
                 assert!(site.node.ns.link("hd0").is_none());
                 // The runtime's DEL (ours) brings it back.
-                site.call_with(&bin("host-device"), &path, "DEL", Some(&pod), "net1", "c", &c)
-                    .assert_silent_ok();
+                site.call_with(
+                    &bin("host-device"),
+                    &path,
+                    "DEL",
+                    Some(&pod),
+                    "net1",
+                    "c",
+                    &c,
+                )
+                .assert_silent_ok();
                 dev_is(&site.node.ns, "hd0", "veth", mac, None, false);
             }
         }
@@ -1403,7 +1500,8 @@ fn sriov_network_through(client: Client) {
     let tag = format!("{client:?}").to_lowercase();
     let (site, sys) = vf_site(&format!("rt-{tag}"));
     let tool = sys.wrap(&tool);
-    site.lan.ip(&["addr", "add", &format!("{LAN_IP}/24"), "dev", "lan1"]);
+    site.lan
+        .ip(&["addr", "add", &format!("{LAN_IP}/24"), "dev", "lan1"]);
     let leases = site.state.path().join("leases");
     let mut hd = json!({"type": "host-device",
         "ipam": {"type": "host-local", "dataDir": leases,
@@ -1432,8 +1530,13 @@ fn sriov_network_through(client: Client) {
                 site.node.cri(&tool, verb, pod, id, &[])
             }
             _ => {
-                let netns = pod.map(|p| p.path().display().to_string()).unwrap_or_else(|| "/run/netns/cnit-gone".into());
-                let env = [("CNI_CONTAINERID", id), ("CAP_ARGS", r#"{"deviceID": "0000:3b:02.1"}"#)];
+                let netns = pod
+                    .map(|p| p.path().display().to_string())
+                    .unwrap_or_else(|| "/run/netns/cnit-gone".into());
+                let env = [
+                    ("CNI_CONTAINERID", id),
+                    ("CAP_ARGS", r#"{"deviceID": "0000:3b:02.1"}"#),
+                ];
                 let args = [verb, "sriov-net", netns.as_str()];
                 if client == Client::GoCnitool {
                     site.node.go_cnitool(&tool, &args, &env)
@@ -1466,11 +1569,34 @@ fn sriov_network_through(client: Client) {
     let out = run("del", Some(&pod), "sriov-pod1");
     assert_eq!(out.exit_code, 0, "{what}: DEL: {out:?}");
     assert!(pod.link("eth0").is_none(), "{what}");
-    dev_is(&site.node.ns, "vf1", "veth", "0a:58:0a:46:01:01", None, false);
-    assert_eq!(NetSnapshot::take(&site.node.ns).diff(&before), Vec::<String>::new(), "{what}");
-    assert_eq!(leases_in(&leases.join("sriov-net")), Vec::<String>::new(), "{what}");
-    assert_eq!(tree(&site.state.path().join("tuning")), Vec::<String>::new(), "{what}");
-    assert_eq!(tree(&site.node.shared_cache_dir().join("results")), Vec::<String>::new(), "{what}");
+    dev_is(
+        &site.node.ns,
+        "vf1",
+        "veth",
+        "0a:58:0a:46:01:01",
+        None,
+        false,
+    );
+    assert_eq!(
+        NetSnapshot::take(&site.node.ns).diff(&before),
+        Vec::<String>::new(),
+        "{what}"
+    );
+    assert_eq!(
+        leases_in(&leases.join("sriov-net")),
+        Vec::<String>::new(),
+        "{what}"
+    );
+    assert_eq!(
+        tree(&site.state.path().join("tuning")),
+        Vec::<String>::new(),
+        "{what}"
+    );
+    assert_eq!(
+        tree(&site.node.shared_cache_dir().join("results")),
+        Vec::<String>::new(),
+        "{what}"
+    );
     // Again, then the pod's namespace goes first (the stand-in dies with it).
     let pod2 = Netns::new(&format!("pod2-rt-{tag}"));
     let out = run("add", Some(&pod2), "sriov-pod2");
@@ -1478,9 +1604,20 @@ fn sriov_network_through(client: Client) {
     ping(&pod2, LAN_IP);
     drop(pod2);
     let out = run("del", None, "sriov-pod2");
-    assert_eq!(out.exit_code, 0, "{what}: DEL after the namespace is gone: {out:?}");
-    assert_eq!(leases_in(&leases.join("sriov-net")), Vec::<String>::new(), "{what}");
-    assert_eq!(tree(&site.node.shared_cache_dir().join("results")), Vec::<String>::new(), "{what}");
+    assert_eq!(
+        out.exit_code, 0,
+        "{what}: DEL after the namespace is gone: {out:?}"
+    );
+    assert_eq!(
+        leases_in(&leases.join("sriov-net")),
+        Vec::<String>::new(),
+        "{what}"
+    );
+    assert_eq!(
+        tree(&site.node.shared_cache_dir().join("results")),
+        Vec::<String>::new(),
+        "{what}"
+    );
 }
 
 #[test]
@@ -1552,7 +1689,11 @@ fn a_usb_nic_under_debians_full_kernel() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "in the VM:\n{text}");
-    assert!(text.contains("usb nic in the VM: done"), "in the VM:\n{text}");
+    assert!(
+        text.contains("usb nic in the VM: done"),
+        "in the VM:\n{text}"
+    );
+    eprintln!("in the VM:\n{text}");
 }
 
 /// The network devices whose sysfs device is below `dir_part`
@@ -1574,7 +1715,10 @@ fn netdevs_below(dir_part: &str) -> Vec<(String, PathBuf)> {
 fn slow_wait(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while !cond() {
-        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
@@ -1615,7 +1759,12 @@ fn root_link(name: &str) -> Option<Value> {
 /// node switching plugins: Go's ADD undone by our DEL, ours by Go's.
 fn usb_nic_in_the_vm() {
     run_ok(std::process::Command::new("modprobe").args([
-        "-a", "dummy_hcd", "g_ether", "cdc_ether", "rndis_host", "dummy",
+        "-a",
+        "dummy_hcd",
+        "g_ether",
+        "cdc_ether",
+        "rndis_host",
+        "dummy",
     ]));
     slow_wait("the USB NIC's two ends", || {
         netdevs_below("/dummy_hcd.").len() == 1 && netdevs_below("/dummy_udc.").len() == 1
@@ -1623,7 +1772,10 @@ fn usb_nic_in_the_vm() {
     let (nic, nic_dev) = netdevs_below("/dummy_hcd.").remove(0);
     let (gadget, _) = netdevs_below("/dummy_udc.").remove(0);
     let kernelpath = nic_dev.display().to_string();
-    assert!(kernelpath.starts_with("/sys/devices/platform/dummy_hcd.0/"), "{kernelpath}");
+    assert!(
+        kernelpath.starts_with("/sys/devices/platform/dummy_hcd.0/"),
+        "{kernelpath}"
+    );
     let mac = std::fs::read_to_string(format!("/sys/class/net/{nic}/address"))
         .unwrap()
         .trim()
@@ -1665,11 +1817,16 @@ fn usb_nic_in_the_vm() {
     assert!(root_link(&nic).is_none());
     let l = pod.link("net1").expect("net1 in the pod");
     assert_eq!(l["ifalias"], nic.as_str());
-    slow_wait("the USB link", || pod.link("net1").is_some_and(|l| l["operstate"] == "UP"));
+    slow_wait("the USB link", || {
+        pod.link("net1").is_some_and(|l| l["operstate"] == "UP")
+    });
     ping(&pod, "10.72.0.1");
     ours_call("CHECK", &netns, "net1", &with_prev(&c, &r)).assert_silent_ok();
     ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
-    assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+    assert_eq!(
+        root_link(&nic),
+        Some(json!({"name": nic, "alias": null, "up": false}))
+    );
     ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
     drop(pod);
 
@@ -1679,16 +1836,25 @@ fn usb_nic_in_the_vm() {
     let netns = pod.path().display().to_string();
     ours_call("ADD", &netns, "net1", &by_mac).result();
     drop(pod);
-    slow_wait("the kernel to return the NIC", || root_link("net1").is_some());
-    assert_eq!(root_link("net1"), Some(json!({"name": "net1", "alias": nic, "up": false})));
+    slow_wait("the kernel to return the NIC", || {
+        root_link("net1").is_some()
+    });
+    assert_eq!(
+        root_link("net1"),
+        Some(json!({"name": "net1", "alias": nic, "up": false}))
+    );
     if let Some(go) = &go {
         let mut c = by_mac.clone();
         c["cniVersion"] = json!("1.0.0");
-        call(go, GO_PLUGIN_DIR, "DEL", &netns, "net1", &c).assert_error(999, "failed to open netns");
+        call(go, GO_PLUGIN_DIR, "DEL", &netns, "net1", &c)
+            .assert_error(999, "failed to open netns");
         assert!(root_link("net1").is_some(), "Go's DEL renamed it");
     }
     ours_call("DEL", &netns, "net1", &by_mac).assert_silent_ok();
-    assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+    assert_eq!(
+        root_link(&nic),
+        Some(json!({"name": nic, "alias": null, "up": false}))
+    );
     assert!(root_link("net1").is_none());
 
     // Its pod name taken on the node: the kernel names it dev<N>; GC
@@ -1712,7 +1878,10 @@ fn usb_nic_in_the_vm() {
     let mut gc = by_name.clone();
     gc["cni.dev/valid-attachments"] = json!([]);
     ours_call("GC", "", "", &gc).assert_silent_ok();
-    assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+    assert_eq!(
+        root_link(&nic),
+        Some(json!({"name": nic, "alias": null, "up": false}))
+    );
     root_ip(&["link", "del", "net9"]);
 
     // A node switching plugins, both ways.
@@ -1723,10 +1892,16 @@ fn usb_nic_in_the_vm() {
         let netns = pod.path().display().to_string();
         call(go, GO_PLUGIN_DIR, "ADD", &netns, "net1", &c).result();
         ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
-        assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": null, "up": false})));
+        assert_eq!(
+            root_link(&nic),
+            Some(json!({"name": nic, "alias": null, "up": false}))
+        );
         ours_call("ADD", &netns, "net1", &c).result();
         call(go, GO_PLUGIN_DIR, "DEL", &netns, "net1", &c).assert_silent_ok();
-        assert_eq!(root_link(&nic), Some(json!({"name": nic, "alias": nic, "up": false})));
+        assert_eq!(
+            root_link(&nic),
+            Some(json!({"name": nic, "alias": nic, "up": false}))
+        );
     }
     println!("usb nic in the VM: done");
 }
