@@ -29,7 +29,7 @@ pub fn parse_hardware_addr(s: &str) -> Option<Vec<u8>> {
     }
     if b[2] == b':' || b[2] == b'-' {
         let sep = b[2];
-        if (b.len() + 1) % 3 != 0 || !sized((b.len() + 1) / 3) {
+        if !(b.len() + 1).is_multiple_of(3) || !sized((b.len() + 1) / 3) {
             return None;
         }
         b.chunks(3)
@@ -39,7 +39,7 @@ pub fn parse_hardware_addr(s: &str) -> Option<Vec<u8>> {
             })
             .collect()
     } else if b[4] == b'.' {
-        if (b.len() + 1) % 5 != 0 || !sized(2 * (b.len() + 1) / 5) {
+        if !(b.len() + 1).is_multiple_of(5) || !sized(2 * (b.len() + 1) / 5) {
             return None;
         }
         let mut out = Vec::with_capacity(2 * (b.len() + 1) / 5);
