@@ -1,8 +1,7 @@
 //! CHECK over the shared flow (`libcni::attach::Check`): IPAM's CHECK
 //! first, then the container against `prevResult` and the config: the
 //! interface is there with the result's hardware address and the alias a
-//! move gives (naming `device`, when the config names the device so), and
-//! the result's addresses and routes. In DPDK mode there is no kernel
+//! move gives it (its node name), and the result's addresses and routes. In DPDK mode there is no kernel
 //! device to look at. A difference is code 102 naming what differs.
 
 use libcni::attach::Check;
@@ -11,7 +10,7 @@ use libcni::skel::CmdArgs;
 use libcni::Error;
 
 use crate::config::Conf;
-use crate::sysfs::{Pick, Plan, Sysfs};
+use crate::sysfs::{Plan, Sysfs};
 
 fn failed(msg: String) -> Error {
     Error::CheckFailed(msg)
@@ -37,20 +36,13 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
             want.mac
         )));
     }
-    match (&plan.pick, link.alias.as_deref().filter(|a| !a.is_empty())) {
-        (_, None) => {
-            return Err(failed(format!(
-                "container interface {ifname:?} has no alias naming its node device: it was \
-                 not moved there by host-device"
-            )))
-        }
-        (Pick::Name(dev), Some(alias)) if alias != dev => {
-            return Err(failed(format!(
-                "container interface {ifname:?} is node device {alias:?}, the config names \
-                 {dev:?}"
-            )))
-        }
-        _ => {}
+    // The alias is the device's node name; `device` may have named it by
+    // an altname, so it is not compared.
+    if link.alias.as_deref().is_none_or(str::is_empty) {
+        return Err(failed(format!(
+            "container interface {ifname:?} has no alias naming its node device: it was \
+             not moved there by host-device"
+        )));
     }
     c.addresses_and_routes().map(drop)
 }

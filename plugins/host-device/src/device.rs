@@ -311,28 +311,38 @@ fn is_fallback_name(name: &str) -> bool {
 /// the alias that names their node name. This gives such a device of
 /// `plan`, found on the node (`nl`), its name back and removes the alias.
 /// Only a device that is surely one: its alias names a node name no link
-/// has, and either `device` is that name, or its name is the kernel's
-/// `dev<N>` or `ifname` (DEL's `CNI_IFNAME`; GC has none). Returns the
-/// name given back.
+/// has, and either `device` is that name (or one of its altnames), or its
+/// name is the kernel's `dev<N>` or `ifname` (DEL's `CNI_IFNAME`; GC has
+/// none). Returns the name given back.
 pub fn reclaim(
     nl: &mut Netlink,
     plan: &Plan,
     sys: &Sysfs,
     ifname: Option<&str>,
 ) -> Result<Option<String>, Error> {
+    let mut by_name = false;
     let candidate = match &plan.pick {
         Pick::Name(dev) => {
-            if nl.link_by_name(dev)?.is_some() {
-                return Ok(None); // back already
+            // The kernel looks names up among the altnames too, which a
+            // returned device keeps.
+            if let Some(l) = nl.link_by_name(dev)? {
+                if l.name == *dev {
+                    return Ok(None); // back already
+                }
+                by_name = true;
             }
-            let named = |l: &Link| l.alias.as_deref() == Some(dev.as_str());
-            let direct = match ifname {
-                Some(i) => nl.link_by_name(i)?.filter(named),
-                None => None,
-            };
-            match direct {
-                Some(l) => Some(l),
-                None => nl.links()?.into_iter().find(named),
+            let named = |l: &Link| l.alias.as_deref() == Some(dev.as_str()) || by_name;
+            if by_name {
+                nl.link_by_name(dev)?
+            } else {
+                let direct = match ifname {
+                    Some(i) => nl.link_by_name(i)?.filter(named),
+                    None => None,
+                };
+                match direct {
+                    Some(l) => Some(l),
+                    None => nl.links()?.into_iter().find(named),
+                }
             }
         }
         Pick::HwAddr(addr) => nl.links()?.into_iter().find(|l| l.hw_addr == *addr),
@@ -353,7 +363,7 @@ pub fn reclaim(
     else {
         return Ok(None);
     };
-    let by_name = matches!(&plan.pick, Pick::Name(d) if *d == alias);
+    by_name |= matches!(&plan.pick, Pick::Name(d) if *d == alias);
     if !(by_name || is_fallback_name(&link.name) || ifname == Some(link.name.as_str())) {
         return Ok(None);
     }
