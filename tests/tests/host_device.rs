@@ -1925,3 +1925,41 @@ fn usb_nic_in_the_vm() {
     }
     println!("usb nic in the VM: done");
 }
+
+/// Two pods' ADDs race for one device, many times: one gets it, the other
+/// a clear error (not found: code 7; taken while it was moving it: code
+/// 103), and the loser's pod is left as it was.
+#[test]
+fn two_adds_racing_for_one_device() {
+    if !require_root("two_adds_racing_for_one_device") {
+        return;
+    }
+    let site = Site::new("race");
+    let mac = "0a:58:0a:46:09:01";
+    site.veth("hd0", mac, "lan0", None);
+    let c = conf("race", json!({"device": "hd0"}));
+    let pods = [Netns::new("pod-race-a"), Netns::new("pod-race-b")];
+    let mut codes = std::collections::BTreeMap::new();
+    for round in 0..15 {
+        let outs: Vec<PluginOutput> = std::thread::scope(|s| {
+            let handles: Vec<_> = pods
+                .iter()
+                .map(|pod| s.spawn(|| site.call("ADD", Some(pod), "net1", &c)))
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<usize> = (0..2).filter(|&i| outs[i].exit_code == 0).collect();
+        assert_eq!(won.len(), 1, "round {round}: {outs:?}");
+        let (w, l) = (won[0], 1 - won[0]);
+        let code = outs[l].json()["code"].as_u64().unwrap();
+        assert!(matches!(code, 7 | 103), "round {round}: {:?}", outs[l]);
+        assert!(outs[l].stdout.contains("hd0"), "{:?}", outs[l]);
+        *codes.entry(code).or_insert(0) += 1;
+        assert!(pods[l].link("net1").is_none(), "round {round}");
+        dev_is(&pods[w], "net1", "veth", mac, Some("hd0"), true);
+        site.call("DEL", Some(&pods[w]), "net1", &c).assert_silent_ok();
+        site.call("DEL", Some(&pods[l]), "net1", &c).assert_silent_ok();
+        dev_is(&site.node.ns, "hd0", "veth", mac, None, false);
+    }
+    eprintln!("losers' codes: {codes:?}");
+}

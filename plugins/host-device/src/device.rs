@@ -133,11 +133,13 @@ pub fn move_in<'a>(a: &mut Add<'a>, dev: &Link, key: &str) -> Result<Link, Error
         };
         host.change_link(dev.index, &into).map_err(|e| {
             // A refused request leaves the device where it was; one that
-            // failed after the move (the rename) does not.
-            let left = !matches!(
-                host.link_by_index(dev.index),
-                Ok(Some(l)) if l.name == dev.name && l.hw_addr == dev.hw_addr
-            );
+            // failed after the move (the rename) does not; ENODEV is a
+            // device that left the node meanwhile, not for this container.
+            let left = errno(&e) != Some(libc::ENODEV)
+                && !matches!(
+                    host.link_by_index(dev.index),
+                    Ok(Some(l)) if l.name == dev.name && l.hw_addr == dev.hw_addr
+                );
             (e, left)
         })
     };
@@ -154,7 +156,13 @@ pub fn move_in<'a>(a: &mut Add<'a>, dev: &Link, key: &str) -> Result<Link, Error
         );
     }
     if let Err((e, _)) = moved {
-        return Err(if errno(&e) == Some(libc::EINVAL) {
+        return Err(if errno(&e) == Some(libc::ENODEV) {
+            Error::Conflict(format!(
+                "{key}: {:?} left the node's network namespace while this ADD was moving it \
+                 (another ADD took it?): {e}",
+                dev.name
+            ))
+        } else if errno(&e) == Some(libc::EINVAL) {
             Error::config(
                 key,
                 format!(
