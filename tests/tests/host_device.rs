@@ -1957,8 +1957,10 @@ fn two_adds_racing_for_one_device() {
         *codes.entry(code).or_insert(0) += 1;
         assert!(pods[l].link("net1").is_none(), "round {round}");
         dev_is(&pods[w], "net1", "veth", mac, Some("hd0"), true);
-        site.call("DEL", Some(&pods[w]), "net1", &c).assert_silent_ok();
-        site.call("DEL", Some(&pods[l]), "net1", &c).assert_silent_ok();
+        site.call("DEL", Some(&pods[w]), "net1", &c)
+            .assert_silent_ok();
+        site.call("DEL", Some(&pods[l]), "net1", &c)
+            .assert_silent_ok();
         dev_is(&site.node.ns, "hd0", "veth", mac, None, false);
     }
     eprintln!("losers' codes: {codes:?}");
