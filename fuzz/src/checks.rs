@@ -429,6 +429,31 @@ pub fn plugin_config(data: &[u8]) {
         }
         Err(e) => assert_spec_code(&e, "dhcp"),
     }
+    match host_device::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.names_a_device());
+            if let Some(d) = &c.device {
+                assert!(!d.is_empty() && d.len() <= 15 && !d.contains('/'));
+            }
+            assert!(c
+                .hwaddr
+                .as_ref()
+                .is_none_or(|h| matches!(h.len(), 6 | 8 | 20)));
+            if let Some(p) = &c.kernelpath {
+                assert!(
+                    p.starts_with("/sys/devices/") && p.components().count() > 3,
+                    "{p:?}"
+                );
+                assert!(!p.components().any(|c| c == std::path::Component::ParentDir));
+            }
+            for id in [&c.pci_bus_id, &c.device_id].into_iter().flatten() {
+                assert!(!id.is_empty() && !id.contains('/') && id != "..");
+            }
+        }
+        Err(e) => assert_spec_code(&e, "host-device"),
+    }
+    // What DEL and GC read never fails.
+    let _ = host_device::config::Conf::for_teardown(&args);
 }
 
 // ---- dhcp_message --------------------------------------------------------------

@@ -545,6 +545,7 @@ mod tests {
             kind: None,
             mtu: 1500,
             mac: Some([0x0a, 0, 0, 0, 0, 0xab]),
+            hw_addr: vec![0x0a, 0, 0, 0, 0, 0xab],
             up: true,
             promisc: false,
             master: None,

@@ -10,32 +10,59 @@ use crate::{Error, Result};
 /// `aa:bb:cc:dd:ee:ff`, `aa-bb-cc-dd-ee-ff` or `aabb.ccdd.eeff` (hex digits
 /// in either case). Unicast or not is for the caller to decide.
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let hex = |p: &str| -> Option<Vec<u8>> {
-        if p.is_empty() || !p.len().is_multiple_of(2) || !p.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        (0..p.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&p[i..i + 2], 16).ok())
-            .collect()
+    <[u8; 6]>::try_from(parse_hardware_addr(s)?.as_slice()).ok()
+}
+
+/// Parses a hardware address exactly as Go's `net.ParseMAC` does: 6
+/// (Ethernet), 8 (EUI-64) or 20 (IP over InfiniBand) bytes, as groups of
+/// two hex digits separated by `:` or by `-` (one separator throughout),
+/// or groups of four separated by `.`.
+pub fn parse_hardware_addr(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    let hex2 = |p: &[u8]| -> Option<u8> {
+        let d = |c: u8| (c as char).to_digit(16);
+        Some((d(p[0])? * 16 + d(p[1])?) as u8)
     };
-    let (sep, groups, width) = if s.contains(':') {
-        (':', 6, 2)
-    } else if s.contains('-') {
-        ('-', 6, 2)
-    } else {
-        ('.', 3, 4)
-    };
-    let parts: Vec<&str> = s.split(sep).collect();
-    if parts.len() != groups || parts.iter().any(|p| p.len() != width) {
+    let sized = |n: usize| matches!(n, 6 | 8 | 20);
+    if b.len() < 14 {
         return None;
     }
-    let bytes = parts
-        .iter()
-        .map(|p| hex(p))
-        .collect::<Option<Vec<_>>>()?
-        .concat();
-    <[u8; 6]>::try_from(bytes.as_slice()).ok()
+    if b[2] == b':' || b[2] == b'-' {
+        let sep = b[2];
+        if !(b.len() + 1).is_multiple_of(3) || !sized((b.len() + 1) / 3) {
+            return None;
+        }
+        b.chunks(3)
+            .map(|g| match g {
+                [x, y] | [x, y, _] if g.len() == 2 || g[2] == sep => hex2(&[*x, *y]),
+                _ => None,
+            })
+            .collect()
+    } else if b[4] == b'.' {
+        if !(b.len() + 1).is_multiple_of(5) || !sized(2 * (b.len() + 1) / 5) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(2 * (b.len() + 1) / 5);
+        for g in b.chunks(5) {
+            if g.len() == 5 && g[4] != b'.' {
+                return None;
+            }
+            out.push(hex2(&g[0..2])?);
+            out.push(hex2(&g[2..4])?);
+        }
+        Some(out)
+    } else {
+        None
+    }
+}
+
+/// A hardware address of any length as Go's `HardwareAddr.String()`
+/// prints it: lower-case hex pairs joined by `:`.
+pub fn format_hardware_addr(addr: &[u8]) -> String {
+    addr.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
 }
 
 /// `aa:bb:cc:dd:ee:ff`.
@@ -133,6 +160,36 @@ mod tests {
             format_mac(&[0x0a, 0, 0xff, 1, 2, 0x3c]),
             "0a:00:ff:01:02:3c"
         );
+    }
+
+    #[test]
+    fn hardware_addresses_of_every_length_go_parses() {
+        let ib = "00:00:00:48:fe:80:00:00:00:00:00:00:02:c9:03:00:00:0f:01:02";
+        let v = parse_hardware_addr(ib).unwrap();
+        assert_eq!(v.len(), 20);
+        assert_eq!(format_hardware_addr(&v), ib);
+        assert_eq!(
+            parse_hardware_addr("02-00-5E-10-00-00-00-01"),
+            Some(vec![2, 0, 0x5e, 0x10, 0, 0, 0, 1])
+        );
+        assert_eq!(
+            parse_hardware_addr("0200.5e10.0000.0001"),
+            Some(vec![2, 0, 0x5e, 0x10, 0, 0, 0, 1])
+        );
+        for bad in [
+            "0a:58:ff:01:02:ab:cd",
+            "0a:58:ff:01:02:ab:cd:ef:01",
+            "0a:58:ff:01:02:ab:",
+            "0a:58:ff:01:02:ab:cd:e",
+            "0a:58:ff:01:02:ab-cd:ef",
+            "0a58.ff01.02ab.cd",
+            "0a58.ff01.02ab:cdef",
+            "0a58.ff01.0-ab",
+            "0a:58:ff:01:02:a ",
+        ] {
+            assert_eq!(parse_hardware_addr(bad), None, "{bad:?}");
+        }
+        assert_eq!(format_hardware_addr(&[]), "");
     }
 
     #[test]

@@ -96,7 +96,15 @@ fn without(base: &Value, ptr: &str) -> Value {
 fn reads_cni_args(plugin: &str) -> bool {
     matches!(
         plugin,
-        "host-local" | "bridge" | "flannel" | "tuning" | "macvlan" | "static" | "ptp" | "tap"
+        "host-local"
+            | "bridge"
+            | "flannel"
+            | "tuning"
+            | "macvlan"
+            | "static"
+            | "ptp"
+            | "tap"
+            | "host-device"
     )
 }
 
@@ -1962,6 +1970,245 @@ fn bad_input_tap() {
         case(
             "an IPAM error keeps its code and key",
             with(&base, "/ipam/ranges/0/0/subnet", json!("10.92.0.0/33")),
+            7,
+            "ipam.ranges[0][0].subnet",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            &base,
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(&base, "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_host_device() {
+    if !require_root("bad_input_host_device") {
+        return;
+    }
+    let mut b = Bench::new("host-device", "net1", true);
+    let ns = &b.node.ns;
+    for (dev, peer) in [
+        ("hd-vf0", "hd-vf0p"),
+        ("hd-port", "hd-portp"),
+        ("hd-used", "hd-usedp"),
+    ] {
+        ns.ip(&["link", "add", dev, "type", "veth", "peer", "name", peer]);
+    }
+    ns.ip(&["link", "add", "hd-br", "type", "bridge"]);
+    ns.ip(&["link", "set", "hd-port", "master", "hd-br"]);
+    ns.ip(&["addr", "add", "10.94.0.1/24", "dev", "hd-used"]);
+    b.base = json!({"cniVersion": "1.0.0", "name": "hd-net", "type": "host-device",
+        "device": "hd-vf0",
+        "ipam": {"type": "host-local", "dataDir": b.path("leases"),
+                 "ranges": [[{"subnet": "10.93.0.0/24"}]]}});
+    let base = b.base.clone();
+    let other = |keys: Value| {
+        let mut v = without(&base, "/device");
+        merge(&mut v, keys);
+        v
+    };
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case(
+            "no key names a device",
+            without(&base, "/device"),
+            7,
+            "device",
+        ),
+        case(
+            "device a number",
+            with(&base, "/device", json!(5)),
+            7,
+            "device",
+        ),
+        case(
+            "device of 16 bytes",
+            with(&base, "/device", json!("device0123456789")),
+            7,
+            "device",
+        ),
+        case(
+            "device with a slash",
+            with(&base, "/device", json!("a/b")),
+            7,
+            "device",
+        ),
+        case(
+            "device not on the node",
+            with(&base, "/device", json!("hd-none")),
+            7,
+            "device",
+        ),
+        case(
+            "device a bridge port",
+            with(&base, "/device", json!("hd-port")),
+            7,
+            "device",
+        ),
+        case(
+            "device with an address of the node",
+            with(&base, "/device", json!("hd-used")),
+            7,
+            "device",
+        ),
+        case(
+            "device a bridge (stays in its namespace)",
+            with(&base, "/device", json!("hd-br")),
+            7,
+            "device",
+        ),
+        case(
+            "DEVICE capitalised, not on the node",
+            other(json!({"DEVICE": "hd-none"})),
+            7,
+            "device",
+        ),
+        case(
+            "hwaddr not a MAC",
+            other(json!({"hwaddr": "zz"})),
+            7,
+            "hwaddr",
+        ),
+        case("hwaddr a number", other(json!({"hwaddr": 12})), 7, "hwaddr"),
+        case(
+            "hwaddr of 7 bytes",
+            other(json!({"hwaddr": "0a:58:0a:00:00:01:02"})),
+            7,
+            "hwaddr",
+        ),
+        case(
+            "hwaddr of no link",
+            other(json!({"hwaddr": "0a:58:0a:5e:00:99"})),
+            7,
+            "hwaddr",
+        ),
+        case(
+            "HWAddr capitalised, not a MAC",
+            other(json!({"HWAddr": "0a:58"})),
+            7,
+            "hwaddr",
+        ),
+        case(
+            "kernelpath relative",
+            other(json!({"kernelpath": "sys/devices/virtual"})),
+            7,
+            "kernelpath",
+        ),
+        case(
+            "kernelpath outside /sys/devices",
+            other(json!({"kernelpath": "/sys/class/net/hd-vf0"})),
+            7,
+            "kernelpath",
+        ),
+        case(
+            "kernelpath climbing out",
+            other(json!({"kernelpath": "/sys/devices/../../etc"})),
+            7,
+            "kernelpath",
+        ),
+        case(
+            "kernelpath without a net directory",
+            other(json!({"kernelpath": "/sys/devices/system/cpu"})),
+            7,
+            "kernelpath",
+        ),
+        case(
+            "kernelpath a list",
+            other(json!({"kernelpath": ["/sys/devices/virtual"]})),
+            7,
+            "kernelpath",
+        ),
+        case(
+            "pciBusID with a slash",
+            other(json!({"pciBusID": "../../../etc"})),
+            7,
+            "pciBusID",
+        ),
+        case(
+            "pciBusID ..",
+            other(json!({"pciBusID": ".."})),
+            7,
+            "pciBusID",
+        ),
+        case(
+            "pciBusID of no device",
+            other(json!({"pciBusID": "0000:ff:1f.7"})),
+            7,
+            "pciBusID",
+        ),
+        case(
+            "pciBusID a number",
+            other(json!({"pciBusID": 3})),
+            7,
+            "pciBusID",
+        ),
+        case(
+            "runtimeConfig.deviceID of no device",
+            other(json!({"runtimeConfig": {"deviceID": "0000:ff:1f.7"}})),
+            7,
+            "runtimeConfig.deviceID",
+        ),
+        case(
+            "runtimeConfig.deviceID with a slash",
+            other(json!({"runtimeConfig": {"deviceID": "../x"}})),
+            7,
+            "runtimeConfig.deviceID",
+        ),
+        case(
+            "runtimeConfig.deviceID a number",
+            other(json!({"runtimeConfig": {"deviceID": 7}})),
+            7,
+            "runtimeConfig.deviceID",
+        ),
+        case(
+            "RuntimeConfig.DeviceID capitalised, of no device",
+            other(json!({"RuntimeConfig": {"DeviceID": "mlx5_core.sf.99"}})),
+            7,
+            "runtimeConfig.deviceID",
+        ),
+        case(
+            "runtimeConfig a string",
+            with(&base, "/runtimeConfig", json!("x")),
+            7,
+            "runtimeConfig",
+        ),
+        case(
+            "DPDKMode a string",
+            with(&base, "/DPDKMode", json!("yes")),
+            7,
+            "DPDKMode",
+        ),
+        case(
+            "dns a list",
+            with(&base, "/dns", json!(["10.0.0.53"])),
+            7,
+            "dns",
+        ),
+        case(
+            "ipam a string",
+            with(&base, "/ipam", json!("host-local")),
+            7,
+            "ipam",
+        ),
+        case(
+            "prevResult a string",
+            with(&base, "/prevResult", json!("x")),
+            7,
+            "prevResult",
+        ),
+        case(
+            "an IPAM error keeps its code and key",
+            with(&base, "/ipam/ranges/0/0/subnet", json!("10.93.0.0/33")),
             7,
             "ipam.ranges[0][0].subnet",
         ),

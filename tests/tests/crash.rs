@@ -37,6 +37,7 @@ const CRATES: &[&str] = &[
     "plugins/sbr",
     "plugins/ptp",
     "plugins/tap",
+    "plugins/host-device",
 ];
 
 /// The attachment that is crashed over and over.
@@ -717,6 +718,68 @@ fn crash_tap_at_every_fault_point() {
             );
         } else {
             assert_met(&met, &["tap/up"]);
+        }
+    }
+}
+
+/// host-device moving a node device (a veth end: this kernel has no
+/// dummy links) into the pod, with host-local, then layer 2 only: a kill
+/// after the move leaves it in the pod, and the runtime's DEL gives it
+/// back to the node under its name.
+#[test]
+fn crash_host_device_at_every_fault_point() {
+    if !require_root("crash_host_device_at_every_fault_point") {
+        return;
+    }
+    let points = points_of(&["plugins/host-device", "host-local"]);
+    for l2 in [false, true] {
+        let net = if l2 { "hdl2" } else { "hdnet" };
+        let mut site = Site::new(&format!("crash-{net}"), net, json!({}));
+        site.l2 = l2;
+        site.node.ns.ip(&[
+            "link", "add", "hd-vf0", "type", "veth", "peer", "name", "hd-vf0p",
+        ]);
+        for end in ["hd-vf0", "hd-vf0p"] {
+            site.node
+                .ns
+                .ip(&["link", "set", end, "addrgenmode", "none"]);
+        }
+        site.node.ns.ip(&["link", "set", "hd-vf0p", "up"]);
+        let ipam = if l2 {
+            json!({})
+        } else {
+            json!({"type": "host-local", "dataDir": site.path("leases"),
+                   "ranges": [[{"subnet": "10.83.0.0/24"}], [{"subnet": "fd00:83::/64"}]]})
+        };
+        site.node.write_conf(
+            "50-hd.conflist",
+            &json!({"name": net, "cniVersion": "1.1.0", "plugins": [
+                {"type": "host-device", "device": "hd-vf0", "ipam": ipam}
+            ]}),
+        );
+        let met = site.campaign(&points, &|site, result, what| {
+            let eth0 = site.pod.link("eth0").expect("eth0");
+            assert_eq!(eth0["ifalias"], "hd-vf0", "{what}: {eth0}");
+            assert_eq!(result["interfaces"][0]["mac"], eth0["address"], "{what}");
+            assert!(
+                site.node.ns.link("hd-vf0").is_none(),
+                "{what}: hd-vf0 on the node"
+            );
+        });
+        if l2 {
+            assert_met(
+                &met,
+                &[
+                    "host-device/configure",
+                    "host-device/ipam",
+                    "host-local/last-reserved",
+                    "host-local/linked",
+                    "host-local/released",
+                    "host-local/temp-written",
+                ],
+            );
+        } else {
+            assert_met(&met, &["host-device/up"]);
         }
     }
 }

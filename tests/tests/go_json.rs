@@ -366,6 +366,24 @@ fn dhcp_keys() {
     same_in_every_case("dhcp", conf, &[], parse);
 }
 
+#[test]
+fn host_device_keys() {
+    let parse = |v: &Value| host_device::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("host-device"),
+        json!({"device": "ens1f0v3", "hwaddr": "0a:58:0a:46:01:01",
+               "kernelpath": "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.1",
+               "pciBusID": "0000:3b:02.1", "DPDKMode": true,
+               "runtimeConfig": {"deviceID": "0000:3b:02.2"},
+               "ipam": {"type": "host-local"}, "dns": {"nameservers": ["10.0.0.10"]}}),
+    );
+    same_in_every_case("host-device", conf.clone(), &[], parse);
+    // DEL and GC read the same keys the same way.
+    let teardown =
+        |v: &Value| Ok::<_, String>(host_device::config::Conf::for_teardown(&args_of(v, "")));
+    same_in_every_case("host-device teardown", conf, &[], teardown);
+}
+
 /// The runtime side: Go libcni reads a conflist's own keys from a map
 /// (exactly) and each plugin's `type` and `capabilities` from a struct.
 #[test]
@@ -529,4 +547,64 @@ fn del_removes_everything_whatever_else_the_config_holds() {
     }
     // The result cache of the ADD is the runtime's; the rest is gone.
     assert_eq!(before.1, tree(state.path()));
+}
+
+/// host-device's DEL gives the device back, and its GC goes through,
+/// whatever else the config holds (its own keys unusable too, the
+/// `device` it needs aside).
+#[test]
+fn host_device_del_gives_the_device_back_whatever_else_the_config_holds() {
+    if !require_root("host_device_del_gives_the_device_back_whatever_else_the_config_holds") {
+        return;
+    }
+    let node = Node::new("hd-unusable");
+    node.ns.ip(&[
+        "link", "add", "hd-u0", "type", "veth", "peer", "name", "hd-u0p",
+    ]);
+    let state = TempDir::new("hd-unusable");
+    let leases = state.path().join("leases");
+    let conf = with(
+        base("host-device"),
+        json!({"device": "hd-u0", "ipam": {"type": "host-local", "dataDir": leases,
+                                            "ranges": [[{"subnet": "10.87.0.0/24"}]]}}),
+    );
+    let before = NetSnapshot::take(&node.ns);
+    let pod = Netns::new("hd-unusable-pod");
+    let path = bin_dir().display().to_string();
+    let call = |cmd: &str, c: &Value| {
+        call_in(
+            &node.ns,
+            &bin("host-device"),
+            &path,
+            cmd,
+            Some(pod.path()),
+            "ctr-hd",
+            c,
+            &[],
+        )
+    };
+    assert_eq!(call("ADD", &conf).exit_code, 0);
+    assert!(pod.link("eth0").is_some());
+    let bad = unusable(
+        &conf,
+        json!({"hwaddr": 5, "kernelpath": "/etc", "pciBusID": [], "DPDKMode": "x"}),
+    );
+    let out = call("DEL", &bad);
+    out.assert_silent_ok();
+    assert!(out.stderr.contains("ignor"), "{out:?}");
+    assert!(pod.link("eth0").is_none());
+    assert_eq!(
+        before.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new()
+    );
+    assert_eq!(leases_in(&leases.join("net1")), Vec::<String>::new());
+    let mut gc = bad.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let out = call_plugin(
+        Some(&node.ns),
+        &bin("host-device"),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", &path)],
+        &gc.to_string(),
+    );
+    out.assert_silent_ok();
 }

@@ -108,8 +108,10 @@ pub struct Add<'a> {
 /// 2. fails when `CNI_IFNAME` already exists there ([`ifname_exists`]);
 /// 3. with `ipam` (the config's `ipam.type`), finds that plugin in
 ///    `CNI_PATH`, so a missing one fails the ADD before anything exists;
-/// 4. calls `steps`; when they fail, undoes what they recorded (see the
-///    module documentation) and returns their error.
+/// 4. calls `steps`; when they fail, or return a result the config's
+///    version cannot carry (a layer-2 result below 0.3.0, which has no
+///    `interfaces`), undoes what they recorded (see the module
+///    documentation) and returns the error.
 pub fn add<'a>(
     args: &'a CmdArgs,
     plugin: &'static str,
@@ -132,7 +134,14 @@ pub fn add<'a>(
         host: None,
         undo: Undo::default(),
     };
-    let outcome = steps(&mut a);
+    let mut outcome = steps(&mut a);
+    // A result the config's version cannot carry (no address below 0.3.0)
+    // fails the ADD after all: undo it now, not after the print fails.
+    if let Ok(result) = &outcome {
+        if let Err(e) = result.to_json(args.version) {
+            outcome = Err(e);
+        }
+    }
     if outcome.is_err() {
         a.rollback();
     }
@@ -570,6 +579,28 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(eth0.mac, Some([0x0a, 0, 0, 0, 0, 1]));
+        // A result the version cannot carry undoes the ADD.
+        let mut old = args_for(&pod);
+        old.ifname = "eth1".into();
+        old.version = crate::version::Version::V0_2_0;
+        node.run(|| {
+            let e = add(&old, "test", None, |a| {
+                let pair = a.create_veth(None, None)?;
+                Ok(CniResult {
+                    interfaces: vec![interface_of(&pair.container, "/pod")],
+                    ..CniResult::default()
+                })
+            })
+            .unwrap_err();
+            assert_eq!(e.code(), 1, "{e}");
+            assert_eq!(veths_on_node(), 1);
+        })
+        .unwrap();
+        assert!(Netlink::open_in(&pod)
+            .unwrap()
+            .link_by_name("eth1")
+            .unwrap()
+            .is_none());
         // DEL's link step takes it, and then finds nothing to do.
         let mut del_args = args.clone();
         del_args.command = Command::Del;

@@ -31,6 +31,9 @@ pub struct Link {
     pub mtu: u32,
     /// Hardware address, when it is a 6-byte Ethernet address.
     pub mac: Option<[u8; 6]>,
+    /// Hardware address as the kernel reports it (`IFLA_ADDRESS`), of any
+    /// length (20 bytes for IP over InfiniBand); empty when it has none.
+    pub hw_addr: Vec<u8>,
     /// Administratively up (`IFF_UP`).
     pub up: bool,
     /// Promiscuous mode (`IFF_PROMISC`).
@@ -122,6 +125,23 @@ impl std::fmt::Display for BridgePortFlags {
     }
 }
 
+/// Changes to one link made by a single `RTM_SETLINK` ([`Netlink::change_link`]).
+/// The kernel applies them in this order, all under one lock: the move to
+/// `netns` (the link goes down with it), the new `name` there, the `alias`,
+/// then the `up` flag; no other process sees the link under its old name in
+/// the new namespace. A failure part way leaves what was done before it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LinkChange<'a> {
+    /// Move the link into this namespace (`IFLA_NET_NS_FD`).
+    pub netns: Option<&'a NetNs>,
+    /// Rename it (`IFLA_IFNAME`; with `netns`, its name there).
+    pub name: Option<&'a str>,
+    /// Set its alias (`IFLA_IFALIAS`); `Some("")` removes the alias.
+    pub alias: Option<&'a str>,
+    /// Set it administratively up or down.
+    pub up: Option<bool>,
+}
+
 impl Link {
     /// The MAC as a result records it (`aa:bb:cc:dd:ee:ff`), empty when
     /// the link has none.
@@ -136,6 +156,7 @@ impl Link {
             kind: None,
             mtu: 0,
             mac: None,
+            hw_addr: Vec::new(),
             up: msg.header.flags.contains(LinkFlags::Up),
             promisc: msg.header.flags.contains(LinkFlags::Promisc),
             master: None,
@@ -148,7 +169,10 @@ impl Link {
             match attr {
                 LinkAttribute::IfName(name) => link.name = name,
                 LinkAttribute::Mtu(mtu) => link.mtu = mtu,
-                LinkAttribute::Address(mac) => link.mac = <[u8; 6]>::try_from(mac.as_slice()).ok(),
+                LinkAttribute::Address(addr) => {
+                    link.mac = <[u8; 6]>::try_from(addr.as_slice()).ok();
+                    link.hw_addr = addr;
+                }
                 LinkAttribute::Controller(master) if master != 0 => link.master = Some(master),
                 LinkAttribute::Link(peer) if peer != 0 => link.peer_index = Some(peer),
                 LinkAttribute::LinkNetNsId(id) => link.link_netnsid = Some(id),
@@ -304,6 +328,44 @@ impl Netlink {
         })
     }
 
+    /// Applies `change` to link `index` in one request (see
+    /// [`LinkChange`]). A name taken in the target namespace is an error
+    /// with errno `EEXIST`; a link the kernel does not let change
+    /// namespace (loopback, a bridge, ...) `EINVAL`.
+    pub fn change_link(&mut self, index: u32, change: &LinkChange<'_>) -> Result<()> {
+        let mut attrs = Vec::new();
+        if let Some(ns) = change.netns {
+            attrs.push(LinkAttribute::NetNsFd(ns.as_raw_fd()));
+        }
+        if let Some(name) = change.name {
+            attrs.push(LinkAttribute::IfName(name.to_string()));
+        }
+        if let Some(alias) = change.alias {
+            attrs.push(LinkAttribute::IfAlias(alias.to_string()));
+        }
+        let flags = match change.up {
+            Some(true) => (LinkFlags::Up, LinkFlags::Up),
+            Some(false) => (LinkFlags::empty(), LinkFlags::Up),
+            None => no_flags(),
+        };
+        self.set_link(index, attrs, flags, || {
+            let mut what = format!("change link {index}:");
+            if let Some(ns) = change.netns {
+                what.push_str(&format!(" into {:?}", ns.path()));
+            }
+            if let Some(name) = change.name {
+                what.push_str(&format!(" name {name:?}"));
+            }
+            if let Some(alias) = change.alias {
+                what.push_str(&format!(" alias {alias:?}"));
+            }
+            if let Some(up) = change.up {
+                what.push_str(if up { " up" } else { " down" });
+            }
+            what
+        })
+    }
+
     /// Deletes link `index` (for a veth, both ends go). A link that is
     /// already gone is an error with errno `ENODEV`
     /// ([`super::is_not_found`]).
@@ -438,6 +500,71 @@ mod tests {
                 InfoBridgePort::Learning(false)
             ]
         );
+    }
+
+    #[test]
+    fn netlink_link_change_moves_renames_aliases_and_sets_up_at_once() {
+        if !privileged("netlink_link_change_moves_renames_aliases_and_sets_up_at_once") {
+            return;
+        }
+        let (node, pod, peer) = (new_netns(), new_netns(), new_netns());
+        let mut host = Netlink::open_in(&node).unwrap();
+        let mut c = Netlink::open_in(&pod).unwrap();
+        host.add_veth("hd0", None, "hd0p", &peer, None).unwrap();
+        let index = host.link_by_name("hd0").unwrap().unwrap().index;
+        host.set_link_up(index).unwrap();
+        let before = host.link_by_name("hd0").unwrap().unwrap();
+        assert_eq!(before.hw_addr.len(), 6);
+        assert_eq!(before.mac.map(|m| m.to_vec()), Some(before.hw_addr.clone()));
+        // A link of the old name in the target is no obstacle.
+        c.add_bridge("hd0", None).unwrap();
+        let into = LinkChange {
+            netns: Some(&pod),
+            name: Some("net1"),
+            alias: Some("hd0"),
+            up: Some(true),
+        };
+        host.change_link(before.index, &into).unwrap();
+        assert_eq!(host.link_by_name("hd0").unwrap(), None);
+        let moved = c.link_by_name("net1").unwrap().unwrap();
+        assert_eq!(
+            (moved.alias.as_deref(), moved.up, &moved.hw_addr),
+            (Some("hd0"), true, &before.hw_addr)
+        );
+        // Back, with the alias removed, down. The name taken there is
+        // EEXIST after the move: the link is there under its old name.
+        let br = c.link_by_name("hd0").unwrap().unwrap().index;
+        c.delete_link(br).unwrap();
+        let out = LinkChange {
+            netns: Some(&node),
+            name: Some("hd0"),
+            alias: Some(""),
+            up: None,
+        };
+        host.add_bridge("hd0", None).unwrap();
+        let err = c.change_link(moved.index, &out).unwrap_err();
+        assert!(is_exists(&err), "{err}");
+        assert!(c.link_by_name("net1").unwrap().is_none());
+        let partial = host.link_by_name("net1").unwrap().unwrap();
+        assert_eq!(partial.alias.as_deref(), Some("hd0"));
+        let br = host.link_by_name("hd0").unwrap().unwrap().index;
+        host.delete_link(br).unwrap();
+        host.change_link(partial.index, &out).unwrap();
+        let back = host.link_by_name("hd0").unwrap().unwrap();
+        assert_eq!((back.alias, back.up), (None, false));
+        // Loopback never leaves its namespace.
+        let lo = c.link_by_name("lo").unwrap().unwrap();
+        let err = c
+            .change_link(
+                lo.index,
+                &LinkChange {
+                    netns: Some(&node),
+                    ..LinkChange::default()
+                },
+            )
+            .unwrap_err();
+        assert_eq!(errno(&err), Some(libc::EINVAL), "{err}");
+        assert!(err.to_string().starts_with("change link 1: into"), "{err}");
     }
 
     #[test]

@@ -27,7 +27,7 @@ pub mod tc;
 
 pub use addr::Address;
 pub use kernel_route::KernelRoute;
-pub use link::{BridgePortFlags, Link};
+pub use link::{BridgePortFlags, Link, LinkChange};
 pub use route::Route;
 pub use rule::Rule;
 

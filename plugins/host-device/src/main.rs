@@ -1,0 +1,3 @@
+fn main() {
+    libcni::skel::plugin_main(host_device::HostDevice, host_device::ABOUT)
+}
