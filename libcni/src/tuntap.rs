@@ -114,9 +114,17 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
     let template = name;
     // The kernel writes back the name it gave (a template filled in).
-    let given = req.name.iter().position(|&b| b == 0).unwrap_or(req.name.len());
+    let given = req
+        .name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(req.name.len());
     let given = String::from_utf8_lossy(&req.name[..given]).into_owned();
-    let name = if rc < 0 || given.is_empty() { template } else { given.as_str() };
+    let name = if rc < 0 || given.is_empty() {
+        template
+    } else {
+        given.as_str()
+    };
     if rc < 0 {
         let e = io::Error::last_os_error();
         // IFF_TUN_EXCL: a device of that name exists (EBUSY).

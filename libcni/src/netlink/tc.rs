@@ -293,8 +293,9 @@ fn parse_tbf(options: &[u8]) -> Option<Tbf> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedirectFilter {
     /// The filter's priority (`pref`); lower runs first. 0 lets the kernel
-    /// pick, as `tc` without `prio` does: 49152 for the first filter under
-    /// a parent, one less than the lowest there for each next one.
+    /// pick, as `tc` without `prio` does: one below the lowest priority of
+    /// 32768 or more under that parent, or 49152 when there is none, so
+    /// the filter runs after those with a priority chosen below 32768.
     pub priority: u16,
     /// The class the match reports (`flowid`/`classid`); 0 for none.
     pub classid: u32,
@@ -956,10 +957,10 @@ mod tests {
         // tc-redirect-tap) sends them in this order, without the flag.
         // The kernel reads both by type.
         let tc_options: &[u8] = &[
-            0x38, 0, 7, 0, 0x34, 0, 1, 0, 0x0b, 0, 1, 0, b'm', b'i', b'r', b'r', b'e', b'd', 0,
-            0, 0x24, 0, 2, 0x80, 0x20, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0,
-            0, 0, 0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0x24, 0, 5, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0,
-            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0x38, 0, 7, 0, 0x34, 0, 1, 0, 0x0b, 0, 1, 0, b'm', b'i', b'r', b'r', b'e', b'd', 0, 0,
+            0x24, 0, 2, 0x80, 0x20, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0x24, 0, 5, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
         ];
         let ours = &want[want.len() - 92..];
         assert_eq!(ours[..36], tc_options[56..]);

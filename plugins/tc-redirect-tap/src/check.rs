@@ -22,9 +22,8 @@ fn failed(msg: String) -> Error {
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
-    let prev = args.required_prev_result(
-        "missing: CHECK compares the redirect with the result of the ADD",
-    )?;
+    let prev = args
+        .required_prev_result("missing: CHECK compares the redirect with the result of the ADD")?;
     pair::sandbox_interface(&prev, &args.ifname)?;
     let (vm, tap_iface) = pair::vm_and_tap(&prev, &args.container_id).map_err(failed)?;
     let ns = args.open_netns()?;
@@ -46,7 +45,11 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
         .ok_or_else(|| failed(format!("tap {name:?} is not in the container's namespace")))?;
     let info = tuntap::tun_info(&mut nl, tap.index)?
         .filter(|t| t.tap)
-        .ok_or_else(|| failed(format!("{name:?} in the container's namespace is not a tap")))?;
+        .ok_or_else(|| {
+            failed(format!(
+                "{name:?} in the container's namespace is not a tap"
+            ))
+        })?;
     if !info.persist {
         return Err(failed(format!("tap {name:?} is not persistent")));
     }
@@ -71,7 +74,10 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
         }
     }
     let show = |v: Option<u32>| v.map_or_else(|| "none".to_string(), |v| v.to_string());
-    for (var, have, want) in [(ARG_UID, info.owner, conf.uid), (ARG_GID, info.group, conf.gid)] {
+    for (var, have, want) in [
+        (ARG_UID, info.owner, conf.uid),
+        (ARG_GID, info.group, conf.gid),
+    ] {
         if want.is_some() && have != want {
             return Err(failed(format!(
                 "tap {name:?} has {} {}, {var} says {}",

@@ -182,7 +182,10 @@ mod tests {
     #[test]
     fn bad_values_are_code_4_naming_the_variable() {
         for (args, var) in [
-            ("TC_REDIRECT_TAP_NAME=a-name-of-16-byt", "TC_REDIRECT_TAP_NAME"),
+            (
+                "TC_REDIRECT_TAP_NAME=a-name-of-16-byt",
+                "TC_REDIRECT_TAP_NAME",
+            ),
             ("TC_REDIRECT_TAP_NAME=..", "TC_REDIRECT_TAP_NAME"),
             ("TC_REDIRECT_TAP_NAME=a/b", "TC_REDIRECT_TAP_NAME"),
             ("TC_REDIRECT_TAP_NAME=a:b", "TC_REDIRECT_TAP_NAME"),
@@ -202,7 +205,10 @@ mod tests {
             let e = conf(args).unwrap_err();
             assert_eq!(e.code(), 4, "{args}: {e}");
             let msg = e.to_string();
-            assert!(msg.starts_with(&format!("CNI_ARGS {var}=")), "{args}: {msg}");
+            assert!(
+                msg.starts_with(&format!("CNI_ARGS {var}=")),
+                "{args}: {msg}"
+            );
         }
     }
 }

@@ -55,13 +55,11 @@ pub fn del(args: &CmdArgs) -> Result<(), Error> {
 /// documentation).
 fn our_taps(nl: &mut Netlink, links: &[Link], args: &CmdArgs) -> BTreeSet<u32> {
     let alias = pair::alias(args);
-    let named = args
-        .prev_result_for_teardown()
-        .and_then(|r| {
-            pair::vm_and_tap(&r, &args.container_id)
-                .ok()
-                .map(|(_, tap)| tap.name.clone())
-        });
+    let named = args.prev_result_for_teardown().and_then(|r| {
+        pair::vm_and_tap(&r, &args.container_id)
+            .ok()
+            .map(|(_, tap)| tap.name.clone())
+    });
     links
         .iter()
         .filter(|l| l.kind.as_deref() == Some("tun"))
@@ -82,12 +80,7 @@ fn our_taps(nl: &mut Netlink, links: &[Link], args: &CmdArgs) -> BTreeSet<u32> {
 
 /// Removes the match-all redirects on `veth`'s ingress whose target is
 /// `ours`, then its ingress qdisc if no filter is left.
-fn unredirect(
-    nl: &mut Netlink,
-    veth: &Link,
-    ours: &dyn Fn(u32) -> bool,
-    errors: &mut ErrorList,
-) {
+fn unredirect(nl: &mut Netlink, veth: &Link, ours: &dyn Fn(u32) -> bool, errors: &mut ErrorList) {
     let (parent, kind) = match nl.ingress_hook(veth.index) {
         Ok(Some(hook)) => hook,
         Ok(None) => return,

@@ -206,7 +206,10 @@ mod tests {
 
     #[test]
     fn the_alias_names_the_attachment() {
-        assert_eq!(alias(&args("fcnet", "vm-1")), "tc-redirect-tap/fcnet/vm-1/eth0");
+        assert_eq!(
+            alias(&args("fcnet", "vm-1")),
+            "tc-redirect-tap/fcnet/vm-1/eth0"
+        );
         let long = "c".repeat(300);
         let a = alias(&args("fcnet", &long));
         assert!(a.starts_with("tc-redirect-tap/sha256/"), "{a}");
@@ -259,8 +262,14 @@ mod tests {
                 "dns": {"nameservers": ["10.1.0.10"]}})
         );
         let (vm, t) = vm_and_tap(&r, "vm-1").unwrap();
-        assert_eq!((vm.name.as_str(), vm.mac.as_str()), ("tap0", "0a:00:00:00:00:03"));
-        assert_eq!((t.sandbox.as_str(), t.mac.as_str()), ("/run/netns/pod", "0a:00:00:00:00:09"));
+        assert_eq!(
+            (vm.name.as_str(), vm.mac.as_str()),
+            ("tap0", "0a:00:00:00:00:03")
+        );
+        assert_eq!(
+            (t.sandbox.as_str(), t.mac.as_str()),
+            ("/run/netns/pod", "0a:00:00:00:00:09")
+        );
     }
 
     #[test]
@@ -274,13 +283,21 @@ mod tests {
             &link("tap0", [0x0a, 0, 0, 0, 0, 9]),
             &a,
         );
-        assert!(vm_and_tap(&p, "vm-1").unwrap_err().contains("no VM interface"));
-        assert!(vm_and_tap(&r, "vm-2").unwrap_err().contains("no VM interface"));
+        assert!(vm_and_tap(&p, "vm-1")
+            .unwrap_err()
+            .contains("no VM interface"));
+        assert!(vm_and_tap(&r, "vm-2")
+            .unwrap_err()
+            .contains("no VM interface"));
         let mut no_tap = r.clone();
         no_tap.interfaces.remove(3);
-        assert!(vm_and_tap(&no_tap, "vm-1").unwrap_err().contains("no tap \"tap0\""));
+        assert!(vm_and_tap(&no_tap, "vm-1")
+            .unwrap_err()
+            .contains("no tap \"tap0\""));
         let mut two = r.clone();
         two.interfaces.push(two.interfaces[4].clone());
-        assert!(vm_and_tap(&two, "vm-1").unwrap_err().contains("2 interfaces"));
+        assert!(vm_and_tap(&two, "vm-1")
+            .unwrap_err()
+            .contains("2 interfaces"));
     }
 }
