@@ -468,7 +468,10 @@ fn vm_network(chain: Chain, client: Client, tool: &Path) {
     }
     let vm = Vm::start(&pod, tap, &eth0_mac, &v4, &gw, owner)
         .unwrap_or_else(|e| panic!("{what}: the VM: {e}"));
-    eprintln!("{what}: the VM's requests sent (ARP, echo): {}", vm.said["tries"]);
+    eprintln!(
+        "{what}: the VM's requests sent (ARP, echo): {}",
+        vm.said["tries"]
+    );
     assert_eq!(vm.said["gateway_mac"], gw_mac, "{what}: {}", vm.said);
     assert_eq!(
         vm.said["reply"],
@@ -535,7 +538,10 @@ fn vm_network(chain: Chain, client: Client, tool: &Path) {
             }
         }
     };
-    assert_eq!(out.exit_code, 0, "{what}: DEL without the namespace: {out:?}");
+    assert_eq!(
+        out.exit_code, 0,
+        "{what}: DEL without the namespace: {out:?}"
+    );
     assert_eq!(
         leases_in(&state.path().join("leases").join(net)),
         Vec::<String>::new(),
