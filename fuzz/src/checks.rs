@@ -454,6 +454,7 @@ pub fn plugin_config(data: &[u8]) {
     }
     // What DEL and GC read never fails.
     let _ = host_device::config::Conf::for_teardown(&args);
+    tc_redirect_tap_config(&args);
 }
 
 // ---- dhcp_message --------------------------------------------------------------
@@ -480,4 +481,65 @@ pub fn dhcp_message(data: &[u8]) {
         }
     }
     let _ = dhcp::proto::read_message::<dhcp::proto::Request>(&mut &data[..]);
+}
+
+/// tc-redirect-tap: `CNI_ARGS` (a tap name and IDs the kernel takes), and
+/// what ADD and CHECK read of `prevResult` (the interface to redirect, the
+/// VM's interface and its tap), then the result ADD would print.
+fn tc_redirect_tap_config(args: &CmdArgs) {
+    use tc_redirect_tap::pair;
+    match tc_redirect_tap::config::Conf::parse(args) {
+        Ok(c) => {
+            let n = c.tap_name();
+            assert!(!n.is_empty() && n.len() <= 15, "tap name {n:?}");
+            assert!(!n.contains(['/', ':', ' ', '\0']) && n != "." && n != "..");
+            assert!(n.matches('%').count() <= 1 && (!n.contains('%') || n.contains("%d")));
+            assert!(c.uid.is_none_or(|u| u != u32::MAX));
+            assert!(c.gid.is_none_or(|g| g != u32::MAX));
+        }
+        Err(e) => assert_spec_code(&e, "tc-redirect-tap"),
+    }
+    let prev = match args.prev_result() {
+        Ok(Some(p)) => p,
+        Ok(None) => return,
+        Err(e) => return assert_spec_code(&e, "tc-redirect-tap prevResult"),
+    };
+    let _ = pair::vm_and_tap(&prev, &args.container_id);
+    let at = match pair::sandbox_interface(&prev, &args.ifname) {
+        Ok(at) => at,
+        Err(e) => return assert_spec_code(&e, "tc-redirect-tap sandbox interface"),
+    };
+    assert_eq!(prev.interfaces[at].name, args.ifname);
+    let link = |name: &str, mac| libcni::netlink::Link {
+        index: 2,
+        name: name.into(),
+        kind: None,
+        mtu: 1500,
+        mac: Some(mac),
+        hw_addr: mac.to_vec(),
+        up: true,
+        promisc: false,
+        master: None,
+        peer_index: None,
+        link_netnsid: None,
+        alias: None,
+        bridge_port: None,
+    };
+    let r = pair::result_with_tap(
+        &prev,
+        at,
+        &link(&args.ifname, [2, 0, 0, 0, 0, 1]),
+        &link("fuzz-tap0", [2, 0, 0, 0, 0, 2]),
+        args,
+    );
+    assert_eq!(r.interfaces.len(), prev.interfaces.len() + 2);
+    let copies = prev
+        .ips
+        .iter()
+        .filter(|ip| ip.interface == Some(at))
+        .count();
+    assert_eq!(r.ips.len(), prev.ips.len() + copies);
+    let v = r.to_json(Version::V1_1_0).expect("a 1.1.0 result");
+    let (back, _) = CniResult::from_json(&v, Version::V1_1_0).expect("reads back");
+    assert_eq!(back, r);
 }

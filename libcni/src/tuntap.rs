@@ -12,8 +12,9 @@
 //! dies with it, so a failure at any step leaves no device behind; only
 //! then `TUNSETPERSIST` keeps it after the file is closed.
 //!
-//! Used by the `tap` plugin; written so a plugin that hands a tap to a VM
-//! (tc-redirect-tap) can make its own the same way.
+//! Used by the `tap` plugin and by `tc-redirect-tap` (which hands a VM a
+//! tap whose name the kernel may pick from a `tap%d` template, and marks it
+//! with an alias so its DEL finds it again).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -33,7 +34,8 @@ pub const TUN_DEVICE: &str = "/dev/net/tun";
 /// A tap device to create with [`create_tap`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TapSpec<'a> {
-    /// Its name in the namespace it is created in.
+    /// Its name in the namespace it is created in, or a template with one
+    /// `%d` (`tap%d`) for the kernel to fill with the lowest free number.
     pub name: &'a str,
     /// MTU; `None` keeps the kernel's (1500).
     pub mtu: Option<u32>,
@@ -46,6 +48,9 @@ pub struct TapSpec<'a> {
     pub owner: Option<u32>,
     /// `TUNSETGROUP`: the group whose members may attach; `None` for none.
     pub group: Option<u32>,
+    /// `IFLA_IFALIAS`, set before the tap is made persistent: a tap that
+    /// exists at all carries it.
+    pub alias: Option<&'a str>,
 }
 
 /// `struct ifreq` as `TUNSETIFF` reads it: the name, then the flags.
@@ -74,7 +79,8 @@ fn ioctl(file: &File, request: libc::Ioctl, arg: libc::c_ulong, what: &str) -> R
 /// Creates the persistent tap `spec` inside `ns`; `nl` is a netlink socket
 /// opened in `ns`. A name already taken there is an error with errno
 /// `EEXIST` ([`crate::netlink::is_exists`]); a failure at any step leaves
-/// no device behind (see the module documentation). Returns the link.
+/// no device behind (see the module documentation). Returns the link,
+/// under the name the kernel gave it when `spec.name` is a template.
 pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Link> {
     let name = spec.name;
     if name.is_empty() || name.len() > MAX_IFNAME_LEN || name.contains(['/', '\0']) {
@@ -106,6 +112,19 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
     // SAFETY: TUNSETIFF reads and writes a struct ifreq, which `req` is
     // (IFNAMSIZ name bytes, then the flags, padded to its 40 bytes).
     let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
+    let template = name;
+    // The kernel writes back the name it gave (a template filled in).
+    let given = req
+        .name
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(req.name.len());
+    let given = String::from_utf8_lossy(&req.name[..given]).into_owned();
+    let name = if rc < 0 || given.is_empty() {
+        template
+    } else {
+        given.as_str()
+    };
     if rc < 0 {
         let e = io::Error::last_os_error();
         // IFF_TUN_EXCL: a device of that name exists (EBUSY).
@@ -115,7 +134,7 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
             e
         };
         return Err(Error::kernel(
-            format!("create tap {name:?} in {:?} (TUNSETIFF)", ns.path()),
+            format!("create tap {template:?} in {:?} (TUNSETIFF)", ns.path()),
             e,
         ));
     }
@@ -148,6 +167,9 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
     if let Some(mac) = spec.mac {
         nl.set_mac(link.index, &mac)?;
     }
+    if let Some(alias) = spec.alias {
+        nl.set_alias(link.index, alias)?;
+    }
     ioctl(
         &file,
         libc::TUNSETPERSIST,
@@ -160,6 +182,7 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
     let mut known = link;
     known.mtu = spec.mtu.unwrap_or(known.mtu);
     known.mac = spec.mac.or(known.mac);
+    known.alias = spec.alias.map(str::to_string).or(known.alias);
     Ok(nl.link_by_name(name).ok().flatten().unwrap_or(known))
 }
 
@@ -261,6 +284,7 @@ mod tests {
             multi_queue: true,
             owner: Some(1000),
             group: Some(2000),
+            alias: None,
         };
         let link = create_tap(&ns, &mut nl, &spec).unwrap();
         assert_eq!(link.kind.as_deref(), Some("tun"));
@@ -309,6 +333,54 @@ mod tests {
         // A veth is no tun.
         assert_eq!(tun_info(&mut nl, 1).unwrap(), None);
         assert_eq!(tun_info(&mut nl, 9999).unwrap(), None);
+    }
+
+    #[test]
+    fn tuntap_a_template_name_and_an_alias() {
+        if !privileged("tuntap_a_template_name_and_an_alias") {
+            return;
+        }
+        let ns = new_netns();
+        let mut nl = Netlink::open_in(&ns).unwrap();
+        let spec = TapSpec {
+            name: "vm%d",
+            alias: Some("tc-redirect-tap/net/c1/eth0"),
+            ..TapSpec::default()
+        };
+        // The kernel fills in the lowest free number.
+        let first = create_tap(&ns, &mut nl, &spec).unwrap();
+        assert_eq!(first.name, "vm0");
+        assert_eq!(first.alias.as_deref(), Some("tc-redirect-tap/net/c1/eth0"));
+        let second = create_tap(&ns, &mut nl, &spec).unwrap();
+        assert_eq!(second.name, "vm1");
+        let read = nl.link_by_name("vm1").unwrap().unwrap();
+        assert_eq!(read.alias.as_deref(), Some("tc-redirect-tap/net/c1/eth0"));
+        assert!(tun_info(&mut nl, read.index).unwrap().unwrap().persist);
+        // An alias the kernel refuses (over IFALIASZ) leaves no device.
+        let long = "a".repeat(300);
+        let e = create_tap(
+            &ns,
+            &mut nl,
+            &TapSpec {
+                name: "vm%d",
+                alias: Some(&long),
+                ..TapSpec::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(e.code(), 100, "{e}");
+        assert!(nl.link_by_name("vm2").unwrap().is_none());
+        // A template the kernel refuses (two %d) is its EINVAL.
+        let e = create_tap(
+            &ns,
+            &mut nl,
+            &TapSpec {
+                name: "v%d%d",
+                ..TapSpec::default()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(crate::netlink::errno(&e), Some(libc::EINVAL), "{e}");
     }
 
     #[test]

@@ -740,6 +740,10 @@ pub struct NetSnapshot {
     /// `<family> <rule as ip -j rule shows it>`, sorted: policy routing
     /// rules (sbr's).
     pub rules: Vec<String>,
+    /// `dev ingress|egress protocol pref kind match actions`, sorted: the
+    /// tc filter rules of every link (bandwidth's and tc-redirect-tap's
+    /// redirects), without handles, counters and a u32's hash tables.
+    pub filters: Vec<String>,
     /// `nft list ruleset`, counters removed.
     pub nft: String,
     /// `iptables-save` and `ip6tables-save`, comments and counters removed.
@@ -766,6 +770,12 @@ impl NetSnapshot {
             "tc -j qdisc show",
             "ip -4 -j rule show",
             "ip -6 -j rule show",
+            // Egress filters only under a clsact qdisc: under an ingress
+            // one, `egress` lists the ingress filters again.
+            "for d in $(ls /sys/class/net); do \
+             echo \"$d ingress $(tc -j filter show dev $d ingress)\"; \
+             if tc qdisc show dev $d | grep -q '^qdisc clsact'; then \
+             echo \"$d egress $(tc -j filter show dev $d egress)\"; fi; done",
         ];
         if firewall {
             cmds.extend(["nft list ruleset", "iptables-save", "ip6tables-save"]);
@@ -866,12 +876,53 @@ impl NetSnapshot {
             })
             .collect();
         rules.sort();
+        let mut filters: Vec<String> = parts[7]
+            .lines()
+            .filter_map(|l| {
+                let mut it = l.splitn(3, ' ');
+                let (dev, hook) = (it.next()?, it.next()?);
+                let list: Value = serde_json::from_str(it.next()?.trim()).ok()?;
+                Some(
+                    list.as_array()?
+                        .iter()
+                        .filter(|f| f["options"]["match"].is_object() || f["kind"] != "u32")
+                        .filter(|f| f["options"].is_object())
+                        .map(|f| {
+                            let actions: Vec<String> = f["options"]["actions"]
+                                .as_array()
+                                .into_iter()
+                                .flatten()
+                                .map(|a| {
+                                    format!(
+                                        "{}:{}:{}:{}",
+                                        s(a, "kind"),
+                                        s(a, "mirred_action"),
+                                        s(a, "direction"),
+                                        s(a, "to_dev")
+                                    )
+                                })
+                                .collect();
+                            format!(
+                                "{dev} {hook} {} {} {} match={} actions={}",
+                                s(f, "protocol"),
+                                f["pref"],
+                                s(f, "kind"),
+                                f["options"]["match"],
+                                actions.join(",")
+                            )
+                        })
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .flatten()
+            .collect();
+        filters.sort();
         let (nft, iptables) = if firewall {
             let mut ipt = String::new();
-            for (i, tool) in [(8, "iptables-save"), (9, "ip6tables-save")] {
+            for (i, tool) in [(9, "iptables-save"), (10, "ip6tables-save")] {
                 ipt.push_str(&normalise_iptables_save(tool, parts[i]));
             }
-            (normalise_nft(parts[7]), ipt)
+            (normalise_nft(parts[8]), ipt)
         } else {
             Default::default()
         };
@@ -881,6 +932,7 @@ impl NetSnapshot {
             routes,
             qdiscs,
             rules,
+            filters,
             nft,
             iptables,
         }
@@ -902,6 +954,7 @@ impl NetSnapshot {
         list("route", &self.routes, &other.routes);
         list("qdisc", &self.qdiscs, &other.qdiscs);
         list("rule", &self.rules, &other.rules);
+        list("filter", &self.filters, &other.filters);
         let lines = |t: &str| t.lines().map(str::to_string).collect::<Vec<_>>();
         list("nft", &lines(&self.nft), &lines(&other.nft));
         list("iptables", &lines(&self.iptables), &lines(&other.iptables));

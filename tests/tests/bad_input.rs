@@ -105,6 +105,7 @@ fn reads_cni_args(plugin: &str) -> bool {
             | "ptp"
             | "tap"
             | "host-device"
+            | "tc-redirect-tap"
     )
 }
 
@@ -2492,6 +2493,133 @@ fn bad_input_sbr() {
             &[("CNI_IFNAME", Some("eth7"))],
             7,
             "prevResult",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_tc_redirect_tap() {
+    if !require_root("bad_input_tc_redirect_tap") {
+        return;
+    }
+    let mut b = Bench::new("tc-redirect-tap", "eth0", false);
+    let prev = wire_pod(&b, "trt-host");
+    b.base = json!({"cniVersion": "1.0.0", "name": "trt-net", "type": "tc-redirect-tap",
+        "prevResult": prev});
+    let base = b.base.clone();
+    let arg = |what: &str, args: &str, needle: &str| {
+        env_case(what, &base, &[("CNI_ARGS", Some(args))], 4, needle)
+    };
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case(
+            "cniVersion 0.2.0 (no chaining)",
+            with(&base, "/cniVersion", json!("0.2.0")),
+            1,
+            "0.2.0",
+        ),
+        case(
+            "prevResult missing",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult not a result",
+            with(&base, "/prevResult", json!({"ips": [{"address": "nope"}]})),
+            7,
+            "prevResult",
+        ),
+        case(
+            "prevResult without a sandbox interface",
+            with(
+                &base,
+                "/prevResult/interfaces",
+                json!([{"name": "trt-host"}, {"name": "eth0"}]),
+            ),
+            7,
+            "no interface with a sandbox",
+        ),
+        case(
+            "prevResult without interfaces",
+            without(&base, "/prevResult/interfaces"),
+            7,
+            "prevResult.interfaces",
+        ),
+        env_case(
+            "CNI_IFNAME not the sandbox interface",
+            &base,
+            &[("CNI_IFNAME", Some("eth7"))],
+            7,
+            "CNI_IFNAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_NAME of 16 bytes",
+            "TC_REDIRECT_TAP_NAME=tap0123456789abc",
+            "TC_REDIRECT_TAP_NAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_NAME with /",
+            "TC_REDIRECT_TAP_NAME=a/b",
+            "TC_REDIRECT_TAP_NAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_NAME ..",
+            "TC_REDIRECT_TAP_NAME=..",
+            "TC_REDIRECT_TAP_NAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_NAME with a space",
+            "TC_REDIRECT_TAP_NAME=a b",
+            "TC_REDIRECT_TAP_NAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_NAME a template of %s",
+            "TC_REDIRECT_TAP_NAME=tap%s",
+            "TC_REDIRECT_TAP_NAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_NAME a template of two %d",
+            "TC_REDIRECT_TAP_NAME=t%d%d",
+            "TC_REDIRECT_TAP_NAME",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_UID negative",
+            "IgnoreUnknown=1;TC_REDIRECT_TAP_UID=-1",
+            "TC_REDIRECT_TAP_UID",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_UID a name",
+            "TC_REDIRECT_TAP_UID=nobody",
+            "TC_REDIRECT_TAP_UID",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_UID empty",
+            "TC_REDIRECT_TAP_UID=",
+            "TC_REDIRECT_TAP_UID",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_UID the kernel's none",
+            "TC_REDIRECT_TAP_UID=4294967295",
+            "TC_REDIRECT_TAP_UID",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_UID past 32 bits",
+            "TC_REDIRECT_TAP_UID=4294967296",
+            "TC_REDIRECT_TAP_UID",
+        ),
+        arg(
+            "TC_REDIRECT_TAP_GID hex",
+            "TC_REDIRECT_TAP_GID=0x10",
+            "TC_REDIRECT_TAP_GID",
+        ),
+        env_case(
+            "TC_REDIRECT_TAP_NAME taken (the veth's)",
+            &base,
+            &[("CNI_ARGS", Some("TC_REDIRECT_TAP_NAME=eth0"))],
+            100,
+            "TC_REDIRECT_TAP_NAME",
         ),
     ]);
     b.run(cases);

@@ -38,6 +38,7 @@ const CRATES: &[&str] = &[
     "plugins/ptp",
     "plugins/tap",
     "plugins/host-device",
+    "plugins/tc-redirect-tap",
 ];
 
 /// The attachment that is crashed over and over.
@@ -270,6 +271,8 @@ impl Site {
             .collect();
         let mut want = want;
         want.sort();
+        // A result may list an address twice (tc-redirect-tap's VM).
+        want.dedup();
         assert_eq!(self.leases(), want, "{what}: leases");
         result
     }
@@ -819,6 +822,58 @@ fn crash_sbr_chain_at_every_fault_point() {
             "{what}: ADD again: table 100:\n{table}"
         );
     });
+    assert_met(&met, &[]);
+}
+
+/// bridge + host-local + tc-redirect-tap (a microVM's network): a killed
+/// ADD's tap, qdiscs and redirects are found by DEL with no cached result
+/// (the tap by its alias), and a killed DEL is finished by the next.
+#[test]
+fn crash_tc_redirect_tap_chain_at_every_fault_point() {
+    if !require_root("crash_tc_redirect_tap_chain_at_every_fault_point") {
+        return;
+    }
+    let site = Site::new("crash-trt", "fcnet", json!({}));
+    site.node.write_conf(
+        "80-fcnet.conflist",
+        &json!({"name": "fcnet", "cniVersion": "1.0.0", "plugins": [
+            {"type": "bridge", "bridge": "br-fc", "isGateway": true,
+             "ipam": {"type": "host-local", "dataDir": site.path("leases"),
+                      "ranges": [[{"subnet": "10.84.0.0/24"}], [{"subnet": "fd00:84::/64"}]]}},
+            {"type": "tc-redirect-tap"}
+        ]}),
+    );
+    let points = points_of(&["plugins/tc-redirect-tap"]);
+    let met = site.campaign(&points, &|site, result, what| {
+        let ifs = result["interfaces"].as_array().expect("interfaces");
+        assert_eq!(ifs.len(), 5, "{what}: {result}");
+        assert_eq!(
+            (&ifs[3]["name"], &ifs[4]["sandbox"]),
+            (&json!("tap0"), &json!(CID)),
+            "{what}: {result}"
+        );
+        let tap = site.pod.link("tap0").expect("tap0");
+        assert_eq!(
+            tap["ifalias"],
+            json!(format!("tc-redirect-tap/fcnet/{CID}/eth0")),
+            "{what}"
+        );
+        let filters = NetSnapshot::take_with(&site.pod, false).filters;
+        assert_eq!(filters.len(), 2, "{what}: {filters:?}");
+        assert!(
+            filters[0].starts_with("eth0 ingress all 49152 u32")
+                && filters[0].ends_with("mirred:redirect:egress:tap0")
+                && filters[1].starts_with("tap0 ingress all 49152 u32")
+                && filters[1].ends_with("mirred:redirect:egress:eth0"),
+            "{what}: {filters:?}"
+        );
+    });
+    let del_only: Vec<&str> = met
+        .iter()
+        .filter(|(_, m)| *m == Met::Del)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    assert_eq!(del_only, ["tc-redirect-tap/del-filters"]);
     assert_met(&met, &[]);
 }
 

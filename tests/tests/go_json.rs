@@ -384,6 +384,48 @@ fn host_device_keys() {
     same_in_every_case("host-device teardown", conf, &[], teardown);
 }
 
+/// tc-redirect-tap has no keys of its own (its tap comes from `CNI_ARGS`,
+/// whose names are exact); what it reads from stdin is `prevResult`, as
+/// Go's `types100.Result` reads it: `Interfaces`, `Sandbox`, `IPs`,
+/// `Interface`, `Gateway` in any case.
+#[test]
+fn tc_redirect_tap_keys() {
+    let parse = |v: &Value| {
+        let args = args_of(
+            v,
+            "TC_REDIRECT_TAP_NAME=vmtap;TC_REDIRECT_TAP_UID=107;TC_REDIRECT_TAP_GID=108",
+        );
+        let conf = tc_redirect_tap::config::Conf::parse(&args)?;
+        let prev = args.required_prev_result("chained")?;
+        let at = tc_redirect_tap::pair::sandbox_interface(&prev, "eth0")?;
+        let vm = tc_redirect_tap::pair::vm_and_tap(&prev, "c1")
+            .map(|(vm, tap)| (vm.clone(), tap.clone()))
+            .ok();
+        Ok::<_, libcni::Error>((conf, prev, at, vm))
+    };
+    let conf = with(
+        base("tc-redirect-tap"),
+        json!({"prevResult": {"cniVersion": "1.0.0",
+            "interfaces": [{"name": "veth1", "mac": "0a:00:00:00:00:01"},
+                           {"name": "eth0", "mac": "0a:00:00:00:00:02", "sandbox": "/run/netns/p"},
+                           {"name": "tap0", "mac": "0a:00:00:00:00:03", "sandbox": "/run/netns/p"},
+                           {"name": "tap0", "mac": "0a:00:00:00:00:02", "sandbox": "c1"}],
+            "ips": [{"address": "10.0.0.5/24", "gateway": "10.0.0.1", "interface": 1},
+                    {"address": "10.0.0.5/24", "gateway": "10.0.0.1", "interface": 3}],
+            "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.0.1"}],
+            "dns": {"nameservers": ["10.0.0.10"]}}}),
+    );
+    same_in_every_case("tc-redirect-tap", conf.clone(), &[], parse);
+    // And it did read them: the VM's interface and the tap were found.
+    let (_, prev, at, vm) = parse(&recase(&conf, Case::UpperFirst, &[], "")).unwrap();
+    assert_eq!((at, prev.ips.len()), (1, 2));
+    let (vm, tap) = vm.expect("the VM's interface and its tap");
+    assert_eq!(
+        (vm.mac.as_str(), tap.sandbox.as_str()),
+        ("0a:00:00:00:00:02", "/run/netns/p")
+    );
+}
+
 /// The runtime side: Go libcni reads a conflist's own keys from a map
 /// (exactly) and each plugin's `type` and `capabilities` from a struct.
 #[test]
@@ -436,7 +478,8 @@ fn del_removes_everything_whatever_else_the_config_holds() {
             {"type": "bandwidth", "ingressRate": 8000000, "ingressBurst": 800000,
              "egressRate": 8000000, "egressBurst": 800000},
             {"type": "firewall", "backend": "nftables"},
-            {"type": "tuning", "dataDir": tuning_dir, "mtu": 1400, "sysctl": {"net.core.somaxconn": "777"}}
+            {"type": "tuning", "dataDir": tuning_dir, "mtu": 1400, "sysctl": {"net.core.somaxconn": "777"}},
+            {"type": "tc-redirect-tap"}
         ]
     });
     node.write_conf("10-del.conflist", &list);
@@ -470,6 +513,7 @@ fn del_removes_everything_whatever_else_the_config_holds() {
         NetSnapshot::take(&node.ns),
         "ADD changed the node"
     );
+    assert!(pod.link("tap0").is_some(), "no tap from tc-redirect-tap");
 
     // Each plugin's DEL, in reverse, as a runtime would send it, but with
     // the parts it does not need unusable.
@@ -496,6 +540,8 @@ fn del_removes_everything_whatever_else_the_config_holds() {
             json!({"mtu": "x", "sysctl": "net.core.somaxconn", "txQLen": "long"}),
             false,
         ),
+        // No keys of its own; the unusable prevResult is said.
+        (json!({"tapName": 5}), true),
     ];
     for (plugin, (bad, says)) in plugins.iter().zip(bad_keys).rev() {
         let mut conf = plugin.clone();
@@ -522,6 +568,7 @@ fn del_removes_everything_whatever_else_the_config_holds() {
         }
     }
     assert!(pod.link("eth0").is_none());
+    assert!(pod.link("tap0").is_none(), "tc-redirect-tap's tap is left");
     assert_eq!(
         before.0.diff(&NetSnapshot::take(&node.ns)),
         Vec::<String>::new()

@@ -1,11 +1,16 @@
 //! Traffic control: qdiscs and filters, and the arithmetic behind a token
 //! bucket's parameters.
 //!
-//! This module owns what the bandwidth plugin puts on links through the
-//! kernel's tc interface: the TBF (token bucket filter) qdisc, the ingress
-//! qdisc, and a u32 match-all filter whose `mirred` action redirects every
-//! packet to another link (an IFB). Each can be added or replaced, dumped
-//! and read back, and deleted.
+//! This module owns what the bandwidth and tc-redirect-tap plugins put on
+//! links through the kernel's tc interface: the TBF (token bucket filter)
+//! qdisc, the ingress qdisc, and a u32 match-all filter whose `mirred`
+//! action redirects every packet to another link (bandwidth: to an IFB;
+//! tc-redirect-tap: between a veth and a tap, both ways, Kata's "tcfilter"
+//! model). Each can be added or replaced, dumped and read back, and
+//! deleted. The redirect filter is the one `tc filter add ... protocol all
+//! u32 match u32 0 0 action mirred egress redirect dev T` sends, and the
+//! one vishvananda/netlink builds for a `U32` without a selector (under
+//! awslabs' tc-redirect-tap), so each side reads the other's.
 //!
 //! netlink-packet-route 0.34 has no TBF, so the options of everything sent
 //! from here (TBF, and the u32 filter with its action) are encoded by hand,
@@ -287,7 +292,10 @@ fn parse_tbf(options: &[u8]) -> Option<Tbf> {
 /// N u32 match u32 0 0 classid C action mirred egress redirect dev T`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RedirectFilter {
-    /// The filter's priority (`pref`); lower runs first.
+    /// The filter's priority (`pref`); lower runs first. 0 lets the kernel
+    /// pick, as `tc` without `prio` does: one below the lowest priority of
+    /// 32768 or more under that parent, or 49152 when there is none, so
+    /// the filter runs after those with a priority chosen below 32768.
     pub priority: u16,
     /// The class the match reports (`flowid`/`classid`); 0 for none.
     pub classid: u32,
@@ -345,6 +353,29 @@ fn redirect_filter_options(filter: &RedirectFilter) -> Vec<DefaultNla> {
     nlas
 }
 
+/// The `RTM_NEWTFILTER` body of `filter` (protocol all) under `parent` of
+/// link `index`.
+fn redirect_filter_message(index: u32, parent: u32, filter: &RedirectFilter) -> TcMessage {
+    let mut msg = tc_message(index, parent, 0, filter_info(filter.priority, ETH_P_ALL));
+    msg.attributes.push(TcAttribute::Kind("u32".to_string()));
+    msg.attributes.push(TcAttribute::Options(
+        redirect_filter_options(filter)
+            .into_iter()
+            .map(TcOption::Other)
+            .collect(),
+    ));
+    msg
+}
+
+/// The `RTM_NEWQDISC` body of the ingress qdisc of link `index`:
+/// `tc qdisc add dev D handle ffff: ingress`.
+fn ingress_qdisc_message(index: u32) -> TcMessage {
+    let mut msg = tc_message(index, INGRESS_PARENT, INGRESS_HANDLE, 0);
+    msg.attributes
+        .push(TcAttribute::Kind("ingress".to_string()));
+    msg
+}
+
 // ---- what is read back -------------------------------------------------------
 
 /// A qdisc as the kernel reports it.
@@ -392,6 +423,23 @@ impl Filter {
     /// handle has a node id (the low 12 bits).
     pub fn is_u32_rule(&self) -> bool {
         self.kind == "u32" && self.handle & 0xfff != 0
+    }
+
+    /// Whether this is a rule of any classifier, not the bookkeeping a u32
+    /// dump adds (its hash tables): what makes a qdisc's filters non-empty.
+    pub fn is_rule(&self) -> bool {
+        self.kind != "u32" || self.is_u32_rule()
+    }
+
+    /// The target of a [`RedirectFilter`] as read back: a u32 rule of
+    /// protocol all that matches every packet and redirects it to that
+    /// link.
+    pub fn match_all_redirect(&self) -> Option<u32> {
+        if self.is_u32_rule() && self.match_all && self.protocol == ETH_P_ALL {
+            self.redirect
+        } else {
+            None
+        }
     }
 }
 
@@ -560,15 +608,29 @@ impl Netlink {
     /// already has one (or a clsact qdisc), the error has errno `EEXIST`
     /// ([`super::is_exists`]).
     pub fn add_ingress_qdisc(&mut self, index: u32) -> Result<()> {
-        let mut msg = tc_message(index, INGRESS_PARENT, INGRESS_HANDLE, 0);
-        msg.attributes
-            .push(TcAttribute::Kind("ingress".to_string()));
         self.request(
-            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            RouteNetlinkMessage::NewQueueDiscipline(ingress_qdisc_message(index)),
             NLM_F_CREATE | NLM_F_EXCL,
             || format!("add ingress qdisc to link {index}"),
         )?;
         Ok(())
+    }
+
+    /// Where the ingress filters of link `index` attach, and the kind of
+    /// the qdisc that holds them: [`INGRESS_HANDLE`] under an `ingress`
+    /// qdisc, [`CLSACT_INGRESS`] under a `clsact` one; `None` when the link
+    /// has neither (or is gone).
+    pub fn ingress_hook(&mut self, index: u32) -> Result<Option<(u32, String)>> {
+        let q = match self.qdisc_at(index, INGRESS_PARENT) {
+            Ok(q) => q,
+            Err(e) if super::is_not_found(&e) => None,
+            Err(e) => return Err(e),
+        };
+        Ok(q.and_then(|q| match q.kind.as_str() {
+            "ingress" => Some((INGRESS_HANDLE, q.kind)),
+            "clsact" => Some((CLSACT_INGRESS, q.kind)),
+            _ => None,
+        }))
     }
 
     /// Deletes the qdisc `handle` under `parent` of link `index` (with its
@@ -623,16 +685,8 @@ impl Netlink {
         parent: u32,
         filter: &RedirectFilter,
     ) -> Result<()> {
-        let mut msg = tc_message(index, parent, 0, filter_info(filter.priority, ETH_P_ALL));
-        msg.attributes.push(TcAttribute::Kind("u32".to_string()));
-        msg.attributes.push(TcAttribute::Options(
-            redirect_filter_options(filter)
-                .into_iter()
-                .map(TcOption::Other)
-                .collect(),
-        ));
         self.request(
-            RouteNetlinkMessage::NewTrafficFilter(msg),
+            RouteNetlinkMessage::NewTrafficFilter(redirect_filter_message(index, parent, filter)),
             NLM_F_CREATE | NLM_F_EXCL,
             || {
                 format!(
@@ -839,6 +893,212 @@ mod tests {
             want.extend_from_slice(&word.to_ne_bytes());
         }
         assert_eq!(bytes, want);
+    }
+
+    fn emit_message(msg: &TcMessage) -> Vec<u8> {
+        let mut out = vec![0u8; msg.buffer_len()];
+        msg.emit(&mut out);
+        out
+    }
+
+    /// The `struct tcmsg` header: family, pads, ifindex, handle, parent, info.
+    fn tcmsg(index: i32, handle: u32, parent: u32, info: u32) -> Vec<u8> {
+        let mut v = vec![0u8, 0, 0, 0];
+        v.extend_from_slice(&index.to_ne_bytes());
+        v.extend_from_slice(&handle.to_ne_bytes());
+        v.extend_from_slice(&parent.to_ne_bytes());
+        v.extend_from_slice(&info.to_ne_bytes());
+        v
+    }
+
+    #[test]
+    fn tc_ingress_qdisc_message_is_the_one_tc_sends() {
+        // `tc qdisc add dev D handle ffff: ingress`, as strace shows it:
+        // handle ffff:, parent ffff:fff1, info 0, TCA_KIND "ingress".
+        let mut want = tcmsg(7, 0xffff_0000, 0xffff_fff1, 0);
+        want.extend_from_slice(&[12, 0, 1, 0]);
+        want.extend_from_slice(b"ingress\0");
+        assert_eq!(emit_message(&ingress_qdisc_message(7)), want);
+    }
+
+    #[test]
+    fn tc_redirect_filter_message_is_a_match_all_mirred_redirect() {
+        // tc-redirect-tap's filter: `tc filter add dev #7 parent ffff:
+        // protocol all u32 match u32 0 0 action mirred egress redirect dev
+        // #9`, no prio (the kernel picks) and no classid.
+        let msg = redirect_filter_message(
+            7,
+            INGRESS_HANDLE,
+            &RedirectFilter {
+                priority: 0,
+                classid: 0,
+                target: 9,
+            },
+        );
+        // info: priority 0 above, ETH_P_ALL in network order below.
+        let mut want = tcmsg(7, 0, 0xffff_0000, u32::from(0x0003u16.to_be()));
+        want.extend_from_slice(&[8, 0, 1, 0]);
+        want.extend_from_slice(b"u32\0");
+        // TCA_OPTIONS: the selector (36 bytes) and the action (56).
+        want.extend_from_slice(&[96, 0, 2, 0]);
+        want.extend_from_slice(&[36, 0, 5, 0, 1, 0, 1, 0]);
+        want.extend_from_slice(&[0; 28]);
+        want.extend_from_slice(&[56, 0, 7, 0, 52, 0, 1, 0]);
+        want.extend_from_slice(&[11, 0, 1, 0]);
+        want.extend_from_slice(b"mirred\0\0");
+        want.extend_from_slice(&[36, 0, 2, 0, 32, 0, 2, 0]);
+        for word in [0i32, 0, 4, 0, 0, 1, 9] {
+            want.extend_from_slice(&word.to_ne_bytes());
+        }
+        assert_eq!(emit_message(&msg), want);
+        // `tc` (iproute2 6.x, strace'd) sends these very attributes, with
+        // TCA_U32_ACT before TCA_U32_SEL and NLA_F_NESTED on the action's
+        // options; vishvananda/netlink (the Go plugins, awslabs'
+        // tc-redirect-tap) sends them in this order, without the flag.
+        // The kernel reads both by type.
+        let tc_options: &[u8] = &[
+            0x38, 0, 7, 0, 0x34, 0, 1, 0, 0x0b, 0, 1, 0, b'm', b'i', b'r', b'r', b'e', b'd', 0, 0,
+            0x24, 0, 2, 0x80, 0x20, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 1, 0, 0, 0, 9, 0, 0, 0, 0x24, 0, 5, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ];
+        let ours = &want[want.len() - 92..];
+        assert_eq!(ours[..36], tc_options[56..]);
+        let mut act = tc_options[..56].to_vec();
+        act[23] &= 0x7f; // NLA_F_NESTED off
+        assert_eq!(ours[36..], act[..]);
+    }
+
+    #[test]
+    fn tc_filters_tell_rules_from_u32_bookkeeping() {
+        let rule = Filter {
+            index: 3,
+            parent: INGRESS_HANDLE,
+            handle: 0x8000_0800,
+            priority: 49152,
+            protocol: ETH_P_ALL,
+            kind: "u32".into(),
+            classid: None,
+            match_all: true,
+            redirect: Some(9),
+        };
+        assert!(rule.is_rule());
+        assert_eq!(rule.match_all_redirect(), Some(9));
+        // The hash table entry of the same u32 instance is no rule.
+        let table = Filter {
+            handle: 0x8000_0000,
+            match_all: false,
+            redirect: None,
+            ..rule.clone()
+        };
+        assert!(!table.is_rule());
+        assert_eq!(table.match_all_redirect(), None);
+        // Only protocol all, matching everything, counts as a redirect.
+        for other in [
+            Filter {
+                protocol: 0x0800,
+                ..rule.clone()
+            },
+            Filter {
+                match_all: false,
+                ..rule.clone()
+            },
+        ] {
+            assert_eq!(other.match_all_redirect(), None, "{other:?}");
+        }
+        // Any other classifier's entry is a rule.
+        let bpf = Filter {
+            kind: "bpf".into(),
+            handle: 1,
+            match_all: false,
+            redirect: None,
+            ..rule
+        };
+        assert!(bpf.is_rule());
+    }
+
+    #[test]
+    fn tc_a_redirect_pair_under_ingress_and_clsact() {
+        use crate::netlink::ifb::IfbSpec;
+        use crate::netns::testing::{new_netns, privileged};
+        if !privileged("tc_a_redirect_pair_under_ingress_and_clsact") {
+            return;
+        }
+        let ns = new_netns();
+        let mut nl = Netlink::open_in(&ns).unwrap();
+        let spec = |name| IfbSpec {
+            name,
+            mtu: 1500,
+            txqueuelen: 0,
+            alias: "",
+        };
+        let a = nl.ensure_ifb(&spec("pair0")).unwrap();
+        let b = nl.ensure_ifb(&spec("pair1")).unwrap();
+        assert_eq!(nl.ingress_hook(a.index).unwrap(), None);
+        assert_eq!(nl.ingress_hook(9999).unwrap(), None);
+        nl.add_ingress_qdisc(a.index).unwrap();
+        assert_eq!(
+            nl.ingress_hook(a.index).unwrap(),
+            Some((INGRESS_HANDLE, "ingress".to_string()))
+        );
+        // The kernel picks the priority: 49152, then one below the lowest.
+        let to_b = RedirectFilter {
+            priority: 0,
+            classid: 0,
+            target: b.index,
+        };
+        nl.add_redirect_filter(a.index, INGRESS_HANDLE, &to_b)
+            .unwrap();
+        nl.add_redirect_filter(a.index, INGRESS_HANDLE, &to_b)
+            .unwrap();
+        let rules: Vec<Filter> = nl
+            .filters(a.index, INGRESS_HANDLE, 0, 0)
+            .unwrap()
+            .into_iter()
+            .filter(Filter::is_rule)
+            .collect();
+        let got: Vec<(u16, Option<u32>)> = rules
+            .iter()
+            .map(|f| (f.priority, f.match_all_redirect()))
+            .collect();
+        assert_eq!(
+            got,
+            [(49151, Some(b.index)), (49152, Some(b.index))],
+            "{rules:?}"
+        );
+        for f in &rules {
+            nl.delete_filter_priority(a.index, INGRESS_HANDLE, f.priority, ETH_P_ALL, "u32")
+                .unwrap();
+        }
+        assert_eq!(nl.filters(a.index, INGRESS_HANDLE, 0, 0).unwrap(), vec![]);
+
+        // Under a clsact qdisc the ingress filters hang off ffff:fff2.
+        let mut msg = tc_message(b.index, INGRESS_PARENT, INGRESS_HANDLE, 0);
+        msg.attributes.push(TcAttribute::Kind("clsact".to_string()));
+        nl.request(
+            RouteNetlinkMessage::NewQueueDiscipline(msg),
+            NLM_F_CREATE | NLM_F_EXCL,
+            || "add clsact".to_string(),
+        )
+        .unwrap();
+        assert_eq!(
+            nl.ingress_hook(b.index).unwrap(),
+            Some((CLSACT_INGRESS, "clsact".to_string()))
+        );
+        let to_a = RedirectFilter {
+            target: a.index,
+            ..to_b
+        };
+        nl.add_redirect_filter(b.index, CLSACT_INGRESS, &to_a)
+            .unwrap();
+        let found: Vec<Option<u32>> = nl
+            .filters(b.index, CLSACT_INGRESS, 0, 0)
+            .unwrap()
+            .iter()
+            .filter(|f| f.is_rule())
+            .map(Filter::match_all_redirect)
+            .collect();
+        assert_eq!(found, [Some(a.index)]);
     }
 
     #[test]

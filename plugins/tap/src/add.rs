@@ -56,6 +56,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         multi_queue: conf.multi_queue,
         owner: conf.owner,
         group: conf.group,
+        alias: None,
     };
     let tap = a.create_link(|a| {
         let (ns, nl) = a.container_parts();
