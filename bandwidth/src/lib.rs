@@ -126,9 +126,10 @@ impl Plugin for BandwidthPlugin {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        let valid: HashSet<(String, String)> = args
-            .conf
-            .gc_valid_attachments()?
+        let Some(valid) = args.gc_valid_attachments("bandwidth")? else {
+            return Ok(());
+        };
+        let valid: HashSet<(String, String)> = valid
             .into_iter()
             .map(|a| (a.container_id, a.ifname))
             .collect();

@@ -96,7 +96,7 @@ pub fn del(args: &CmdArgs, keys: &Keys) -> ErrorList {
 /// spoof check's names carry no network, so the port says whose it is).
 pub fn gc(args: &CmdArgs, keys: &Keys) -> ErrorList {
     let mut errors = ErrorList::new();
-    let Some(valid) = errors.record(args.conf.gc_valid_attachments()) else {
+    let Some(Some(valid)) = errors.record(args.gc_valid_attachments("bridge")) else {
         return errors;
     };
     if keys.ip_masq {

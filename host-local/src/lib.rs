@@ -93,16 +93,14 @@ impl Plugin for HostLocal {
 
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let loc = Location::from_args(args)?;
-        if !args.conf.has_gc_attachments() {
-            return Err(Error::config(
-                "cni.dev/valid-attachments",
-                "missing: GC releases every lease not listed there, so it must be given (an empty list releases all)",
-            ));
-        }
+        // GC releases every lease not listed: without a list, none.
+        let Some(valid) = args.gc_valid_attachments("host-local")? else {
+            return Ok(());
+        };
         let Some(store) = Store::open_locked(&loc)? else {
             return Ok(());
         };
-        alloc::gc(&store, &args.conf.gc_valid_attachments()?)
+        alloc::gc(&store, &valid)
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {

@@ -119,6 +119,26 @@ impl CmdArgs {
         })
     }
 
+    /// GC's valid attachments (`cni.dev/valid-attachments`, or the legacy
+    /// key), or `None` when the request lists none under either name: a
+    /// plugin cannot tell "nothing is valid" from "the runtime did not
+    /// say", so it then collects nothing of its own (said on stderr naming
+    /// `plugin`) rather than remove the state of live pods. An unreadable
+    /// list is code 7.
+    pub fn gc_valid_attachments(
+        &self,
+        plugin: &str,
+    ) -> Result<Option<Vec<crate::types::Attachment>>, Error> {
+        if !self.conf.has_gc_attachments() {
+            eprintln!(
+                "{plugin}: GC: the request lists no valid attachments \
+                 (cni.dev/valid-attachments): nothing collected"
+            );
+            return Ok(None);
+        }
+        self.conf.gc_valid_attachments().map(Some)
+    }
+
     /// The `prevResult` for a teardown (DEL, GC): a `prevResult` that
     /// cannot be read is said on stderr and treated as absent, since what
     /// a teardown removes is found by the attachment's identity.

@@ -143,7 +143,9 @@ impl Plugin for PortMap {
         let iptables_chosen = teardown_conf(args)
             .as_ref()
             .is_some_and(PortMapConf::backend_is_iptables);
-        let valid = args.conf.gc_valid_attachments()?;
+        let Some(valid) = args.gc_valid_attachments("portmap")? else {
+            return Ok(());
+        };
         let network = &args.conf.name;
         let mut errors = ErrorList::new();
         let mut nft = Nft::open();

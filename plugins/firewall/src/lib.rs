@@ -68,12 +68,10 @@ impl Plugin for Firewall {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<()> {
+        let Some(valid) = args.gc_valid_attachments("firewall")? else {
+            return Ok(());
+        };
         let (hint, records) = FirewallConf::teardown(args);
-        fw::gc(
-            &hint,
-            &records,
-            &args.conf.name,
-            &args.conf.gc_valid_attachments()?,
-        )
+        fw::gc(&hint, &records, &args.conf.name, &valid)
     }
 }

@@ -59,9 +59,9 @@ impl Plugin for Ptp {
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let keys = MasqKeys::lenient(args);
         let mut errors = ErrorList::new();
-        // Without a list of valid attachments nothing may be collected.
-        if keys.ip_masq && args.conf.has_gc_attachments() {
-            if let Some(valid) = errors.record(args.conf.gc_valid_attachments()) {
+        if keys.ip_masq {
+            // Without a list of valid attachments nothing is collected.
+            if let Some(Some(valid)) = errors.record(args.gc_valid_attachments("ptp")) {
                 errors.record(masq::gc(keys.masq_backend(), &args.conf.name, &valid));
             }
         }
