@@ -296,6 +296,15 @@ impl Netlink {
         })
     }
 
+    /// Renames link `index` to `name` (the link must be down). A name
+    /// taken is `EEXIST` ([`super::is_exists`]).
+    pub fn set_link_name(&mut self, index: u32, name: &str) -> Result<()> {
+        let attrs = vec![LinkAttribute::IfName(name.to_string())];
+        self.set_link(index, attrs, no_flags(), || {
+            format!("rename link {index} to {name:?}")
+        })
+    }
+
     /// Sets the alias of link `index`; an empty alias removes it.
     pub fn set_alias(&mut self, index: u32, alias: &str) -> Result<()> {
         let attrs = vec![LinkAttribute::IfAlias(alias.to_string())];
@@ -1109,6 +1118,13 @@ pub struct LinkDetails {
     pub macvlan_mode: Option<MacvlanMode>,
     /// For a macvlan: `IFLA_MACVLAN_BC_QUEUE_LEN`, when the kernel reports it.
     pub macvlan_bc_queue_len: Option<u32>,
+    /// For an 802.1Q VLAN: its VLAN ID (`IFLA_VLAN_ID`).
+    pub vlan_id: Option<u16>,
+    /// For an ipvlan: its mode (`None` for another kind, or a mode this
+    /// code does not know).
+    pub ipvlan_mode: Option<super::link_kinds::IpvlanMode>,
+    /// For a VRF device: its routing table (`IFLA_VRF_TABLE`).
+    pub vrf_table: Option<u32>,
 }
 
 impl LinkDetails {
@@ -1117,23 +1133,49 @@ impl LinkDetails {
         let mut txqlen = 0;
         let mut macvlan_mode = None;
         let mut macvlan_bc_queue_len = None;
+        let (mut vlan_id, mut ipvlan_mode, mut vrf_table) = (None, None, None);
         for attr in &msg.attributes {
             match attr {
                 LinkAttribute::TxQueueLen(q) => txqlen = *q,
                 LinkAttribute::LinkInfo(infos) => {
                     for info in infos {
-                        if let LinkInfo::Data(InfoData::MacVlan(nlas)) = info {
-                            for nla in nlas {
-                                match nla {
-                                    rtlink::InfoMacVlan::Mode(m) => {
-                                        macvlan_mode = MacvlanMode::from_netlink(*m)
+                        match info {
+                            LinkInfo::Data(InfoData::MacVlan(nlas)) => {
+                                for nla in nlas {
+                                    match nla {
+                                        rtlink::InfoMacVlan::Mode(m) => {
+                                            macvlan_mode = MacvlanMode::from_netlink(*m)
+                                        }
+                                        rtlink::InfoMacVlan::BcQueueLen(q) => {
+                                            macvlan_bc_queue_len = Some(*q)
+                                        }
+                                        _ => {}
                                     }
-                                    rtlink::InfoMacVlan::BcQueueLen(q) => {
-                                        macvlan_bc_queue_len = Some(*q)
-                                    }
-                                    _ => {}
                                 }
                             }
+                            LinkInfo::Data(InfoData::Vlan(nlas)) => {
+                                for nla in nlas {
+                                    if let rtlink::InfoVlan::Id(id) = nla {
+                                        vlan_id = Some(*id);
+                                    }
+                                }
+                            }
+                            LinkInfo::Data(InfoData::IpVlan(nlas)) => {
+                                for nla in nlas {
+                                    if let rtlink::InfoIpVlan::Mode(m) = nla {
+                                        ipvlan_mode =
+                                            super::link_kinds::IpvlanMode::from_netlink(*m);
+                                    }
+                                }
+                            }
+                            LinkInfo::Data(InfoData::Vrf(nlas)) => {
+                                for nla in nlas {
+                                    if let rtlink::InfoVrf::TableId(t) = nla {
+                                        vrf_table = Some(*t);
+                                    }
+                                }
+                            }
+                            _ => {}
                         }
                     }
                 }
@@ -1146,6 +1188,9 @@ impl LinkDetails {
             allmulti,
             macvlan_mode,
             macvlan_bc_queue_len,
+            vlan_id,
+            ipvlan_mode,
+            vrf_table,
         }
     }
 }
@@ -1220,7 +1265,8 @@ impl Netlink {
     }
 
     /// Link `index` with its transmit queue length, all-multicast flag and
-    /// macvlan settings, or `None` if there is no such link.
+    /// its kind's settings (macvlan, VLAN, ipvlan, VRF), or `None` if there
+    /// is no such link.
     pub fn link_details(&mut self, index: u32) -> Result<Option<LinkDetails>> {
         Ok(self.link_message_of(index)?.map(LinkDetails::from_message))
     }
