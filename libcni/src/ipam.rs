@@ -398,7 +398,8 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
 
 /// CHECK: every route of `routes` is in its table (the main table unless
 /// it names one, or then a table a rule `from <address>` looks up, where
-/// source-based routing moved it) with its destination and, when it has
+/// source-based routing moved it, or a VRF's table, where the vrf plugin
+/// moved it) with its destination and, when it has
 /// one, its gateway, as Go's `ValidateExpectedRoute`. Differences are
 /// [`Error::CheckFailed`].
 pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
@@ -423,7 +424,9 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
                 })
         };
         let found = in_table(table)
-            || (want.table.is_none() && source_tables(nl, family, None)?.into_iter().any(in_table));
+            || (want.table.is_none()
+                && (source_tables(nl, family, None)?.into_iter().any(in_table)
+                    || vrf_tables(nl)?.into_iter().any(in_table)));
         if !found {
             let via = want.gw.map(|g| format!(" via {g}")).unwrap_or_default();
             return Err(Error::CheckFailed(format!(
@@ -433,6 +436,20 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The tables of the VRF devices of the namespace: where the vrf plugin
+/// moves the routes of the interfaces that join one.
+fn vrf_tables(nl: &mut Netlink) -> Result<Vec<u32>> {
+    let mut tables = Vec::new();
+    for l in nl.links()? {
+        if l.kind.as_deref() == Some("vrf") {
+            if let Some(t) = nl.link_details(l.index)?.and_then(|d| d.vrf_table) {
+                tables.push(t);
+            }
+        }
+    }
+    Ok(tables)
 }
 
 /// The tables that rules `from <addr>` (a host prefix and no other

@@ -180,6 +180,26 @@ impl NetNs {
     }
 }
 
+/// An exclusive lock on a namespace's file (flock), held for as long as it
+/// lives: the Go plugins' lock on `CNI_NETNS` (sbr's), so two meta plugin
+/// runs for interfaces of one pod, ours or Go's, never interleave their
+/// changes (sbr's tables, a VRF one interface joins and another leaves).
+pub struct NetnsLock(#[allow(dead_code)] File);
+
+impl NetnsLock {
+    /// Waits for and takes the lock on `ns`.
+    pub fn take(ns: &NetNs) -> Result<NetnsLock> {
+        let what = format!("lock the container's namespace {:?}", ns.path());
+        let fd = ns
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::io(what.clone(), e))?;
+        let file = File::from(fd);
+        file.lock().map_err(|e| Error::io(what, e))?;
+        Ok(NetnsLock(file))
+    }
+}
+
 impl AsFd for NetNs {
     /// The namespace file descriptor, e.g. for `IFLA_NET_NS_FD`.
     fn as_fd(&self) -> BorrowedFd<'_> {
