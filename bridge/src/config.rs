@@ -384,8 +384,8 @@ mod tests {
     fn vlan_with_a_trunk_is_the_native_vlan() {
         // Since v1.8 `vlan` and `vlanTrunk` go together: `vlan` is the
         // trunk port's native (PVID, untagged) VLAN.
-        let c = conf(json!({"vlan": 5, "vlanTrunk": [{"id": 6}, {"minID": 10, "maxID": 12}]}))
-            .unwrap();
+        let c =
+            conf(json!({"vlan": 5, "vlanTrunk": [{"id": 6}, {"minID": 10, "maxID": 12}]})).unwrap();
         assert_eq!((c.vlan, c.trunk.as_slice()), (5, &[(6, 6), (10, 12)][..]));
         assert_eq!(c.vlan_key(), ("vlan", "5".to_string()));
         assert!(c.wants_vlans());

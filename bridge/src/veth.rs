@@ -187,16 +187,27 @@ mod tests {
         let trunk = conf(json!({"vlanTrunk": [{"id": 5}, {"minID": 7, "maxID": 8}]}));
         assert_eq!(
             expected_vlans(&trunk),
-            [(1, true, true), (5, false, false), (7, false, false), (8, false, false)]
+            [
+                (1, true, true),
+                (5, false, false),
+                (7, false, false),
+                (8, false, false)
+            ]
         );
         // vlan + vlanTrunk: vlan is the native VLAN; one also in the trunk
         // ends tagged (the later request wins, as in the reference).
         let native = conf(json!({"vlan": 5, "vlanTrunk": [{"id": 6}]}));
-        assert_eq!(expected_vlans(&native), [(5, true, true), (6, false, false)]);
+        assert_eq!(
+            expected_vlans(&native),
+            [(5, true, true), (6, false, false)]
+        );
         let both = conf(json!({"vlan": 6, "vlanTrunk": [{"id": 6}]}));
         assert_eq!(expected_vlans(&both), [(6, false, false)]);
         let with_1 = conf(json!({"vlanTrunk": [{"id": 1}, {"id": 3}]}));
-        assert_eq!(expected_vlans(&with_1), [(1, true, true), (3, false, false)]);
+        assert_eq!(
+            expected_vlans(&with_1),
+            [(1, true, true), (3, false, false)]
+        );
     }
 
     #[test]
@@ -206,8 +217,12 @@ mod tests {
         let keep = conf(json!({"vlan": 100, "preserveDefaultVlan": true}));
         assert!(vlans_match(&keep, &have));
         assert!(vlans_match(&keep, &[vlan(100, true, true)]));
-        assert!(!vlans_match(&keep, &[vlan(1, true, true), vlan(100, false, true)]));
-        let trunk = conf(json!({"vlanTrunk": [{"minID": 10, "maxID": 11}], "preserveDefaultVlan": true}));
+        assert!(!vlans_match(
+            &keep,
+            &[vlan(1, true, true), vlan(100, false, true)]
+        ));
+        let trunk =
+            conf(json!({"vlanTrunk": [{"minID": 10, "maxID": 11}], "preserveDefaultVlan": true}));
         let ranged = BridgeVlan::tagged(10, 11);
         assert!(vlans_match(&trunk, &[vlan(1, true, true), ranged]));
         assert!(!vlans_match(&trunk, &[ranged]));
