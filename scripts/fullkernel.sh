@@ -10,7 +10,7 @@
 #   fullkernel_add_tests [FILTER]   queue every test binary of the workspace
 #                                   (built here by `cargo test --no-run`)
 #                                   with the name filter FILTER (default
-#                                   `fullkernel_`), two test threads
+#                                   `fullkernel_`), three test threads
 #   fullkernel_run                  boot once, run the queue; non-zero when a
 #                                   command failed or the VM could not start,
 #                                   with a message saying which
@@ -20,7 +20,14 @@
 # Inside the VM FULLKERNEL_GUEST=1 is set; tests named fullkernel_* run
 # for real there, and say on other kernels that this step runs them.
 
-FULLKERNEL_TOOL=${FULLKERNEL_TOOL:-$repo/../shared/tools/fullkernel/run.sh}
+# The tool: FULLKERNEL_TOOL, else ../shared/tools/fullkernel/run.sh beside
+# the checkout (or beside the directory of worktrees it is in).
+if [ -z "${FULLKERNEL_TOOL:-}" ]; then
+  for FULLKERNEL_TOOL in "$repo/../shared/tools/fullkernel/run.sh" \
+    "$repo/../../shared/tools/fullkernel/run.sh"; do
+    [ -x "$FULLKERNEL_TOOL" ] && break
+  done
+fi
 fullkernel_queue=()
 
 fullkernel_add() {
@@ -40,7 +47,7 @@ fullkernel_add_tests() {
     | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' | sort -u)
   [ -n "$bins" ] || { echo "fullkernel: no test binaries found" >&2; return 1; }
   for bin in $bins; do
-    fullkernel_add "$bin" "$filter" --test-threads=2
+    fullkernel_add "$bin" "$filter" --test-threads=3
   done
 }
 

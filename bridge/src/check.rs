@@ -120,6 +120,9 @@ fn check_host_veth(
                 .iter()
                 .map(|v| {
                     let mut s = v.vid.to_string();
+                    if v.last > v.vid {
+                        s.push_str(&format!("-{}", v.last));
+                    }
                     if v.pvid {
                         s.push_str(" PVID");
                     }

@@ -337,13 +337,20 @@ pub fn check_mac(what: &str, want: &Interface, link: &Link) -> Result<()> {
 /// CHECK: every address of `ips` is on link `ifname` with its prefix length,
 /// and (below /32 and /128) its prefix route is in the main table, as Go's
 /// `ValidateExpectedInterfaceIPs`, or in a table a rule `from <address>`
-/// looks up (where source-based routing, the sbr plugin, moved it).
+/// looks up (where source-based routing, the sbr plugin, moved it), or in
+/// the table of the VRF the link is a member of (the vrf plugin's).
 /// Differences are [`Error::CheckFailed`].
 pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Result<()> {
     let link = nl
         .link_by_name(ifname)?
         .ok_or_else(|| Error::CheckFailed(format!("container interface {ifname:?} not found")))?;
     let present = nl.addresses(Some(link.index), None)?;
+    // The table of the VRF the link is a member of, where its prefix
+    // routes are.
+    let vrf_table = match link.master {
+        Some(m) => nl.link_details(m)?.and_then(|d| d.vrf_table),
+        None => None,
+    };
     // Every table's routes, per family.
     let mut routes: [Option<Vec<netlink::Route>>; 2] = [None, None];
     for ip in ips {
@@ -382,6 +389,7 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
                 })
             };
             let found = in_table(netlink::route::RT_TABLE_MAIN)
+                || vrf_table.is_some_and(in_table)
                 || source_tables(nl, family, Some(addr))?
                     .into_iter()
                     .any(in_table);

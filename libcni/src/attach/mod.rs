@@ -380,7 +380,6 @@ impl<'a> Add<'a> {
             ips: addresses.ips,
             routes: addresses.routes,
             dns: addresses.dns,
-            ..CniResult::default()
         };
         for ip in &mut result.ips {
             ip.interface = Some(0);
