@@ -8,7 +8,9 @@
 //!   it, refuse an existing `CNI_IFNAME` (the spec's "must error if the
 //!   interface already exists"), find the IPAM plugin before anything is
 //!   created, create the link directly in the container namespace
-//!   ([`Add::create_link`], [`Add::create_veth`]), delegate to IPAM
+//!   ([`Add::create_link`], [`Add::create_link_named`], [`Add::create_kind`],
+//!   [`Add::create_veth`]; the lower device of a stacked link in
+//!   [`master`]), delegate to IPAM
 //!   ([`Add::ipam_add`]), apply the result ([`Add::configure`]), and undo
 //!   everything a failed ADD created ([`Add::undo`], [`Add::undo_last`]).
 //! - **DEL** ([`del`], [`del_with`]): the container link, if the namespace and the link
