@@ -9,8 +9,11 @@
 #                                   root, stdin /dev/null, with this env)
 #   fullkernel_add_tests [FILTER]   queue every test binary of the workspace
 #                                   (built here by `cargo test --no-run`)
-#                                   with the name filter FILTER (default
-#                                   `fullkernel_`), three test threads
+#                                   that has tests matching FILTER (default
+#                                   `fullkernel_`; asked here with --list,
+#                                   since each binary start costs about a
+#                                   second in the VM), with that filter and
+#                                   three test threads
 #   fullkernel_run                  boot once, run the queue; non-zero when a
 #                                   command failed or the VM could not start,
 #                                   with a message saying which
@@ -42,13 +45,18 @@ fullkernel_add_tests() {
     echo "fullkernel: building the test binaries failed" >&2
     return 1
   }
-  # The test harness executables: compiler artifacts of test profile.
+  # The test harness executables: compiler artifacts of test profile, in
+  # target/*/deps.
   bins=$(printf '%s\n' "$json" | grep '"test":true' \
-    | grep -o '"executable":"[^"]*"' | sed 's/^"executable":"//; s/"$//' | sort -u)
+    | grep -o '"executable":"[^"]*/deps/[^"]*"' | sed 's/^"executable":"//; s/"$//' | sort -u)
   [ -n "$bins" ] || { echo "fullkernel: no test binaries found" >&2; return 1; }
+  local n=0
   for bin in $bins; do
+    "$bin" "$filter" --list 2>/dev/null | grep -q ': test$' || continue
     fullkernel_add "$bin" "$filter" --test-threads=3
+    n=$((n + 1))
   done
+  [ "$n" -gt 0 ] || { echo "fullkernel: no test matches $filter" >&2; return 1; }
 }
 
 fullkernel_run() {
