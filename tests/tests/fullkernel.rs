@@ -33,8 +33,8 @@ fn call(
         .map(|p| p.path().display().to_string())
         .unwrap_or_default();
     let cni_path = cni_path.display().to_string();
-    call_plugin(
-        Some(node),
+    call_plugin_entered(
+        node,
         plugin,
         &[
             ("CNI_COMMAND", cmd),
@@ -45,6 +45,13 @@ fn call(
         ],
         &conf.to_string(),
     )
+}
+
+/// `program args` in `ns`, started from a thread inside it (one exec; see
+/// `Netns::output_in`).
+fn exec_in(ns: &Netns, program: &str, args: &[&str]) -> std::process::Output {
+    ns.output_in(std::process::Command::new(program).args(args))
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
 }
 
 /// Ours, with our `CNI_PATH`.
@@ -199,11 +206,16 @@ fn pod_links(ns: &Netns) -> Vec<String> {
 /// routes in every table. One process in the pod for all of it (each costs
 /// much under emulation).
 fn pod_state(ns: &Netns) -> Vec<String> {
-    let out = tests::run_ok(ns.command("sh").args([
-        "-c",
-        "ip -d -j link show && echo && ip -j addr show && echo && \
-         ip -4 -j route show table all && echo && ip -6 -j route show table all",
-    ]));
+    let out = exec_in(
+        ns,
+        "sh",
+        &[
+            "-c",
+            "ip -d -j link show && echo && ip -j addr show && echo && \
+             ip -4 -j route show table all && echo && ip -6 -j route show table all",
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     let parts: Vec<Value> = text
         .split("\n\n")
@@ -888,10 +900,7 @@ fn fullkernel_vrf_carries_overlapping_networks_in_one_pod() {
     assert_eq!(routes("main"), Vec::<String>::new());
     // Each VRF reaches its own upstream.
     let ping_in = |vrf: &str, ip: &str| {
-        pod.command("ping")
-            .args(["-c1", "-W1", "-I", vrf, ip])
-            .output()
-            .unwrap()
+        exec_in(&pod, "ping", &["-c1", "-W1", "-I", vrf, ip])
             .status
             .success()
     };
@@ -1182,8 +1191,8 @@ fn fullkernel_del_gc_and_status() {
             &conf,
         );
         out.assert_silent_ok();
-        let out = call_plugin(
-            Some(n),
+        let out = call_plugin_entered(
+            n,
             &bin(&kind),
             &[
                 ("CNI_COMMAND", "DEL"),
@@ -1235,10 +1244,8 @@ fn fullkernel_del_gc_and_status() {
 /// reports them (each VLAN, or range, with its flags), merged into ranges
 /// of consecutive VLANs with the same flags: `id[-end] [PVID] [untagged]`.
 fn port_vlans(ns: &Netns, dev: &str) -> Vec<String> {
-    let out = tests::run_ok(
-        ns.command("bridge")
-            .args(["-j", "vlan", "show", "dev", dev]),
-    );
+    let out = exec_in(ns, "bridge", &["-j", "vlan", "show", "dev", dev]);
+    assert!(out.status.success(), "{out:?}");
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut ids: Vec<(u64, String)> = Vec::new();
     for x in v[0]["vlans"].as_array().into_iter().flatten() {
@@ -1438,14 +1445,9 @@ fn fullkernel_bridge_vlans_trunks_and_native_vlans() {
             run_ok(*client, &node, net, "check", pod, pod.name());
         }
     }
-    tests::run_ok(n.command("bridge").args([
-        "vlan",
-        "del",
-        "dev",
-        &host_veth(&results[4].3),
-        "vid",
-        "200",
-    ]));
+    let veth = host_veth(&results[4].3);
+    let out = exec_in(n, "bridge", &["vlan", "del", "dev", &veth, "vid", "200"]);
+    assert!(out.status.success(), "{out:?}");
     let out = run(Client::Cnitool, &node, "trunk", "check", t, t.name());
     assert!(
         out.stderr.contains("has VLANs [100, 201, 300 PVID untagged], not what vlan/vlanTrunk/preserveDefaultVlan ask for"),
