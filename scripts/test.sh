@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests and black-box tests in throwaway network
-# namespaces. Installs what it needs; run as root on Debian.
+# namespaces, then the fullkernel_* tests in one VM with Debian's full
+# kernel (scripts/fullkernel.sh). Installs what it needs; run as root on
+# Debian.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
@@ -13,7 +15,24 @@ ensure_firewalld
 
 cargo build --workspace --bins
 status=0
-cargo test --workspace --no-fail-fast "$@" || status=$?
+# The fullkernel_* tests need link kinds this kernel lacks: they run in the
+# full-kernel step below, and are skipped here.
+args=("$@")
+case " ${args[*]} " in
+  *" -- "*) args+=(--skip fullkernel_) ;;
+  *) args+=(-- --skip fullkernel_) ;;
+esac
+cargo test --workspace --no-fail-fast "${args[@]}" || status=$?
+
+# The full-kernel step: one VM boot (scripts/fullkernel.sh) runs every
+# fullkernel_* test of every test binary built here. Other steps that need
+# the full kernel queue their commands with fullkernel_add before the run.
+. scripts/fullkernel.sh
+if fullkernel_add_tests fullkernel_; then
+  fullkernel_run || status=1
+else
+  status=1
+fi
 
 # Every test namespace (cnit-<pid>-<n>-<tag>) must be gone, whatever happened.
 left=$(ip netns list | awk '{print $1}' | grep '^cnit-[0-9]' || true)

@@ -1,9 +1,10 @@
 //! CHECK: IPAM's CHECK first, then the node and the container against
 //! `prevResult`: the bridge (a bridge, its MAC, promiscuous mode as
 //! configured), the container veth (its MAC), the host veth that is its
-//! peer and a port of the bridge (hairpin and isolation as configured),
-//! the container's addresses and routes, and with `ipMasq` the masquerade
-//! of those addresses. A difference is code 102 naming what differs.
+//! peer and a port of the bridge (hairpin, isolation and VLANs as
+//! configured), the container's addresses and routes, and with `ipMasq`
+//! the masquerade of those addresses. A difference is code 102 naming what
+//! differs.
 
 use libcni::attach::Check;
 use libcni::ipam;
@@ -116,6 +117,32 @@ fn check_host_veth(
             flags.hairpin.unwrap_or(false),
             conf.hairpin
         )));
+    }
+    if conf.wants_vlans() {
+        let have = host.bridge_port_vlans(l.index)?;
+        if !crate::veth::vlans_match(conf, &have) {
+            let show: Vec<String> = have
+                .iter()
+                .map(|v| {
+                    let mut s = v.vid.to_string();
+                    if v.last > v.vid {
+                        s.push_str(&format!("-{}", v.last));
+                    }
+                    if v.pvid {
+                        s.push_str(" PVID");
+                    }
+                    if v.untagged {
+                        s.push_str(" untagged");
+                    }
+                    s
+                })
+                .collect();
+            return Err(failed(format!(
+                "bridge port {:?} has VLANs [{}], not what vlan/vlanTrunk/preserveDefaultVlan ask for",
+                l.name,
+                show.join(", ")
+            )));
+        }
     }
     if conf.port_isolation && flags.isolated != Some(true) {
         return Err(failed(format!(

@@ -105,7 +105,8 @@ pub struct Conf {
     pub mtu: Option<u32>,
     pub hairpin: bool,
     pub promisc: bool,
-    /// `vlan`: the access VLAN of the port, 0 for none.
+    /// `vlan`: the access VLAN of the port (with a trunk, its native
+    /// VLAN: PVID, untagged), 0 for none.
     pub vlan: u16,
     /// `vlanTrunk`, as sorted VLAN ID ranges (no overlap, no adjacency).
     pub trunk: Vec<(u16, u16)>,
@@ -189,12 +190,6 @@ impl Conf {
             Some(items) => collect_trunk(items)?,
             None => Vec::new(),
         };
-        if vlan != 0 && !trunk.is_empty() {
-            return Err(Error::config(
-                "vlan, vlanTrunk",
-                "cannot set both: a port is either an access port (untagged) or a trunk (tagged)",
-            ));
-        }
         let is_gateway = raw.is_gateway || raw.is_default_gateway;
         if vlan != 0 && is_gateway {
             // The gateway then lives on a veth named <bridge>.<vlan>.
@@ -383,12 +378,17 @@ mod tests {
             "{msg}"
         );
         assert!(conf(json!({"ipam": {}, "disableContainerInterface": true})).is_ok());
-        let (code, msg) = err(json!({"vlan": 5, "vlanTrunk": [{"id": 6}]}));
-        assert_eq!(code, 7);
-        assert!(
-            msg.starts_with("invalid network config: vlan, vlanTrunk: cannot set both"),
-            "{msg}"
-        );
+    }
+
+    #[test]
+    fn vlan_with_a_trunk_is_the_native_vlan() {
+        // Since v1.8 `vlan` and `vlanTrunk` go together: `vlan` is the
+        // trunk port's native (PVID, untagged) VLAN.
+        let c =
+            conf(json!({"vlan": 5, "vlanTrunk": [{"id": 6}, {"minID": 10, "maxID": 12}]})).unwrap();
+        assert_eq!((c.vlan, c.trunk.as_slice()), (5, &[(6, 6), (10, 12)][..]));
+        assert_eq!(c.vlan_key(), ("vlan", "5".to_string()));
+        assert!(c.wants_vlans());
     }
 
     #[test]

@@ -16,9 +16,7 @@ use crate::config::Conf;
 use crate::node::Bridge;
 
 /// Makes `port` a port of `br` with the configured hairpin and isolation
-/// flags, then VLANs: the default VLAN removed unless
-/// `preserveDefaultVlan`, the access VLAN as PVID untagged, the trunk
-/// VLANs tagged.
+/// flags, then its VLANs ([`set_vlans`]).
 pub fn attach(host: &mut Netlink, port: u32, br: &Bridge, conf: &Conf) -> Result<(), Error> {
     host.set_master(port, br.index)?;
     host.set_bridge_port(
@@ -38,6 +36,13 @@ pub fn attach(host: &mut Netlink, port: u32, br: &Bridge, conf: &Conf) -> Result
     )
 }
 
+/// The VLANs of a port, in the reference's (v1.8+) order: the VLANs the
+/// port has (the bridge's default VLAN 1) removed unless
+/// `preserve_default`; `vlan` as PVID untagged (the access VLAN, or with a
+/// trunk its native VLAN); the `trunk` VLANs tagged; and a trunk without
+/// `vlan` gets VLAN 1 as its native VLAN, as before v1.8. Later entries
+/// change the flags of a VLAN already there, as the kernel applies them in
+/// order (a `vlan` also in the trunk ends tagged, as the reference's).
 fn set_vlans(
     host: &mut Netlink,
     port: u32,
@@ -58,17 +63,57 @@ fn set_vlans(
             host.bridge_vlan_del(port, &drop)?;
         }
     }
+    let mut add = Vec::new();
     if vlan != 0 {
-        host.bridge_vlan_add(port, &[BridgeVlan::access(vlan)])?;
+        add.push(BridgeVlan::access(vlan));
     }
-    if !trunk.is_empty() {
-        let tagged: Vec<BridgeVlan> = trunk
-            .iter()
-            .map(|&(a, b)| BridgeVlan::tagged(a, b))
-            .collect();
-        host.bridge_vlan_add(port, &tagged)?;
+    add.extend(trunk.iter().map(|&(a, b)| BridgeVlan::tagged(a, b)));
+    if vlan == 0 {
+        add.push(BridgeVlan::access(DEFAULT_VLAN));
     }
-    Ok(())
+    host.bridge_vlan_add(port, &add)
+}
+
+/// The bridge's default VLAN (`default_pvid`): a trunk port's native VLAN
+/// when the config names none.
+pub const DEFAULT_VLAN: u16 = 1;
+
+/// The VLANs [`set_vlans`] leaves on a port, one entry per VLAN ID (`vid`,
+/// PVID, untagged), sorted, for CHECK. With `preserve_default` the
+/// bridge's default VLAN may stay too (see [`vlans_match`]).
+pub fn expected_vlans(conf: &Conf) -> Vec<(u16, bool, bool)> {
+    let mut ids = std::collections::BTreeMap::new();
+    if conf.vlan != 0 {
+        ids.insert(conf.vlan, (true, true));
+    }
+    for &(a, b) in &conf.trunk {
+        for v in a..=b {
+            ids.insert(v, (false, false));
+        }
+    }
+    if conf.vlan == 0 && !conf.trunk.is_empty() {
+        ids.insert(DEFAULT_VLAN, (true, true));
+    }
+    ids.into_iter().map(|(v, (p, u))| (v, p, u)).collect()
+}
+
+/// Whether a port's VLANs `have` are what `conf` asks for: exactly
+/// [`expected_vlans`], but with `preserveDefaultVlan` the default VLAN may
+/// also be there, untagged (the PVID moved to `vlan`).
+pub fn vlans_match(conf: &Conf, have: &[BridgeVlan]) -> bool {
+    let mut have: Vec<(u16, bool, bool)> = have
+        .iter()
+        .flat_map(|v| (v.vid..=v.last.max(v.vid)).map(move |id| (id, v.pvid, v.untagged)))
+        .collect();
+    have.sort_unstable();
+    have.dedup();
+    let want = expected_vlans(conf);
+    if conf.preserve_default_vlan && !want.iter().any(|w| w.0 == DEFAULT_VLAN) {
+        have.retain(|&(id, pvid, untagged)| {
+            !(id == DEFAULT_VLAN && untagged && (!pvid || conf.vlan == 0))
+        });
+    }
+    have == want
 }
 
 /// With `vlan` and `isGateway`, the gateway address goes on a veth named
@@ -110,4 +155,76 @@ pub fn ensure_vlan_gateway(host: &mut Netlink, br: &Bridge, conf: &Conf) -> Resu
     let gw = host.link_by_name(&name)?.ok_or_else(|| missing(&name))?;
     host.set_link_up(gw.index)?;
     Ok(gw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn conf(v: serde_json::Value) -> Conf {
+        let mut c = json!({"cniVersion": "1.1.0", "name": "n", "type": "bridge"});
+        for (k, x) in v.as_object().unwrap() {
+            c[k] = x.clone();
+        }
+        Conf::parse(&libcni::skel::test_args(&c.to_string())).unwrap()
+    }
+
+    fn vlan(vid: u16, pvid: bool, untagged: bool) -> BridgeVlan {
+        BridgeVlan {
+            vid,
+            last: vid,
+            pvid,
+            untagged,
+        }
+    }
+
+    #[test]
+    fn the_port_vlans_are_the_references() {
+        let access = conf(json!({"vlan": 100}));
+        assert_eq!(expected_vlans(&access), [(100, true, true)]);
+        // A trunk alone: VLAN 1 is its native VLAN.
+        let trunk = conf(json!({"vlanTrunk": [{"id": 5}, {"minID": 7, "maxID": 8}]}));
+        assert_eq!(
+            expected_vlans(&trunk),
+            [
+                (1, true, true),
+                (5, false, false),
+                (7, false, false),
+                (8, false, false)
+            ]
+        );
+        // vlan + vlanTrunk: vlan is the native VLAN; one also in the trunk
+        // ends tagged (the later request wins, as in the reference).
+        let native = conf(json!({"vlan": 5, "vlanTrunk": [{"id": 6}]}));
+        assert_eq!(
+            expected_vlans(&native),
+            [(5, true, true), (6, false, false)]
+        );
+        let both = conf(json!({"vlan": 6, "vlanTrunk": [{"id": 6}]}));
+        assert_eq!(expected_vlans(&both), [(6, false, false)]);
+        let with_1 = conf(json!({"vlanTrunk": [{"id": 1}, {"id": 3}]}));
+        assert_eq!(
+            expected_vlans(&with_1),
+            [(1, true, true), (3, false, false)]
+        );
+    }
+
+    #[test]
+    fn a_preserved_default_vlan_may_stay() {
+        let have = [vlan(1, false, true), vlan(100, true, true)];
+        assert!(!vlans_match(&conf(json!({"vlan": 100})), &have));
+        let keep = conf(json!({"vlan": 100, "preserveDefaultVlan": true}));
+        assert!(vlans_match(&keep, &have));
+        assert!(vlans_match(&keep, &[vlan(100, true, true)]));
+        assert!(!vlans_match(
+            &keep,
+            &[vlan(1, true, true), vlan(100, false, true)]
+        ));
+        let trunk =
+            conf(json!({"vlanTrunk": [{"minID": 10, "maxID": 11}], "preserveDefaultVlan": true}));
+        let ranged = BridgeVlan::tagged(10, 11);
+        assert!(vlans_match(&trunk, &[vlan(1, true, true), ranged]));
+        assert!(!vlans_match(&trunk, &[ranged]));
+    }
 }

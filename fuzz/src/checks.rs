@@ -454,6 +454,44 @@ pub fn plugin_config(data: &[u8]) {
     }
     // What DEL and GC read never fails.
     let _ = host_device::config::Conf::for_teardown(&args);
+    match vlan::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.vlan_id <= 4094);
+            assert!(!c.ipam.is_empty());
+            assert!(c.mtu.is_none_or(|m| m > 0));
+        }
+        Err(e) => assert_spec_code(&e, "vlan"),
+    }
+    match ipvlan::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(c.mtu.is_none_or(|m| m > 0));
+            // The chained master and addresses, from any prevResult.
+            let prev = args.prev_result();
+            if let Ok(prev) = &prev {
+                match c.master_for_add(prev.as_ref()) {
+                    Ok(Some(m)) => assert!(!m.is_empty() && m.len() <= 15 && !m.contains('/')),
+                    Ok(None) => assert!(prev.is_none()),
+                    Err(e) => assert_spec_code(&e, "ipvlan master"),
+                }
+                if let Err(e) = c.addresses(prev.as_ref()) {
+                    assert_spec_code(&e, "ipvlan addresses");
+                }
+            }
+        }
+        Err(e) => assert_spec_code(&e, "ipvlan"),
+    }
+    if let Err(e) = dummy::config::Conf::parse(&args) {
+        assert_spec_code(&e, "dummy");
+    }
+    match vrf::config::Conf::parse(&args) {
+        Ok(c) => {
+            assert!(!c.vrf_name.is_empty() && c.vrf_name.len() <= 15);
+            assert!(c.table.is_none_or(|t| t > 0 && !(253..=255).contains(&t)));
+        }
+        Err(e) => assert_spec_code(&e, "vrf"),
+    }
+    // What DEL reads never fails.
+    let _ = vrf::config::Conf::for_teardown(&args);
     tc_redirect_tap_config(&args);
 }
 

@@ -337,13 +337,20 @@ pub fn check_mac(what: &str, want: &Interface, link: &Link) -> Result<()> {
 /// CHECK: every address of `ips` is on link `ifname` with its prefix length,
 /// and (below /32 and /128) its prefix route is in the main table, as Go's
 /// `ValidateExpectedInterfaceIPs`, or in a table a rule `from <address>`
-/// looks up (where source-based routing, the sbr plugin, moved it).
+/// looks up (where source-based routing, the sbr plugin, moved it), or in
+/// the table of the VRF the link is a member of (the vrf plugin's).
 /// Differences are [`Error::CheckFailed`].
 pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Result<()> {
     let link = nl
         .link_by_name(ifname)?
         .ok_or_else(|| Error::CheckFailed(format!("container interface {ifname:?} not found")))?;
     let present = nl.addresses(Some(link.index), None)?;
+    // The table of the VRF the link is a member of, where its prefix
+    // routes are.
+    let vrf_table = match link.master {
+        Some(m) => nl.link_details(m)?.and_then(|d| d.vrf_table),
+        None => None,
+    };
     // Every table's routes, per family.
     let mut routes: [Option<Vec<netlink::Route>>; 2] = [None, None];
     for ip in ips {
@@ -382,6 +389,7 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
                 })
             };
             let found = in_table(netlink::route::RT_TABLE_MAIN)
+                || vrf_table.is_some_and(in_table)
                 || source_tables(nl, family, Some(addr))?
                     .into_iter()
                     .any(in_table);
@@ -398,7 +406,8 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
 
 /// CHECK: every route of `routes` is in its table (the main table unless
 /// it names one, or then a table a rule `from <address>` looks up, where
-/// source-based routing moved it) with its destination and, when it has
+/// source-based routing moved it, or a VRF's table, where the vrf plugin
+/// moved it) with its destination and, when it has
 /// one, its gateway, as Go's `ValidateExpectedRoute`. Differences are
 /// [`Error::CheckFailed`].
 pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
@@ -423,7 +432,9 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
                 })
         };
         let found = in_table(table)
-            || (want.table.is_none() && source_tables(nl, family, None)?.into_iter().any(in_table));
+            || (want.table.is_none()
+                && (source_tables(nl, family, None)?.into_iter().any(in_table)
+                    || vrf_tables(nl)?.into_iter().any(in_table)));
         if !found {
             let via = want.gw.map(|g| format!(" via {g}")).unwrap_or_default();
             return Err(Error::CheckFailed(format!(
@@ -433,6 +444,20 @@ pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The tables of the VRF devices of the namespace: where the vrf plugin
+/// moves the routes of the interfaces that join one.
+fn vrf_tables(nl: &mut Netlink) -> Result<Vec<u32>> {
+    let mut tables = Vec::new();
+    for l in nl.links()? {
+        if l.kind.as_deref() == Some("vrf") {
+            if let Some(t) = nl.link_details(l.index)?.and_then(|d| d.vrf_table) {
+                tables.push(t);
+            }
+        }
+    }
+    Ok(tables)
 }
 
 /// The tables that rules `from <addr>` (a host prefix and no other

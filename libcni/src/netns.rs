@@ -180,6 +180,26 @@ impl NetNs {
     }
 }
 
+/// An exclusive lock on a namespace's file (flock), held for as long as it
+/// lives: the Go plugins' lock on `CNI_NETNS` (sbr's), so two meta plugin
+/// runs for interfaces of one pod, ours or Go's, never interleave their
+/// changes (sbr's tables, a VRF one interface joins and another leaves).
+pub struct NetnsLock(#[allow(dead_code)] File);
+
+impl NetnsLock {
+    /// Waits for and takes the lock on `ns`.
+    pub fn take(ns: &NetNs) -> Result<NetnsLock> {
+        let what = format!("lock the container's namespace {:?}", ns.path());
+        let fd = ns
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| Error::io(what.clone(), e))?;
+        let file = File::from(fd);
+        file.lock().map_err(|e| Error::io(what, e))?;
+        Ok(NetnsLock(file))
+    }
+}
+
 impl AsFd for NetNs {
     /// The namespace file descriptor, e.g. for `IFLA_NET_NS_FD`.
     fn as_fd(&self) -> BorrowedFd<'_> {
@@ -260,6 +280,37 @@ pub(crate) mod testing {
         }
         // Straight to the stderr stream: libtest would capture `eprintln!`.
         let _ = writeln!(std::io::stderr(), "!!! {test}: SKIPPED (needs root) !!!");
+        false
+    }
+
+    /// Whether a `fullkernel_*` test can run: root, and a kernel with the
+    /// link kinds these machines lack (802.1Q VLAN, ipvlan, dummy, VRF) and
+    /// bridge VLAN filtering. Without them it says loudly that it runs in
+    /// the full-kernel VM step of `scripts/test.sh` and returns false (not
+    /// a failure, even under `CI=true`: that step runs it); inside the VM
+    /// (`FULLKERNEL_GUEST=1`) missing support fails the test.
+    pub(crate) fn full_kernel(test: &str) -> bool {
+        use crate::netlink::Netlink;
+        if !privileged(test) {
+            return false;
+        }
+        let ns = new_netns();
+        let mut nl = Netlink::open_in(&ns).expect("netlink in a new namespace");
+        let kinds = ["vlan", "ipvlan", "dummy", "vrf"]
+            .iter()
+            .all(|k| nl.kernel_has_kind(k).expect("probe a link kind"));
+        let filtering = nl.add_bridge_vlan_filtering("probebr0", None).is_ok();
+        if kinds && filtering {
+            return true;
+        }
+        if std::env::var("FULLKERNEL_GUEST").as_deref() == Ok("1") {
+            panic!("{test}: inside the full-kernel VM, and the kernel lacks a link kind or bridge VLAN filtering");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "!!! {test}: needs 802.1Q VLAN, ipvlan, dummy, VRF and bridge VLAN filtering, \
+             which this kernel lacks: it runs in the full-kernel VM step of scripts/test.sh !!!"
+        );
         false
     }
 

@@ -38,6 +38,51 @@ pub fn require_root(test: &str) -> bool {
     false
 }
 
+/// Whether the kernel has what the `fullkernel_*` tests need: 802.1Q VLAN,
+/// ipvlan, dummy and VRF links and bridge VLAN filtering (probed once per
+/// process, in a throwaway namespace).
+pub fn kernel_is_full() -> bool {
+    static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FULL.get_or_init(|| {
+        let ns = Netns::new("kprobe");
+        ns.command("sh")
+            .args([
+                "-c",
+                "ip link add p0 type dummy && ip link add p1 link p0 type vlan id 2 \
+                 && ip link add p2 link p0 type ipvlan mode l2 \
+                 && ip link add p3 type vrf table 9 \
+                 && ip link add p4 type bridge vlan_filtering 1",
+            ])
+            .stderr(Stdio::null())
+            .status()
+            .expect("sh")
+            .success()
+    })
+}
+
+/// True when a `fullkernel_*` test may run: root ([`require_root`]) and a
+/// kernel with everything it needs ([`kernel_is_full`]). On a kernel
+/// without (these machines) it says loudly that the test runs in the
+/// full-kernel VM step of `scripts/test.sh` and returns false: not a
+/// failure, even under `CI=true`, since that step runs it. Inside the VM
+/// (`FULLKERNEL_GUEST=1`) a kernel without is a failure.
+pub fn full_kernel(test: &str) -> bool {
+    if !require_root(test) {
+        return false;
+    }
+    if kernel_is_full() {
+        return true;
+    }
+    if std::env::var("FULLKERNEL_GUEST").is_ok_and(|v| v == "1") {
+        panic!("{test}: inside the full-kernel VM, and the kernel lacks VLAN, ipvlan, dummy, VRF or bridge VLAN filtering");
+    }
+    eprintln!(
+        "!!! {test}: needs 802.1Q VLAN, ipvlan, dummy, VRF and bridge VLAN filtering, which \
+         this kernel lacks: it runs in the full-kernel VM step of scripts/test.sh !!!"
+    );
+    false
+}
+
 /// The directory holding the built binaries (`target/<profile>`).
 pub fn bin_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("CNI_TEST_BIN_DIR") {
@@ -197,9 +242,34 @@ impl Netns {
         std::fs::write(&path, contents).expect("write overlay file");
     }
 
+    /// Runs `cmd` (built, not started) inside this namespace: started from
+    /// a thread that entered it (`setns`), so the child begins there. One
+    /// exec, and no private mount namespace or `/sys` of its own (what `ip
+    /// netns exec` adds): for programs that speak netlink and read
+    /// `/proc/sys/net` only (`ip`, `tc`, `nft`, `ping`, the plugins). Under
+    /// the full-kernel VM's emulation each exec costs a good part of a
+    /// second.
+    pub fn output_in(&self, cmd: &mut Command) -> std::io::Result<Output> {
+        use std::os::fd::AsRawFd;
+        let ns = std::fs::File::open(self.path())?;
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: setns on this thread only (it ends right after the
+                // child is started and waited for); the fd is valid.
+                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                cmd.output()
+            })
+            .join()
+            .expect("setns thread")
+        })
+    }
+
     /// Runs `ip <args>` inside the namespace and returns stdout; panics on failure.
     pub fn ip(&self, args: &[&str]) -> String {
-        let out = run_ok(self.command("ip").args(args));
+        // `ip -n` enters the namespace itself: one exec.
+        let out = run_ok(Command::new("ip").arg("-n").arg(&self.name).args(args));
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
@@ -214,9 +284,8 @@ impl Netns {
 
     /// The link `name` as `ip -j -d link show` prints it, if it exists.
     pub fn link(&self, name: &str) -> Option<Value> {
-        let out = self
-            .command("ip")
-            .args(["-j", "-d", "link", "show", "dev", name])
+        let out = Command::new("ip")
+            .args(["-n", &self.name, "-j", "-d", "link", "show", "dev", name])
             .output()
             .expect("ip");
         if !out.status.success() {
@@ -389,6 +458,40 @@ pub fn call_plugin_cmd(mut cmd: Command, env: &[(&str, &str)], stdin: &str) -> P
         assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "write stdin: {e}");
     }
     let out = child.wait_with_output().expect("wait");
+    PluginOutput {
+        exit_code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// [`call_plugin`] started from a thread inside `ns`
+/// ([`Netns::output_in`]: one exec, no private mount namespace), for the
+/// full-kernel tests, where each exec is expensive.
+pub fn call_plugin_entered(
+    ns: &Netns,
+    plugin: &Path,
+    env: &[(&str, &str)],
+    stdin: &str,
+) -> PluginOutput {
+    let input = TempDir::new("stdin");
+    let file = input.write("stdin", stdin);
+    let mut cmd = Command::new(plugin);
+    for k in [
+        "CNI_COMMAND",
+        "CNI_CONTAINERID",
+        "CNI_NETNS",
+        "CNI_IFNAME",
+        "CNI_ARGS",
+        "CNI_PATH",
+    ] {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().copied())
+        .stdin(std::fs::File::open(&file).expect("stdin file"));
+    let out = ns
+        .output_in(&mut cmd)
+        .unwrap_or_else(|e| panic!("{plugin:?}: {e}"));
     PluginOutput {
         exit_code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -785,7 +888,10 @@ impl NetSnapshot {
             .map(|c| format!("{c} || exit 1; echo; echo {SNAPSHOT_MARK}"))
             .collect::<Vec<_>>()
             .join("; ");
-        let out = run_ok(ns.command("sh").args(["-c", &script]));
+        let out = ns
+            .output_in(Command::new("sh").args(["-c", &script]))
+            .expect("sh");
+        assert!(out.status.success(), "snapshot of {}: {out:?}", ns.name());
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let parts: Vec<&str> = text.split(&format!("{SNAPSHOT_MARK}\n")).collect();
         assert!(

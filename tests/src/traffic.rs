@@ -66,9 +66,7 @@ pub fn python_client(ns: &Netns, script: &str, args: &[&str]) -> Option<String> 
 
 /// Whether one `ping -c1 -W1 ip` from `from` is answered.
 pub fn ping_ok(from: &Netns, ip: &str) -> bool {
-    from.command("ping")
-        .args(["-c1", "-W1", ip])
-        .output()
+    from.output_in(std::process::Command::new("ping").args(["-c1", "-W1", ip]))
         .expect("ping")
         .status
         .success()

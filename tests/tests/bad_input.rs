@@ -120,6 +120,11 @@ struct Bench {
     ifname: &'static str,
     /// `CNI_PATH` in the base environment (for plugins that delegate).
     delegates: bool,
+    /// The plugin makes links of this kind (`vlan`, `ipvlan`, `dummy`,
+    /// `vrf`), which this kernel may lack: then the base ADD is refused
+    /// with code 2 naming the module, and the bad inputs, all refused
+    /// before the link would be made, are still checked.
+    kind: Option<&'static str>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -141,6 +146,7 @@ impl Bench {
             base: Value::Null,
             ifname,
             delegates,
+            kind: None,
         }
     }
 
@@ -187,9 +193,31 @@ impl Bench {
         call_plugin(Some(&self.node.ns), &bin(self.plugin), &env, stdin)
     }
 
-    /// The base config works: ADD then DEL succeed.
+    /// The base config works: ADD then DEL succeed (on a kernel without
+    /// the plugin's link kind, ADD is refused naming the module and
+    /// changes nothing).
     fn prove_base(&self) {
+        let before = self.state();
         let out = self.call("ADD", &self.base.to_string(), &[]);
+        if let Some(kind) = self.kind {
+            if out.exit_code != 0 {
+                out.assert_error(2, &format!("{kind}: this kernel has no "));
+                assert_eq!(
+                    self.state(),
+                    before,
+                    "{}: the refused base ADD",
+                    self.plugin
+                );
+                eprintln!("note: this kernel has no {kind} links: the base ADD is refused");
+                let out = self.call("DEL", &self.base.to_string(), &[]);
+                assert_eq!(
+                    out.exit_code, 0,
+                    "{}: base config DEL: {out:?}",
+                    self.plugin
+                );
+                return;
+            }
+        }
         assert_eq!(
             out.exit_code, 0,
             "{}: base config ADD: {out:?}",
@@ -2623,4 +2651,302 @@ fn bad_input_tc_redirect_tap() {
         ),
     ]);
     b.run(cases);
+}
+
+/// A node with the master `lk-up0` (a veth, MTU 1500) for the plugins that
+/// stack a link on one.
+fn stacked_bench(plugin: &'static str) -> Bench {
+    let mut b = Bench::new(plugin, "eth0", true);
+    b.kind = Some(plugin);
+    b.node.ns.ip(&[
+        "link", "add", "lk-up0", "type", "veth", "peer", "name", "lk-up1",
+    ]);
+    b.node.ns.ip(&["link", "set", "lk-up0", "up"]);
+    b
+}
+
+fn ipam_of(b: &Bench) -> Value {
+    json!({"type": "host-local", "dataDir": b.path("leases"),
+           "ranges": [[{"subnet": "10.91.0.0/24"}]]})
+}
+
+/// The master cases vlan and ipvlan share: all refused before a link
+/// would be made, so they are checked on this kernel too (an IPAM error,
+/// which comes after the link, is in `tests/tests/fullkernel.rs`).
+fn master_cases(b: &Bench) -> Vec<Case> {
+    let base = &b.base;
+    vec![
+        case(
+            "mtu above the master's",
+            with(base, "/mtu", json!(1600)),
+            7,
+            "mtu: invalid MTU 1600: larger than the MTU of master \"lk-up0\" (1500)",
+        ),
+        case("mtu -1", with(base, "/mtu", json!(-1)), 7, "mtu"),
+        case("mtu a string", with(base, "/mtu", json!("1400")), 7, "mtu"),
+        case(
+            "master missing on the node",
+            with(base, "/master", json!("no-such-up0")),
+            7,
+            "master: \"no-such-up0\" not found in the plugin's network namespace",
+        ),
+        case(
+            "master only in the container (linkInContainer)",
+            with(base, "/linkInContainer", json!(true)),
+            7,
+            "master: \"lk-up0\" not found in the container's network namespace",
+        ),
+        case(
+            "no master and no default route",
+            without(base, "/master"),
+            7,
+            "master: not set, and the plugin's network namespace has no default route",
+        ),
+        case(
+            "master of 16 bytes",
+            with(base, "/master", json!("master0123456789")),
+            7,
+            "master",
+        ),
+        case(
+            "master not a string",
+            with(base, "/master", json!(1)),
+            7,
+            "master",
+        ),
+        case(
+            "linkInContainer not a bool",
+            with(base, "/linkInContainer", json!("yes")),
+            7,
+            "linkInContainer",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(base, "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            base,
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+    ]
+}
+
+#[test]
+fn bad_input_vlan() {
+    if !require_root("bad_input_vlan") {
+        return;
+    }
+    let mut b = stacked_bench("vlan");
+    b.base = json!({"cniVersion": "1.0.0", "name": "vl-net", "type": "vlan",
+        "master": "lk-up0", "vlanId": 100, "ipam": ipam_of(&b)});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend(master_cases(&b));
+    cases.extend([
+        case(
+            "vlanId 4095",
+            with(&base, "/vlanId", json!(4095)),
+            7,
+            "vlanId: invalid VLAN ID 4095 (must be between 0 and 4094)",
+        ),
+        case(
+            "vlanId -1",
+            with(&base, "/vlanId", json!(-1)),
+            7,
+            "vlanId: invalid VLAN ID -1",
+        ),
+        case(
+            "vlanId a string",
+            with(&base, "/vlanId", json!("100")),
+            7,
+            "vlanId",
+        ),
+        case(
+            "VLANID 5000 (Go's case folding)",
+            with(&without(&base, "/vlanId"), "/VLANID", json!(5000)),
+            7,
+            "vlanId",
+        ),
+        case("no ipam", without(&base, "/ipam"), 7, "ipam.type: missing"),
+        case(
+            "ipam {}",
+            with(&base, "/ipam", json!({})),
+            7,
+            "ipam.type: missing",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_ipvlan() {
+    if !require_root("bad_input_ipvlan") {
+        return;
+    }
+    let mut b = stacked_bench("ipvlan");
+    b.base = json!({"cniVersion": "1.0.0", "name": "ipvl-net", "type": "ipvlan",
+        "master": "lk-up0", "mode": "l3", "ipam": ipam_of(&b)});
+    let base = b.base.clone();
+    let chained = json!({"cniVersion": "1.0.0", "name": "ipvl-net", "type": "ipvlan",
+        "prevResult": {"cniVersion": "1.0.0",
+                       "interfaces": [{"name": "lk-up0"}, {"name": "lk-up1"}],
+                       "ips": [{"address": "10.91.0.9/24", "interface": 0}]}});
+    let mut cases = b.common_cases(true);
+    cases.extend(master_cases(&b));
+    cases.extend([
+        case(
+            "mode l4",
+            with(&base, "/mode", json!("l4")),
+            7,
+            "mode: unknown ipvlan mode \"l4\" (want l2, l3 or l3s)",
+        ),
+        case(
+            "mode L2",
+            with(&base, "/mode", json!("L2")),
+            7,
+            "mode: unknown ipvlan mode \"L2\"",
+        ),
+        case("mode a number", with(&base, "/mode", json!(2)), 7, "mode"),
+        case(
+            "no ipam and no prevResult",
+            without(&base, "/ipam"),
+            7,
+            "ipam.type: missing",
+        ),
+        case(
+            "chained: no master, a prevResult of two interfaces",
+            chained.clone(),
+            7,
+            "master: not set, and the chained prevResult has 2 interfaces",
+        ),
+        case(
+            "chained: a prevResult without addresses and no ipam",
+            with(
+                &with(&chained, "/prevResult/ips", json!([])),
+                "/master",
+                json!("lk-up0"),
+            ),
+            7,
+            "ipam.type: missing",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_dummy() {
+    if !require_root("bad_input_dummy") {
+        return;
+    }
+    let mut b = Bench::new("dummy", "eth0", true);
+    b.kind = Some("dummy");
+    b.base = json!({"cniVersion": "1.0.0", "name": "dm-net", "type": "dummy", "ipam": ipam_of(&b)});
+    let base = b.base.clone();
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case("no ipam", without(&base, "/ipam"), 7, "ipam.type: missing"),
+        case(
+            "ipam type empty",
+            with(&base, "/ipam/type", json!("")),
+            7,
+            "ipam.type: missing",
+        ),
+        case(
+            "ipam not an object",
+            with(&base, "/ipam", json!([])),
+            7,
+            "ipam",
+        ),
+        case(
+            "IPAM plugin not in CNI_PATH",
+            with(&base, "/ipam/type", json!("no-such-ipam")),
+            101,
+            "no-such-ipam",
+        ),
+        env_case(
+            "CNI_PATH missing (IPAM delegation)",
+            &base,
+            &[("CNI_PATH", None)],
+            4,
+            "CNI_PATH",
+        ),
+    ]);
+    b.run(cases);
+}
+
+#[test]
+fn bad_input_vrf() {
+    if !require_root("bad_input_vrf") {
+        return;
+    }
+    let mut b = Bench::new("vrf", "eth0", false);
+    b.kind = Some("vrf");
+    let prev = wire_pod(&b, "vrf-h0");
+    b.base = json!({"cniVersion": "1.0.0", "name": "vrf-net", "type": "vrf",
+        "vrfname": "red", "table": 100, "prevResult": prev});
+    let base = b.base.clone();
+    // The pod's eth0 on a bridge of its own: a master already.
+    b.pod.ip(&["link", "add", "pbr0", "type", "bridge"]);
+    let mut cases = b.common_cases(true);
+    cases.extend([
+        case("vrfname missing", without(&base, "/vrfname"), 7, "vrfname: missing"),
+        case("vrfname empty", with(&base, "/vrfname", json!("")), 7, "vrfname: missing"),
+        case(
+            "vrfname of 16 bytes",
+            with(&base, "/vrfname", json!("vrf0123456789012")),
+            7,
+            "vrfname: interface name",
+        ),
+        case("vrfname a number", with(&base, "/vrfname", json!(7)), 7, "vrfname"),
+        case("table -1", with(&base, "/table", json!(-1)), 7, "table"),
+        case("table 2^32", with(&base, "/table", json!(4294967296u64)), 7, "table"),
+        case("table a string", with(&base, "/table", json!("100")), 7, "table"),
+        case(
+            "table 254 (main)",
+            with(&base, "/table", json!(254)),
+            7,
+            "table: 254 is a table of the kernel's own",
+        ),
+        case(
+            "the VRF's name taken by a link that is not a VRF",
+            with(&base, "/vrfname", json!("pbr0")),
+            7,
+            "vrfname: \"pbr0\" already exists in the container and is not a VRF (it is a bridge link)",
+        ),
+        case(
+            "no prevResult",
+            without(&base, "/prevResult"),
+            7,
+            "prevResult: missing",
+        ),
+        env_case(
+            "CNI_IFNAME not in the container",
+            &base,
+            &[("CNI_IFNAME", Some("eth7"))],
+            4,
+            "CNI_IFNAME \"eth7\": no such interface in the container",
+        ),
+        case(
+            "a cniVersion before chaining (0.2.0)",
+            with(&base, "/cniVersion", json!("0.2.0")),
+            1,
+            "0.2.0",
+        ),
+    ]);
+    b.run(cases);
+    // The interface already has a master (the pod's bridge): refused, and
+    // it stays on its bridge.
+    b.pod.ip(&["link", "set", "eth0", "master", "pbr0"]);
+    let before = b.state();
+    let out = b.call("ADD", &base.to_string(), &[]);
+    out.assert_error(
+        103,
+        "interface \"eth0\" already has a master (\"pbr0\"): it cannot join VRF \"red\"",
+    );
+    assert_eq!(b.state(), before);
 }

@@ -426,6 +426,62 @@ fn tc_redirect_tap_keys() {
     );
 }
 
+#[test]
+fn vlan_keys() {
+    let parse = |v: &Value| vlan::config::Conf::parse(&args_of(v, ""));
+    let conf = with(
+        base("vlan"),
+        json!({"master": "eth9", "vlanId": 100, "mtu": 1400, "linkInContainer": true,
+               "ipam": {"type": "host-local"},
+               "dns": {"nameservers": ["10.0.0.10"], "domain": "d", "search": ["s"], "options": ["o"]}}),
+    );
+    same_in_every_case("vlan", conf, &[], parse);
+}
+
+#[test]
+fn ipvlan_keys() {
+    let parse = |v: &Value| {
+        let a = args_of(v, "");
+        let c = ipvlan::config::Conf::parse(&a)?;
+        let prev = a.prev_result()?;
+        Ok::<_, libcni::Error>((
+            c.master_for_add(prev.as_ref())?,
+            c.addresses(prev.as_ref())?,
+            c,
+        ))
+    };
+    let conf = with(
+        base("ipvlan"),
+        json!({"master": "eth9", "mode": "l3s", "mtu": 1400, "linkInContainer": true,
+               "ipam": {"type": "host-local"},
+               "dns": {"nameservers": ["10.0.0.10"], "domain": "d", "search": ["s"], "options": ["o"]}}),
+    );
+    same_in_every_case("ipvlan", conf, &[], parse);
+    // Chained: the master and the addresses from prevResult.
+    let chained = with(
+        base("ipvlan"),
+        json!({"mode": "l2",
+               "prevResult": {"cniVersion": "1.1.0", "interfaces": [{"name": "eth1", "mac": "02:00:00:00:00:0c"}],
+                              "ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 0}],
+                              "routes": [{"dst": "0.0.0.0/0"}]}}),
+    );
+    same_in_every_case("ipvlan", chained, &[], parse);
+}
+
+#[test]
+fn dummy_keys() {
+    let parse = |v: &Value| dummy::config::Conf::parse(&args_of(v, ""));
+    let conf = with(base("dummy"), json!({"ipam": {"type": "host-local"}}));
+    same_in_every_case("dummy", conf, &[], parse);
+}
+
+#[test]
+fn vrf_keys() {
+    let parse = |v: &Value| vrf::config::Conf::parse(&args_of(v, ""));
+    let conf = with(base("vrf"), json!({"vrfname": "red", "table": 1001}));
+    same_in_every_case("vrf", conf, &[], parse);
+}
+
 /// The runtime side: Go libcni reads a conflist's own keys from a map
 /// (exactly) and each plugin's `type` and `capabilities` from a struct.
 #[test]

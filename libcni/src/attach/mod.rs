@@ -8,7 +8,9 @@
 //!   it, refuse an existing `CNI_IFNAME` (the spec's "must error if the
 //!   interface already exists"), find the IPAM plugin before anything is
 //!   created, create the link directly in the container namespace
-//!   ([`Add::create_link`], [`Add::create_veth`]), delegate to IPAM
+//!   ([`Add::create_link`], [`Add::create_link_named`], [`Add::create_kind`],
+//!   [`Add::create_veth`]; the lower device of a stacked link in
+//!   [`master`]), delegate to IPAM
 //!   ([`Add::ipam_add`]), apply the result ([`Add::configure`]), and undo
 //!   everything a failed ADD created ([`Add::undo`], [`Add::undo_last`]).
 //! - **DEL** ([`del`], [`del_with`]): the container link, if the namespace and the link
@@ -43,6 +45,7 @@
 //! plugin's sources, so the points stay in the plugins, right after the
 //! call to this module that creates the state they name.
 
+pub mod master;
 pub mod veth;
 
 use std::io;
@@ -50,9 +53,11 @@ use std::path::Path;
 
 use crate::invoke;
 use crate::ipam::{self, IfaceOptions};
+use crate::netlink::link_kinds::{is_unknown_kind, LinkKindSupport, NewKind, NewLink};
 use crate::netlink::{is_exists, is_not_found, Link, Netlink};
 use crate::netns::NetNs;
 use crate::skel::CmdArgs;
+use crate::sysctl::{self, Key};
 use crate::types::{CniResult, Dns, Interface, IpConfig, IpPrefix};
 use crate::{Error, ErrorList, Result};
 
@@ -65,6 +70,15 @@ pub fn ifname_exists(ifname: &str) -> Error {
         format!("container interface CNI_IFNAME {ifname:?} already exists in CNI_NETNS"),
         io::Error::from_raw_os_error(libc::EEXIST),
     )
+}
+
+/// Code 2 naming `type`: the kernel has no links of the kind plugin
+/// `plugin` makes, and what provides them ([`LinkKindSupport::missing`]).
+pub fn kind_missing(plugin: &str, support: &LinkKindSupport) -> Error {
+    Error::UnsupportedField {
+        key: "type".into(),
+        value: format!("{plugin}: {}", support.missing()),
+    }
 }
 
 /// An undo step: what it undoes (for the message) and how.
@@ -205,14 +219,111 @@ impl<'a> Add<'a> {
             }
             return Err(e);
         }
-        let link = match self.container.link_by_name(ifname) {
+        // Not recorded yet: deleted by name if the lookup fails.
+        self.adopt(ifname)
+    }
+
+    /// [`Add::create_link`] for a link that `create` makes under the name
+    /// it is given, through the node's socket and into the container (a
+    /// macvlan, an ipvlan, a VLAN): `CNI_IFNAME` first. Kernels before 6.x
+    /// (Debian 12's 6.1, RHEL 9's 5.14) look the new name up in the
+    /// socket's namespace too, so a node link of that name (a node's own
+    /// `eth0`) makes them refuse it with `EEXIST`; then, as the reference
+    /// always does, the link is made under a temporary `veth…` name and
+    /// renamed in the container. Recorded as soon as it exists, so a failed
+    /// rename deletes it. `EEXIST` with the name taken in the container is
+    /// [`ifname_exists`].
+    pub fn create_link_named(
+        &mut self,
+        mut create: impl FnMut(&mut Add<'a>, &str) -> Result<()>,
+    ) -> Result<Link> {
+        let args = self.args;
+        let ifname = &args.ifname;
+        let first = create(self, ifname);
+        match first {
+            Ok(()) => return self.adopt(ifname),
+            Err(e) if !is_exists(&e) => return Err(e),
+            Err(_) if self.container.link_by_name(ifname)?.is_some() => {
+                return Err(ifname_exists(ifname))
+            }
+            Err(_) => {}
+        }
+        let mut attempt = 0;
+        let tmp = loop {
+            attempt += 1;
+            let tmp = veth::random_name()?;
+            match create(self, &tmp) {
+                Ok(()) => break tmp,
+                Err(e) if is_exists(&e) && attempt < veth::NAME_ATTEMPTS => {}
+                Err(e) => return Err(e),
+            }
+        };
+        let link = self.adopt(&tmp)?;
+        match self.container.set_link_name(link.index, ifname) {
+            Ok(()) => {}
+            Err(e) if is_exists(&e) => return Err(ifname_exists(ifname)),
+            Err(e) => return Err(e),
+        }
+        self.container.link_by_index(link.index)?.ok_or_else(|| {
+            Error::kernel(
+                format!("the new link {ifname:?} vanished from the container"),
+                io::Error::from_raw_os_error(libc::ENODEV),
+            )
+        })
+    }
+
+    /// Creates `CNI_IFNAME` as a link of `kind` ([`NewKind`]: a VLAN, an
+    /// ipvlan, a dummy) in the container, with `mtu`: through the node's
+    /// socket into the container when the lower device is the node's
+    /// (`lower_in_container` false; see [`Add::create_link_named`]), else
+    /// through the container's own socket. A kernel without the kind
+    /// ([`is_unknown_kind`]) refuses it before anything exists, which is
+    /// [`kind_missing`] for this plugin.
+    pub fn create_kind(
+        &mut self,
+        kind: NewKind,
+        mtu: Option<u32>,
+        lower_in_container: bool,
+        support: &LinkKindSupport,
+    ) -> Result<Link> {
+        let plugin = self.plugin;
+        self.create_link_named(|a, name| {
+            let made = if lower_in_container {
+                a.container().add_link(&NewLink {
+                    name,
+                    kind,
+                    mtu,
+                    netns: None,
+                })
+            } else {
+                let (host, _, ns) = a.sockets()?;
+                host.add_link(&NewLink {
+                    name,
+                    kind,
+                    mtu,
+                    netns: Some(ns),
+                })
+            };
+            made.map_err(|e| {
+                if is_unknown_kind(&e) {
+                    kind_missing(plugin, support)
+                } else {
+                    e
+                }
+            })
+        })
+    }
+
+    /// Looks up the link `name` this ADD just made in the container and
+    /// records it; gone already, it is deleted by name before giving up.
+    fn adopt(&mut self, name: &str) -> Result<Link> {
+        let link = match self.container.link_by_name(name) {
             Ok(Some(link)) => link,
-            // Not recorded yet: delete it by name before giving up.
             other => {
-                let _ = self.container.delete_link_if_present(ifname);
+                let _ = self.container.delete_link_if_present(name);
                 other?;
                 return Err(Error::kernel(
-                    format!("the new link {ifname:?} vanished from the container"),
+                    format!("the new link {name:?} vanished from the container"),
                     io::Error::from_raw_os_error(libc::ENODEV),
                 ));
             }
@@ -264,6 +375,50 @@ impl<'a> Add<'a> {
             result,
             opts,
         )
+    }
+
+    /// The result of a plugin whose container interface is the one link
+    /// `link` (a macvlan, an ipvlan, a VLAN, a dummy): `link` as interface
+    /// 0, the addresses, routes and DNS of `addresses` (an IPAM result, or
+    /// a chained `prevResult`) with every address on interface 0, applied
+    /// to the link ([`Add::configure`]: addresses, up, routes).
+    pub fn configure_single(
+        &mut self,
+        link: &Link,
+        addresses: CniResult,
+        opts: IfaceOptions,
+    ) -> Result<CniResult> {
+        let mut result = CniResult {
+            interfaces: vec![interface_of(link, &self.args.netns)],
+            ips: addresses.ips,
+            routes: addresses.routes,
+            dns: addresses.dns,
+        };
+        for ip in &mut result.ips {
+            ip.interface = Some(0);
+        }
+        self.configure(&result, opts)?;
+        Ok(result)
+    }
+
+    /// `arp_notify` and `ndisc_notify` on `CNI_IFNAME`, so neighbours learn
+    /// its MAC at once (the kernel announces on up and on address changes):
+    /// for a link that takes a MAC a neighbour may have seen elsewhere (a
+    /// macvlan's new one, an ipvlan's shared one). Knobs that are missing
+    /// (no IPv6) do not matter.
+    pub fn notify_neighbours(&mut self) -> Result<()> {
+        let ifname = &self.args.ifname;
+        self.ns.run(|| {
+            for key in [
+                Key::ipv4_conf(ifname, "arp_notify"),
+                Key::ipv6_conf(ifname, "ndisc_notify"),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                let _ = sysctl::write_here(&key, "1");
+            }
+        })
     }
 
     /// Records `undo` (what it undoes is `what`, for the message) to run
@@ -393,6 +548,19 @@ pub fn gc(args: &CmdArgs, mut errors: ErrorList) -> Result<()> {
         errors.record(ipam::exec_gc(&plugin, &args.stdin));
     }
     errors.finish()
+}
+
+/// STATUS's kernel check: code 50 when the kernel cannot make links of
+/// the kind plugin `plugin` makes ([`Netlink::kernel_has_kind`], which
+/// creates nothing), saying what provides them.
+pub fn kind_status(plugin: &str, support: &LinkKindSupport) -> Result<()> {
+    if Netlink::open()?.kernel_has_kind(support.kind)? {
+        return Ok(());
+    }
+    Err(Error::NotAvailable(format!(
+        "{plugin}: {}",
+        support.missing()
+    )))
 }
 
 /// STATUS's shared part: IPAM's answer, with the same stdin (no IPAM: the

@@ -1,6 +1,8 @@
 //! A small synchronous rtnetlink client: links ([`link`]), addresses
 //! ([`addr`]) and routes ([`route`]); policy routing rules ([`rule`]) and
-//! routes copied between tables with every attribute ([`kernel_route`]).
+//! routes copied between tables with every attribute ([`kernel_route`]);
+//! the link kinds a kernel may lack: VLAN, ipvlan, dummy, VRF
+//! ([`link_kinds`]).
 //!
 //! This module owns the netlink socket and the request/reply exchange with
 //! the kernel: sequence numbers, multipart dumps, ACKs, and turning
@@ -21,6 +23,7 @@ pub mod addr;
 pub mod ifb;
 pub mod kernel_route;
 pub mod link;
+pub mod link_kinds;
 pub mod route;
 pub mod rule;
 pub mod tc;

@@ -23,6 +23,8 @@ pub const RTPROT_BOOT: u8 = 3;
 pub const RT_SCOPE_UNIVERSE: u8 = 0;
 /// `RT_SCOPE_LINK`: a destination directly on the link.
 pub const RT_SCOPE_LINK: u8 = 253;
+/// rtnetlink multicast group of IPv6 route changes (`RTNLGRP_IPV6_ROUTE`).
+pub const RTNLGRP_IPV6_ROUTE: u32 = 11;
 
 /// A unicast route.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use libcni::skel::CmdArgs;
 use libcni::Error;
 
 use crate::config::Conf;
-use crate::master;
+use libcni::attach::master;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
@@ -20,10 +20,11 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let want = c.record()?.clone();
 
     let container = &mut c.container;
+    let name = conf.master.as_deref();
     let master = if conf.link_in_container {
-        master::find(container, &conf)
+        master::find(container, name, true)
     } else {
-        master::find(&mut Netlink::open()?, &conf)
+        master::find(&mut Netlink::open()?, name, false)
     }
     .map_err(|e| match e {
         Error::InvalidConfig { msg, .. } => Error::CheckFailed(format!("master: {msg}")),
@@ -55,7 +56,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
             "container macvlan {ifname:?} is not on master {:?} (index {}) of {}",
             master.name,
             master.index,
-            master::place(&conf)
+            master::place(conf.link_in_container)
         ));
     }
     ipam::check_mac(&format!("container interface {ifname:?}"), &want, &d.link)?;

@@ -8,10 +8,8 @@ pub mod add;
 pub mod check;
 pub mod config;
 pub mod del;
-pub mod master;
 
 use libcni::attach;
-use libcni::netlink::Netlink;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::CniResult;
 use libcni::{Error, ErrorList};
@@ -56,25 +54,8 @@ impl Plugin for Macvlan {
     /// and IPAM says it can.
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
         let s: StatusConf = args.config()?;
-        if !s.link_in_container {
-            let mut nl = Netlink::open()?;
-            match s.master.filter(|m| !m.is_empty()) {
-                Some(name) => {
-                    if nl.link_by_name(&name)?.is_none() {
-                        return Err(Error::NotAvailable(format!(
-                            "master {name:?} not found in the plugin's network namespace"
-                        )));
-                    }
-                }
-                None => {
-                    if master::default_route_interface(&mut nl)?.is_none() {
-                        return Err(Error::NotAvailable(
-                            "no master configured and no default route to take it from".into(),
-                        ));
-                    }
-                }
-            }
-        }
+        let name = s.master.filter(|m| !m.is_empty());
+        attach::master::status(name.as_deref(), s.link_in_container)?;
         attach::status(args)
     }
 }

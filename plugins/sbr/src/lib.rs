@@ -19,10 +19,6 @@ pub mod check;
 pub mod config;
 pub mod del;
 
-use std::fs::File;
-use std::os::fd::AsFd;
-
-use libcni::netns::NetNs;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpConfig};
 use libcni::Error;
@@ -71,23 +67,9 @@ pub fn interface_addresses<'a>(result: &'a CniResult, ifname: &str) -> Vec<&'a I
         .collect()
 }
 
-/// Holds an exclusive lock on the container's namespace file for as long
-/// as it lives: the Go plugin's lock (flock on `CNI_NETNS`), so two sbr
-/// runs for interfaces of one pod, ours or Go's, never pick one table.
-pub struct NetnsLock(#[allow(dead_code)] File);
-
-impl NetnsLock {
-    pub fn take(ns: &NetNs) -> Result<NetnsLock, Error> {
-        let what = format!("lock the container's namespace {:?}", ns.path());
-        let fd = ns
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(|e| Error::io(what.clone(), e))?;
-        let file = File::from(fd);
-        file.lock().map_err(|e| Error::io(what, e))?;
-        Ok(NetnsLock(file))
-    }
-}
+/// The lock on the container's namespace file (Go's sbr takes the same),
+/// now shared with the vrf plugin.
+pub use libcni::netns::NetnsLock;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,252 @@
+//! The ipvlan plugin's config: its keys parsed from stdin and validated
+//! before anything is touched. Every rejection is code 7 naming the key.
+//! What depends on the master (that it exists, its MTU) is checked when
+//! ADD looks it up (`libcni::attach::master`).
+
+use libcni::netlink::link_kinds::IpvlanMode;
+use libcni::skel::CmdArgs;
+use libcni::types::config::validate_link_name;
+use libcni::types::{CniResult, Dns, IpamConf};
+use libcni::Error;
+use serde::Deserialize;
+
+/// The keys as they come (JSON types only).
+#[derive(Debug, Default, Deserialize)]
+struct Raw {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    mtu: i64,
+    #[serde(rename = "linkInContainer", default)]
+    link_in_container: bool,
+    #[serde(default)]
+    ipam: Option<IpamConf>,
+    #[serde(default)]
+    dns: Option<Dns>,
+}
+
+/// Where the ipvlan's addresses come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addresses {
+    /// IPAM ADD of this plugin (`ipam.type`).
+    Ipam(String),
+    /// The chained `prevResult`'s (no `ipam.type`, and the plugin before
+    /// this one allocated them).
+    Chained(CniResult),
+}
+
+/// A validated ipvlan config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conf {
+    /// `master`; `None` takes, chained, the single interface of
+    /// `prevResult`, else the interface of the default route.
+    pub master: Option<String>,
+    /// `mode`: l2 unless said otherwise.
+    pub mode: IpvlanMode,
+    /// `mtu`; `None` (0) takes the master's.
+    pub mtu: Option<u32>,
+    /// `linkInContainer`: the master is in the container's namespace.
+    pub link_in_container: bool,
+    /// `ipam.type`; `None` when the addresses come from `prevResult`.
+    pub ipam: Option<String>,
+    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    pub dns: Option<Dns>,
+}
+
+impl Conf {
+    /// Parses and validates the config of `args` (ADD and CHECK); DEL
+    /// reads only `ipam.type`.
+    pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
+        Conf::from_raw(args.config()?)
+    }
+
+    fn from_raw(raw: Raw) -> Result<Conf, Error> {
+        let master = match raw.master.filter(|m| !m.is_empty()) {
+            Some(m) => {
+                validate_link_name("master", &m)?;
+                Some(m)
+            }
+            None => None,
+        };
+        let mode = match raw.mode.as_deref() {
+            None | Some("") => IpvlanMode::L2,
+            Some(m) => IpvlanMode::parse(m).ok_or_else(|| {
+                Error::config(
+                    "mode",
+                    format!("unknown ipvlan mode {m:?} (want l2, l3 or l3s)"),
+                )
+            })?,
+        };
+        let mtu = match raw.mtu {
+            0 => None,
+            m @ 1..=0x7fff_ffff => Some(m as u32),
+            m => {
+                return Err(Error::config(
+                    "mtu",
+                    format!("invalid MTU {m}: must be 0 (the master's) or positive"),
+                ))
+            }
+        };
+        Ok(Conf {
+            master,
+            mode,
+            mtu,
+            link_in_container: raw.link_in_container,
+            ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
+            dns: raw.dns.filter(|d| !d.is_empty()),
+        })
+    }
+
+    /// Where ADD takes the addresses from, as the reference: without
+    /// `ipam.type`, the chained `prevResult`'s, which must have some.
+    pub fn addresses(&self, prev: Option<&CniResult>) -> Result<Addresses, Error> {
+        if let Some(plugin) = &self.ipam {
+            return Ok(Addresses::Ipam(plugin.clone()));
+        }
+        match prev {
+            Some(p) if !p.ips.is_empty() => Ok(Addresses::Chained(p.clone())),
+            _ => Err(Error::config(
+                "ipam.type",
+                "missing: without an IPAM plugin the ipvlan takes the addresses of the \
+                 chained prevResult, and there is none with addresses",
+            )),
+        }
+    }
+
+    /// The master's name ADD looks up: `master`, or chained without one,
+    /// the single named interface of `prevResult` (the reference's rule);
+    /// `None` takes the default route's interface.
+    pub fn master_for_add(&self, prev: Option<&CniResult>) -> Result<Option<String>, Error> {
+        if self.master.is_some() {
+            return Ok(self.master.clone());
+        }
+        let Some(prev) = prev else {
+            return Ok(None);
+        };
+        match prev.interfaces.as_slice() {
+            [only] if !only.name.is_empty() => {
+                validate_link_name("prevResult.interfaces[0].name", &only.name)?;
+                Ok(Some(only.name.clone()))
+            }
+            _ => Err(Error::config(
+                "master",
+                format!(
+                    "not set, and the chained prevResult has {} interfaces, not the one \
+                     named interface the ipvlan would take as its master",
+                    prev.interfaces.len()
+                ),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn conf(v: Value) -> Result<Conf, Error> {
+        let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes())?;
+        Conf::from_raw(raw)
+    }
+
+    fn prev(names: &[&str], ips: bool) -> CniResult {
+        let (r, _) = CniResult::from_json(
+            &json!({"cniVersion": "1.1.0",
+                "interfaces": names.iter().map(|n| json!({"name": n})).collect::<Vec<_>>(),
+                "ips": if ips { json!([{"address": "10.1.2.2/24", "interface": 0}]) } else { json!([]) }}),
+            libcni::Version::V1_1_0,
+        )
+        .unwrap();
+        r
+    }
+
+    #[test]
+    fn defaults_are_l2_on_the_default_route_interface() {
+        let c = conf(json!({"ipam": {"type": "host-local"}})).unwrap();
+        assert_eq!(
+            c,
+            Conf {
+                master: None,
+                mode: IpvlanMode::L2,
+                mtu: None,
+                link_in_container: false,
+                ipam: Some("host-local".into()),
+                dns: None,
+            }
+        );
+        assert_eq!(c.master_for_add(None).unwrap(), None);
+        for (m, want) in [
+            ("l2", IpvlanMode::L2),
+            ("l3", IpvlanMode::L3),
+            ("l3s", IpvlanMode::L3s),
+            ("", IpvlanMode::L2),
+        ] {
+            assert_eq!(conf(json!({"mode": m})).unwrap().mode, want);
+        }
+    }
+
+    #[test]
+    fn invalid_keys_are_named() {
+        for (v, needle) in [
+            (
+                json!({"mode": "l4"}),
+                "mode: unknown ipvlan mode \"l4\" (want l2, l3 or l3s)",
+            ),
+            (json!({"mode": "L2"}), "mode: unknown ipvlan mode \"L2\""),
+            (json!({"mode": 2}), "mode: invalid type"),
+            (json!({"mtu": -1}), "mtu: invalid MTU -1"),
+            (
+                json!({"master": "../eth0"}),
+                "master: interface name \"../eth0\"",
+            ),
+            (
+                json!({"linkInContainer": "true"}),
+                "linkInContainer: invalid type",
+            ),
+        ] {
+            let e = conf(v).unwrap_err();
+            assert_eq!(e.code(), 7, "{e}");
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid network config: {needle}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn chained_it_takes_the_previous_interface_and_addresses() {
+        let c = conf(json!({"mode": "l3"})).unwrap();
+        let p = prev(&["eth1"], true);
+        assert_eq!(c.master_for_add(Some(&p)).unwrap().as_deref(), Some("eth1"));
+        assert_eq!(
+            c.addresses(Some(&p)).unwrap(),
+            Addresses::Chained(p.clone())
+        );
+        let e = c.addresses(Some(&prev(&["eth1"], false))).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid network config: ipam.type: missing"),
+            "{e}"
+        );
+        assert_eq!(c.addresses(None).unwrap_err().code(), 7);
+        for names in [&["a", "b"][..], &[][..], &[""][..]] {
+            let e = c.master_for_add(Some(&prev(names, true))).unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with("invalid network config: master: not set"),
+                "{e}"
+            );
+        }
+        // A master named in the config wins; IPAM wins over prevResult.
+        let c = conf(json!({"master": "eth9", "ipam": {"type": "static"}})).unwrap();
+        assert_eq!(c.master_for_add(Some(&p)).unwrap().as_deref(), Some("eth9"));
+        assert_eq!(
+            c.addresses(Some(&p)).unwrap(),
+            Addresses::Ipam("static".into())
+        );
+    }
+}

@@ -1,0 +1,3 @@
+fn main() {
+    libcni::skel::plugin_main(ipvlan::Ipvlan, ipvlan::ABOUT)
+}

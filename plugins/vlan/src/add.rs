@@ -1,0 +1,33 @@
+//! ADD over the shared flow (`libcni::attach`): the master and its MTU,
+//! the VLAN sub-interface created directly in the container's namespace
+//! under `CNI_IFNAME` (a kernel without 802.1Q VLANs refuses it before
+//! anything exists: code 2 naming the module), IPAM, the container's
+//! addresses and routes. A failure after the link exists deletes it again,
+//! and a failure after IPAM was called releases the address.
+
+use libcni::attach::{self, Add};
+use libcni::ipam::IfaceOptions;
+use libcni::netlink::link_kinds::{NewKind, VLAN_SUPPORT};
+use libcni::skel::CmdArgs;
+use libcni::types::CniResult;
+use libcni::Error;
+
+use crate::config::Conf;
+
+pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
+    let conf = Conf::parse(args)?;
+    attach::add(args, "vlan", Some(&conf.ipam), |a| steps(a, &conf))
+}
+
+fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
+    let master = a.master(conf.master.as_deref(), conf.link_in_container, conf.mtu)?;
+    let kind = NewKind::Vlan {
+        master_index: master.index,
+        id: conf.vlan_id,
+    };
+    let link = a.create_kind(kind, conf.mtu, conf.link_in_container, &VLAN_SUPPORT)?;
+    let allocated = a.ipam_add(&conf.ipam, 0)?;
+    let mut result = a.configure_single(&link, allocated, IfaceOptions::default())?;
+    attach::apply_dns(&mut result, conf.dns.as_ref());
+    Ok(result)
+}

@@ -1,0 +1,3 @@
+fn main() {
+    libcni::skel::plugin_main(vlan::Vlan, vlan::ABOUT)
+}
