@@ -874,8 +874,10 @@ impl NetSnapshot {
             "ip -4 -j rule show",
             "ip -6 -j rule show",
             // Egress filters only under a clsact qdisc: under an ingress
-            // one, `egress` lists the ingress filters again.
-            "for d in $(ls /sys/class/net); do \
+            // one, `egress` lists the ingress filters again. The names come
+            // from netlink: /sys is the mount of the namespace we were
+            // started from, not the one we entered.
+            "for d in $(ip -o link show | cut -d: -f2 | cut -d@ -f1); do \
              echo \"$d ingress $(tc -j filter show dev $d ingress)\"; \
              if tc qdisc show dev $d | grep -q '^qdisc clsact'; then \
              echo \"$d egress $(tc -j filter show dev $d egress)\"; fi; done",

@@ -81,8 +81,15 @@ pub fn ensure_free(nl: &mut Netlink, dev: &Link, key: &str) -> Result<(), Error>
             ),
         ));
     }
-    let used: Vec<String> = nl
-        .addresses(Some(dev.index), None)?
+    // ENODEV: another ADD moved it out between the lookup and this look.
+    let addrs = nl.addresses(Some(dev.index), None).map_err(|e| {
+        if errno(&e) == Some(libc::ENODEV) {
+            left_meanwhile(key, &dev.name, &e)
+        } else {
+            e
+        }
+    })?;
+    let used: Vec<String> = addrs
         .into_iter()
         .filter(|a| !is_link_local_v6(a.addr))
         .map(|a| format!("{}/{}", a.addr, a.prefix_len))
@@ -103,6 +110,15 @@ pub fn ensure_free(nl: &mut Netlink, dev: &Link, key: &str) -> Result<(), Error>
 
 fn is_link_local_v6(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
+}
+
+/// Code 103: the device picked by `key` left the node while this ADD was
+/// working on it, most likely taken by another pod's ADD.
+fn left_meanwhile(key: &str, name: &str, e: &Error) -> Error {
+    Error::Conflict(format!(
+        "{key}: {name:?} left the node's network namespace while this ADD was moving it \
+         (another ADD took it?): {e}"
+    ))
 }
 
 /// What the device was on the node, for a failed ADD to put back.
@@ -157,11 +173,7 @@ pub fn move_in<'a>(a: &mut Add<'a>, dev: &Link, key: &str) -> Result<Link, Error
     }
     if let Err((e, _)) = moved {
         return Err(if errno(&e) == Some(libc::ENODEV) {
-            Error::Conflict(format!(
-                "{key}: {:?} left the node's network namespace while this ADD was moving it \
-                 (another ADD took it?): {e}",
-                dev.name
-            ))
+            left_meanwhile(key, &dev.name, &e)
         } else if errno(&e) == Some(libc::EINVAL) {
             Error::config(
                 key,
