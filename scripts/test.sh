@@ -34,8 +34,14 @@ else
   status=1
 fi
 
-# Every test namespace (cnit-<pid>-<n>-<tag>) must be gone, whatever happened.
-left=$(ip netns list | awk '{print $1}' | grep '^cnit-[0-9]' || true)
+# Every test namespace (cnit-<pid>-<n>-<tag>) of a test process that has
+# ended must be gone, whatever happened; a live process's (another test run
+# on the machine) is its own.
+left=$(ip netns list | awk '{print $1}' | grep '^cnit-[0-9]' |
+  while read -r ns; do
+    pid=${ns#cnit-}
+    kill -0 "${pid%%-*}" 2>/dev/null || echo "$ns"
+  done || true)
 if [ -n "$left" ]; then
   echo "error: test namespaces left behind:" $left >&2
   for ns in $left; do ip netns del "$ns" || true; done
