@@ -52,7 +52,9 @@ fullkernel_add_tests() {
   [ -n "$bins" ] || { echo "fullkernel: no test binaries found" >&2; return 1; }
   local n=0
   for bin in $bins; do
-    "$bin" "$filter" --list 2>/dev/null | grep -q ': test$' || continue
+    # grep reads the whole list: with -q it could stop early and the
+    # binary's SIGPIPE would fail the pipeline (pipefail).
+    "$bin" "$filter" --list 2>/dev/null | grep ': test$' >/dev/null || continue
     fullkernel_add "$bin" "$filter" --test-threads=3
     n=$((n + 1))
   done
