@@ -30,6 +30,7 @@ pub mod portmap;
 pub mod spoofcheck;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod xt_nat;
 
 use sha2::{Digest, Sha512};
 
