@@ -403,9 +403,28 @@ fn ip_of(b: &[u8], v6: bool) -> Option<IpAddr> {
 /// The `iptables-save` line of a rule read back, for the shapes
 /// [`encode`] writes (and the same rules written by iptables-nft); a line
 /// that matches nothing of ours for anything else.
+///
+/// An unknown rule that ends in a jump still says where it jumps (`-A
+/// CHAIN #unrecognised-rule-<handle> -j TARGET`), so that removing a
+/// container's chain also removes the jumps to it of shapes we do not
+/// write (the Go plugin's with iptables `conditionsV4`), as its DEL does.
 pub fn render(rule: &RawRule, v6: bool) -> String {
-    render_known(rule, v6)
-        .unwrap_or_else(|| format!("-A {} #unrecognised-rule-{}", rule.chain, rule.handle))
+    render_known(rule, v6).unwrap_or_else(|| {
+        let jump = rule.exprs.last().and_then(|e| {
+            if e.name != "immediate" {
+                return None;
+            }
+            let v = AttrIter::new(&e.data).find(2)?;
+            let verdict = v.nested().find(2)?;
+            (verdict.nested().find(1)?.be32()? as i32 == -3)
+                .then(|| verdict.nested().find(2).map(|c| c.str()))
+                .flatten()
+        });
+        match jump {
+            Some(t) => format!("-A {} #unrecognised-rule-{} -j {t}", rule.chain, rule.handle),
+            None => format!("-A {} #unrecognised-rule-{}", rule.chain, rule.handle),
+        }
+    })
 }
 
 fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
@@ -738,20 +757,23 @@ pub fn encodable(r: &Restore, v6: bool) -> bool {
     })
 }
 
-/// One read as `plan` asks, the changes `build` derives from it, one batch
+/// What [`apply`] reads: the table as far as a decision needs it.
+pub type Reader<'a> = dyn FnMut(&mut Nft) -> Result<(SavedTable, Handles)> + 'a;
+
+/// One read (`read`), the changes `build` derives from it, one batch
 /// (none when there is nothing to change), retried on a fresh read when
-/// another process changed the table in between. Returns the handles of
-/// the rules appended to chains `echo` accepts, with their lines.
+/// another process changed the table in between. Returns the rules
+/// appended to chains `echo` accepts: (line, chain, handle).
 pub fn apply(
     nft: &mut Nft,
     v6: bool,
-    plan: &ReadPlan,
+    read: &mut Reader,
     build: &mut dyn FnMut(&SavedTable, &mut Restore),
     echo: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<(String, String, u64)>> {
     let mut attempt = 1;
     loop {
-        let (saved, mut handles) = read(nft, v6, plan)?;
+        let (saved, mut handles) = read(nft)?;
         let mut r = Restore::new(IptTable::Nat);
         build(&saved, &mut r);
         let (b, echoed) = translate(&r, v6, &saved, &mut handles, echo)?;
@@ -911,7 +933,7 @@ mod tests {
                 apply(
                     &mut Nft::open()?,
                     v6,
-                    &plan,
+                    &mut |nft| read(nft, v6, &plan),
                     &mut |saved, r| {
                         for c in CHAINS {
                             if !saved.has_chain(c) {
