@@ -95,7 +95,14 @@ impl Plugin for PortMap {
                     );
                 }
                 if native {
-                    errors.record(pm::ipt_del_native(&mut nft, &owner));
+                    if let Some(removed) = errors.record(pm::ipt_del_native(&mut nft, &owner)) {
+                        udp_ports.extend(
+                            removed
+                                .into_iter()
+                                .filter(|(_, proto, _)| *proto == conntrack::IPPROTO_UDP)
+                                .map(|(v6, _, port)| (v6, port)),
+                        );
+                    }
                 } else {
                     for v6 in [false, true] {
                         let want = iptables_chosen || iptables_has_container(&mut nft, &owner, v6);

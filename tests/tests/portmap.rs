@@ -306,7 +306,7 @@ fn portmap_nft_host_ip_selects_the_address_and_family() {
         "ADD",
         "ctr-h",
         &netns,
-        &conf("pmnet", maps, json!({}), Some(&prev)),
+        &conf("pmnet", maps, json!({"backend": "nftables"}), Some(&prev)),
     ));
     // A host IP is matched in the mapping's rule; 0.0.0.0 is "every IPv4
     // address", and only IPv4.
@@ -485,7 +485,12 @@ fn portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del() {
     let na = a.ns.path().to_str().unwrap().to_string();
     let nb = b.ns.path().to_str().unwrap().to_string();
     let first = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    let ca = conf("pmtwice", first.clone(), json!({}), Some(&pa));
+    let ca = conf(
+        "pmtwice",
+        first.clone(),
+        json!({"backend": "nftables"}),
+        Some(&pa),
+    );
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &na, &ca));
     // ADD again for the same container replaces its rules (from its
     // ledger) instead of adding a second copy.
@@ -497,7 +502,7 @@ fn portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del() {
     assert_eq!(rules(&node, "ip", "masquerading").len(), 2);
     // Another container on the same host port: as with the Go plugin both
     // rules are there and the first one takes the connections.
-    let cb = conf("pmtwice", first, json!({}), Some(&pb));
+    let cb = conf("pmtwice", first, json!({"backend": "nftables"}), Some(&pb));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-b", &nb, &cb));
     assert_eq!(
         rules(&node, "ip", "hostports"),
@@ -537,7 +542,12 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
 
     let add = |cid: &str, net: &str, port: u16| {
         let maps = json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]);
-        let c = conf(net, maps, json!({"cniVersion": "1.1.0"}), Some(&prev));
+        let c = conf(
+            net,
+            maps,
+            json!({"cniVersion": "1.1.0", "backend": "nftables"}),
+            Some(&prev),
+        );
         assert_ok(&call_eth0(&ours(), &node, "ADD", cid, &netns, &c));
         c
     };
@@ -990,7 +1000,7 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
         conf(
             "pmnet",
             json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
-            json!({}),
+            json!({"backend": "nftables"}),
             Some(&prev),
         )
     };
@@ -1054,7 +1064,7 @@ fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
     let c = conf(
         "pmnet",
         json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
-        json!({}),
+        json!({"backend": "nftables"}),
         Some(&prev),
     );
     let run = |point: &str| {
@@ -1193,10 +1203,7 @@ fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    for extra in [
-        json!({"backend": "nftables", "markMasqBit": 5}),
-        json!({"markMasqBit": 5}),
-    ] {
+    for extra in [json!({"backend": "nftables", "markMasqBit": 5})] {
         let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
         assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
         assert_eq!(

@@ -48,11 +48,11 @@ use std::net::IpAddr;
 use super::conditions::{self, Condition};
 use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
 use super::ledger::{self, Entry, Ledger};
-use super::xt_nat;
 use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{
     BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_DSTNAT, PRIORITY_SRCNAT,
 };
+use super::xt_nat;
 use super::Owner;
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, Result};
@@ -1113,7 +1113,8 @@ pub fn node_iptables() -> NodeIptables {
 /// wherever the node has it, nftables only where it has no `iptables` and
 /// the kernel speaks nf_tables.
 pub fn default_backend() -> super::Backend {
-    if node_iptables() == NodeIptables::Absent && super::Backend::detect() == super::Backend::Nftables
+    if node_iptables() == NodeIptables::Absent
+        && super::Backend::detect() == super::Backend::Nftables
     {
         super::Backend::Nftables
     } else {
@@ -1219,12 +1220,16 @@ fn ipt_read_container(
     let (mut saved, mut handles) = xt_nat::read(nft, v6, &plan)?;
     let fam = family(v6);
     if saved.has_chain(&own) {
+        for r in nft.rules_raw(fam, xt_nat::TABLE, Some(&own))? {
+            xt_nat::push_rule(&mut saved, &mut handles, &r, v6);
+        }
         let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
         let mut found = Vec::new();
         for e in &mine {
             match nft.get_rule_raw(fam, xt_nat::TABLE, &e.chain, e.handle)? {
-                Some(r) if iptables::rule_target(&xt_nat::render(&r, v6)).as_deref()
-                    == Some(own.as_str()) =>
+                Some(r)
+                    if iptables::rule_target(&xt_nat::render(&r, v6)).as_deref()
+                        == Some(own.as_str()) =>
                 {
                     found.push(r)
                 }
@@ -1248,25 +1253,48 @@ fn ipt_read_container(
     Ok((saved, handles))
 }
 
+/// The host port of a DNAT rule line of a container's chain.
+fn ipt_rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
+    let t = iptables::split_tokens(line);
+    if !t.iter().any(|x| x == "DNAT") {
+        return None;
+    }
+    let after = |k: &str| t.iter().position(|x| x == k).and_then(|i| t.get(i + 1));
+    let proto = Protocol::parse(after("-p")?)?.number();
+    Some((v6, proto, after("--dport")?.parse().ok()?))
+}
+
 /// iptables DEL on iptables-nft, both families, with no process: the same
 /// changes as [`ipt_del`]. Costs a few lookups when the container has no
-/// chain; with one, its ledger spares listing `CNI-HOSTPORT-DNAT`.
-pub fn ipt_del_native(nft: &mut Nft, owner: &Owner) -> Result<()> {
+/// chain; with one, its own rules are listed and its ledger spares
+/// listing `CNI-HOSTPORT-DNAT`. Returns the host ports its DNAT rules
+/// mapped.
+pub fn ipt_del_native(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
     let ledger = ipt_ledger(owner);
     let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
+    let own = ipt_dnat_chain(owner);
+    let mut removed = Vec::new();
     for v6 in [false, true] {
+        let mut ports = Vec::new();
         xt_nat::apply(
             nft,
             v6,
             &mut |n| ipt_read_container(n, v6, owner, &entries),
-            &mut |saved, r| ipt_remove_container(saved, r, owner),
+            &mut |saved, r| {
+                ports = saved
+                    .rules_of(&own)
+                    .filter_map(|l| ipt_rule_port(v6, l))
+                    .collect();
+                ipt_remove_container(saved, r, owner)
+            },
             &|_| false,
         )?;
+        removed.extend(ports);
     }
     if let Some(l) = ledger {
         l.remove()?;
     }
-    Ok(())
+    Ok(removed)
 }
 
 /// iptables GC on iptables-nft, both families, with no process (lists the

@@ -421,7 +421,10 @@ pub fn render(rule: &RawRule, v6: bool) -> String {
                 .flatten()
         });
         match jump {
-            Some(t) => format!("-A {} #unrecognised-rule-{} -j {t}", rule.chain, rule.handle),
+            Some(t) => format!(
+                "-A {} #unrecognised-rule-{} -j {t}",
+                rule.chain, rule.handle
+            ),
             None => format!("-A {} #unrecognised-rule-{}", rule.chain, rule.handle),
         }
     })
