@@ -727,8 +727,10 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
     });
     let netns = pod.path().to_str().unwrap().to_string();
     for (extra, tag) in [
-        (json!({"backend": "iptables"}), "default"),
-        (json!({"backend": "iptables", "markMasqBit": 5}), "markbit"),
+        (json!({"backend": "iptables"}), "iptables"),
+        // No backend key: Go's default, iptables (written over netlink).
+        (json!({}), "default"),
+        (json!({"markMasqBit": 5}), "markbit"),
         (
             json!({"backend": "iptables", "snat": false, "conditionsV4": ["-s", "192.0.2.0/24"]}),
             "conditions",
@@ -746,6 +748,7 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
                 "{tag}, v6={v6}"
             );
         }
+        assert_eq!(nft_table(&our_node), "", "{tag}: no nftables table of ours");
         assert_ok(&call_eth0(&go, &go_node, "DEL", &cid, &netns, &c));
         assert_ok(&call_eth0(&ours(), &our_node, "DEL", &cid, &netns, &c));
         for v6 in [false, true] {
@@ -807,31 +810,37 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
         "ips": [{"address": "10.1.0.2/24", "interface": 0}, {"address": "fd00:1::2/64", "interface": 0}]
     });
     let netns = pod.path().to_str().unwrap().to_string();
+    let chain = "CNI-DN-"; // every per-container chain
+    for extra in [json!({"backend": "iptables"}), json!({})] {
+        let c = conf("pmnet", ipt_mappings(), extra.clone(), Some(&prev));
+        // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
+        assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &netns, &c));
+        assert!(iptables_save(&node, false).contains(chain));
+        let bare = conf("pmnet", json!([]), extra.clone(), None);
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &bare));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            assert!(!saved.contains(chain), "{extra} v6={v6}: {saved}");
+        }
+        // Our ADD, Go's DEL: nothing of the container is left anywhere.
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
+        assert!(iptables_save(&node, true).contains(chain));
+        assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            assert!(!saved.contains(chain), "{extra} v6={v6}: {saved}");
+        }
+        assert_eq!(nft_table(&node), "", "{extra}");
+        // Our DEL afterwards: nothing to do, success.
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs", &netns, &c));
+    }
     let c = conf(
         "pmnet",
         ipt_mappings(),
         json!({"backend": "iptables"}),
         Some(&prev),
     );
-    let chain = "CNI-DN-"; // every per-container chain
-                           // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
-    assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &netns, &c));
-    assert!(iptables_save(&node, false).contains(chain));
-    let bare = conf("pmnet", json!([]), json!({"backend": "iptables"}), None);
-    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &bare));
-    for v6 in [false, true] {
-        let saved = iptables_save(&node, v6);
-        assert!(!saved.contains(chain), "v6={v6}: {saved}");
-    }
-    // Our ADD, Go's DEL.
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
-    assert!(iptables_save(&node, true).contains(chain));
-    assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
-    for v6 in [false, true] {
-        let saved = iptables_save(&node, v6);
-        assert!(!saved.contains(chain), "v6={v6}: {saved}");
-    }
-    // The default (nftables) DEL still cleans up iptables rules Go left.
+    // An nftables DEL still cleans up iptables rules Go left.
     assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go2", &netns, &c));
     let nft_del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go2", "", &nft_del));
@@ -854,68 +863,72 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
         {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
     ]);
-    let c = conf(
-        "pmnet",
-        maps,
-        json!({"backend": "iptables", "cniVersion": "1.1.0"}),
-        Some(&prev),
-    );
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-i", &netns, &c));
-    assert_eq!(
-        nft_table(&node),
-        "",
-        "the iptables backend writes no table of ours"
-    );
-    for proto in ["tcp", "udp"] {
-        let port = if proto == "tcp" { 8080 } else { 8053 };
-        let from_up = format!("podA {}", up.v4());
+    // With `backend: iptables`, and with no backend key (Go's default).
+    for backend in [Some("iptables"), None] {
+        let mut extra = json!({"cniVersion": "1.1.0"});
+        if let Some(b) = backend {
+            extra["backend"] = json!(b);
+        }
+        let c = conf("pmnet", maps.clone(), extra.clone(), Some(&prev));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-i", &netns, &c));
         assert_eq!(
-            connect(&up.ns, proto, "10.9.0.1", port).as_deref(),
-            Some(from_up.as_str())
+            nft_table(&node),
+            "",
+            "the iptables backend writes no table of ours"
         );
-        let from_up6 = format!("podA {}", up.v6());
-        assert_eq!(
-            connect(&up.ns, proto, "fd00:9::1", port).as_deref(),
-            Some(from_up6.as_str())
-        );
-        let hairpin = format!("podA {}", a.node_v4());
-        assert_eq!(
-            connect(&a.ns, proto, "10.9.0.1", port).as_deref(),
-            Some(hairpin.as_str())
-        );
-        assert_eq!(
-            connect(&node, proto, "127.0.0.1", port).as_deref(),
-            Some(hairpin.as_str())
-        );
+        for proto in ["tcp", "udp"] {
+            let port = if proto == "tcp" { 8080 } else { 8053 };
+            let from_up = format!("podA {}", up.v4());
+            assert_eq!(
+                connect(&up.ns, proto, "10.9.0.1", port).as_deref(),
+                Some(from_up.as_str())
+            );
+            let from_up6 = format!("podA {}", up.v6());
+            assert_eq!(
+                connect(&up.ns, proto, "fd00:9::1", port).as_deref(),
+                Some(from_up6.as_str())
+            );
+            let hairpin = format!("podA {}", a.node_v4());
+            assert_eq!(
+                connect(&a.ns, proto, "10.9.0.1", port).as_deref(),
+                Some(hairpin.as_str())
+            );
+            assert_eq!(
+                connect(&node, proto, "127.0.0.1", port).as_deref(),
+                Some(hairpin.as_str())
+            );
+        }
+        assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
+        // Remove the UDP DNAT rule by hand: CHECK names the mapping.
+        let saved = iptables_save(&node, false);
+        let dnat = saved
+            .lines()
+            .find(|l| l.contains("--dport 8053 -j DNAT"))
+            .expect("udp DNAT rule")
+            .replacen("-A ", "-D ", 1);
+        let args: Vec<&str> = dnat.split_whitespace().collect();
+        run_ok(node.command("iptables").args(["-t", "nat"]).args(&args));
+        call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
+            .assert_error(102, "mapping udp 8053 -> 80 has no DNAT rule");
+        // GC with no valid attachment removes the container's chains.
+        let mut gc = json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap",
+                    "cni.dev/valid-attachments": []});
+        if let Some(b) = backend {
+            gc["backend"] = json!(b);
+        }
+        let gc = gc.to_string();
+        assert_ok(&call_plugin(
+            Some(&node),
+            &ours(),
+            &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
+            &gc,
+        ));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            assert!(!saved.contains("CNI-DN-"), "v6={v6}: {saved}");
+        }
+        assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
     }
-    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
-    // Remove the UDP DNAT rule by hand: CHECK names the mapping.
-    let saved = iptables_save(&node, false);
-    let dnat = saved
-        .lines()
-        .find(|l| l.contains("--dport 8053 -j DNAT"))
-        .expect("udp DNAT rule")
-        .replacen("-A ", "-D ", 1);
-    let args: Vec<&str> = dnat.split_whitespace().collect();
-    run_ok(node.command("iptables").args(["-t", "nat"]).args(&args));
-    call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
-        .assert_error(102, "mapping udp 8053 -> 80 has no DNAT rule");
-    // GC with no valid attachment removes the container's chains.
-    let gc =
-        json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap", "backend": "iptables",
-                    "cni.dev/valid-attachments": []})
-        .to_string();
-    assert_ok(&call_plugin(
-        Some(&node),
-        &ours(),
-        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
-        &gc,
-    ));
-    for v6 in [false, true] {
-        let saved = iptables_save(&node, v6);
-        assert!(!saved.contains("CNI-DN-"), "v6={v6}: {saved}");
-    }
-    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
 }
 
 #[test]
