@@ -1233,3 +1233,177 @@ fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
         assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
     }
 }
+
+// ---- the default backend, by the node's iptables ---------------------------
+
+/// A `PATH` directory whose `iptables` leads to `iptables_target` (or
+/// none), and whose other netfilter programs are either `links` (name,
+/// target) or traps that record their call in `trap.log` and fail.
+fn fake_path(dir: &TempDir, iptables_target: Option<&str>, links: &[(&str, &str)]) {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    if let Some(t) = iptables_target {
+        symlink(t, dir.path().join("iptables")).unwrap();
+    }
+    let log = dir.path().join("trap.log");
+    for prog in [
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables",
+        "ip6tables-save",
+        "ip6tables-restore",
+        "nft",
+    ] {
+        let p = dir.path().join(prog);
+        if let Some((_, t)) = links.iter().find(|(n, _)| *n == prog) {
+            symlink(t, &p).unwrap();
+            continue;
+        }
+        std::fs::write(
+            &p,
+            format!("#!/bin/sh\necho \"$0 $*\" >> {}\nexit 1\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Runs our plugin in `node` with `PATH` set to `path` (for the plugin
+/// alone: `env` sets it after the namespace is entered).
+fn call_in_path(
+    node: &Netns,
+    path: &str,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    c: &str,
+) -> PluginOutput {
+    let mut command = node.command("/usr/bin/env");
+    command.arg(format!("PATH={path}")).arg(ours());
+    call_plugin_cmd(
+        command,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        c,
+    )
+}
+
+/// With no backend key on a node whose `iptables` is iptables-nft, ADD,
+/// CHECK, DEL and GC write and read Go's iptables rules over netlink: no
+/// program is run (every one reachable is a trap).
+#[test]
+fn portmap_default_backend_runs_no_process_on_iptables_nft() {
+    if !require_root("portmap_default_backend_runs_no_process_on_iptables_nft") {
+        return;
+    }
+    let node = forwarding_node("pmnoproc");
+    let a = Peer::attach(&node, "pmnp-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let dir = TempDir::new("pm-nft-path");
+    fake_path(&dir, Some("/usr/sbin/xtables-nft-multi"), &[]);
+    let path = dir.path().to_str().unwrap().to_string();
+    let c = conf(
+        "pmnet",
+        ipt_mappings(),
+        json!({"cniVersion": "1.1.0"}),
+        Some(&prev),
+    );
+    let bare = conf("pmnet", json!([]), json!({"cniVersion": "1.1.0"}), None);
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-n", &netns, &c));
+    let chain = "CNI-DN-";
+    assert!(iptables_save(&node, false).contains(chain));
+    assert!(iptables_save(&node, true).contains(chain));
+    assert_eq!(nft_table(&node), "");
+    assert_ok(&call_in_path(&node, &path, "CHECK", "ctr-n", &netns, &c));
+    assert_ok(&call_in_path(&node, &path, "DEL", "ctr-n", "", &bare));
+    for v6 in [false, true] {
+        assert!(!iptables_save(&node, v6).contains(chain), "v6={v6}");
+    }
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-n", &netns, &c));
+    let gc = json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap",
+                    "cni.dev/valid-attachments": []})
+    .to_string();
+    assert_ok(&call_in_path(&node, &path, "GC", "", "", &gc));
+    for v6 in [false, true] {
+        assert!(!iptables_save(&node, v6).contains(chain), "v6={v6}");
+    }
+    let log = std::fs::read_to_string(dir.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "no program was run");
+}
+
+/// As Go picks its default: a legacy `iptables` gets its rules through
+/// `iptables-legacy-restore` (nothing in nf_tables); no `iptables` at all
+/// gets the nftables backend.
+#[test]
+fn portmap_default_backend_follows_the_nodes_iptables() {
+    if !require_root("portmap_default_backend_follows_the_nodes_iptables") {
+        return;
+    }
+    let node = forwarding_node("pmlegacy");
+    let a = Peer::attach(&node, "pmlg-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let c = conf("pmnet", ipt_mappings(), json!({}), Some(&prev));
+    let bare = conf("pmnet", json!([]), json!({}), None);
+    let chain = "CNI-DN-";
+    let legacy_save = |v6: bool| {
+        let cmd = if v6 {
+            "ip6tables-legacy-save"
+        } else {
+            "iptables-legacy-save"
+        };
+        let out = run_ok(node.command(cmd).args(["-t", "nat"]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let legacy = TempDir::new("pm-legacy-path");
+    fake_path(
+        &legacy,
+        Some("/usr/sbin/xtables-legacy-multi"),
+        &[
+            ("iptables-save", "/usr/sbin/iptables-legacy-save"),
+            ("iptables-restore", "/usr/sbin/iptables-legacy-restore"),
+            ("ip6tables", "/usr/sbin/ip6tables-legacy"),
+            ("ip6tables-save", "/usr/sbin/ip6tables-legacy-save"),
+            ("ip6tables-restore", "/usr/sbin/ip6tables-legacy-restore"),
+        ],
+    );
+    let path = legacy.path().to_str().unwrap().to_string();
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-l", &netns, &c));
+    for v6 in [false, true] {
+        assert!(legacy_save(v6).contains(chain), "v6={v6}: legacy tables");
+        assert!(
+            !iptables_save(&node, v6).contains(chain),
+            "v6={v6}: not nf_tables"
+        );
+    }
+    assert_eq!(nft_table(&node), "");
+    assert_ok(&call_in_path(&node, &path, "CHECK", "ctr-l", &netns, &c));
+    assert_ok(&call_in_path(&node, &path, "DEL", "ctr-l", "", &bare));
+    for v6 in [false, true] {
+        assert!(!legacy_save(v6).contains(chain), "v6={v6}");
+    }
+
+    let none = TempDir::new("pm-none-path");
+    fake_path(&none, None, &[]);
+    let path = none.path().to_str().unwrap().to_string();
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-x", &netns, &c));
+    assert_eq!(
+        rules(&node, "ip", "hostports"),
+        [
+            "tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-x\"",
+            "ip daddr 10.9.0.1 tcp dport 8081 dnat to 10.1.0.2:81 comment \"ctr-x\"",
+            "udp dport 8053 dnat to 10.1.0.2:80 comment \"ctr-x\""
+        ]
+    );
+    assert!(!iptables_save(&node, false).contains(chain));
+    assert_ok(&call_in_path(&node, &path, "DEL", "ctr-x", "", &bare));
+    assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
+    let log = std::fs::read_to_string(none.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "nftables runs no program");
+}
