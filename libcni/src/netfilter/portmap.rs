@@ -40,6 +40,13 @@
 //! PREROUTING and OUTPUT for local destinations, a `CNI-DN-<hash>` chain per
 //! container with the hairpin/localhost mark rules and the DNAT rules,
 //! `CNI-HOSTPORT-SETMARK` and `CNI-HOSTPORT-MASQ`; see [`super::iptables`].
+//! The decisions (what to add, what to delete) are made on the table as
+//! `iptables-save` shows it; they are applied by `iptables-restore`, or, on
+//! a node whose iptables is iptables-nft, written over netlink by
+//! [`super::xt_nat`] (`ipt_*_native`), with the handles of a container's
+//! `CNI-HOSTPORT-DNAT` rules in a ledger so that neither ADD nor DEL lists
+//! that chain. With no `backend` key the default is the Go plugin's:
+//! iptables wherever the node has it ([`default_backend`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
