@@ -1216,22 +1216,21 @@ fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    for extra in [json!({"backend": "nftables", "markMasqBit": 5})] {
-        let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
-        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
-        assert_eq!(
-            rules(&node, "ip", "hostports"),
-            ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-m\""],
-            "{extra}"
-        );
-        assert!(
-            !iptables_save(&node, false).contains("CNI-"),
-            "{extra}: no iptables rule"
-        );
-        assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
-        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-m", "", &c));
-        assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
-    }
+    let extra = json!({"backend": "nftables", "markMasqBit": 5});
+    let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
+    assert_eq!(
+        rules(&node, "ip", "hostports"),
+        ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-m\""],
+        "{extra}"
+    );
+    assert!(
+        !iptables_save(&node, false).contains("CNI-"),
+        "{extra}: no iptables rule"
+    );
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-m", "", &c));
+    assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
 }
 
 // ---- the default backend, by the node's iptables ---------------------------

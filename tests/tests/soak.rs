@@ -330,6 +330,12 @@ fn soak_64_pods_through_the_kube_flannel_chain_with_gc_beside() {
         !nft.contains("dnat to") && !nft.contains("masquerade comment"),
         "host-port or masquerade rules left:\n{nft}"
     );
+    // portmap names no backend: Go's default, iptables.
+    let ipt = iptables_rules(&soak.node.ns);
+    assert!(
+        !ipt.contains("CNI-DN-") && !ipt.contains("-j DNAT"),
+        "host-port rules left in iptables:\n{ipt}"
+    );
     for (pod, addr) in &stale {
         assert!(
             !soak.lease_dir().join(addr).exists(),

@@ -859,7 +859,10 @@ mod tests {
             .collect()
     }
 
-    fn raw(nft: &mut Nft, v6: bool) -> Vec<(String, Vec<(String, Vec<u8>)>)> {
+    /// A rule read back: its chain and its expressions (name, data).
+    type Raw = (String, Vec<(String, Vec<u8>)>);
+
+    fn raw(nft: &mut Nft, v6: bool) -> Vec<Raw> {
         let mut out = Vec::new();
         for c in all_chains() {
             if !nft.has_chain(family(v6), TABLE, &c).unwrap() {
