@@ -748,18 +748,6 @@ pub fn translate(
     Ok((b, echoed))
 }
 
-/// Whether every line of `r` can be written natively.
-pub fn encodable(r: &Restore, v6: bool) -> bool {
-    r.lines().iter().all(|l| match l.split_once(' ') {
-        Some(("-A", _)) => encode(l, v6).is_some(),
-        Some(("-I", rest)) => rest
-            .split_once(' ')
-            .and_then(|(c, a)| Some((c, a.strip_prefix("1 ")?)))
-            .is_some_and(|(c, a)| encode(&format!("-A {c} {a}"), v6).is_some()),
-        _ => true,
-    })
-}
-
 /// What [`apply`] reads: the table as far as a decision needs it.
 pub type Reader<'a> = dyn FnMut(&mut Nft) -> Result<(SavedTable, Handles)> + 'a;
 
