@@ -825,6 +825,27 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
         // Our ADD, Go's DEL: nothing of the container is left anywhere.
         assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
         assert!(iptables_save(&node, true).contains(chain));
+        // Go's ADD beside ours recognises the shared rules we wrote (its
+        // `iptables -C`), and ours Go's: each is there once.
+        assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go3", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs2", &netns, &c));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            for shared in [
+                "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+                "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+                "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
+                "-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE",
+            ] {
+                assert_eq!(
+                    saved.lines().filter(|l| *l == shared).count(),
+                    1,
+                    "{extra} v6={v6} {shared}:\n{saved}"
+                );
+            }
+        }
+        assert_ok(&call_eth0(&go, &node, "DEL", "ctr-go3", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs2", "", &c));
         assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
         for v6 in [false, true] {
             let saved = iptables_save(&node, v6);
