@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use libcni::fault;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::portmap::{self as pm, PortMapSpec};
+use libcni::netfilter::portmap::{self as pm, NodeIptables, PortMapSpec};
 use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
 use libcni::netlink::{Family, Netlink};
 use libcni::skel::{CmdArgs, Plugin};
@@ -45,6 +45,9 @@ impl Plugin for PortMap {
             Backend::Nftables => {
                 let mut nft = Nft::open()?;
                 pm::nft_add(&mut nft, &spec)?;
+            }
+            Backend::Iptables if pm::node_iptables() == NodeIptables::Nft => {
+                pm::ipt_add_native(&mut Nft::open()?, &spec)?;
             }
             Backend::Iptables => {
                 for v6 in [false, true] {
@@ -80,6 +83,7 @@ impl Plugin for PortMap {
         // plugin wrote), and the iptables side runs processes only when its
         // chain is there.
         let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
+        let native = pm::node_iptables() == NodeIptables::Nft;
         match Nft::open() {
             Ok(mut nft) => {
                 if let Some(removed) = errors.record(pm::nft_del(&mut nft, &owner)) {
@@ -90,10 +94,21 @@ impl Plugin for PortMap {
                             .map(|(v6, _, port)| (v6, port)),
                     );
                 }
-                for v6 in [false, true] {
-                    let want = iptables_chosen || iptables_has_container(&mut nft, &owner, v6);
-                    if want {
-                        errors.record(pm::ipt_del(&owner, v6));
+                if native {
+                    if let Some(removed) = errors.record(pm::ipt_del_native(&mut nft, &owner)) {
+                        udp_ports.extend(
+                            removed
+                                .into_iter()
+                                .filter(|(_, proto, _)| *proto == conntrack::IPPROTO_UDP)
+                                .map(|(v6, _, port)| (v6, port)),
+                        );
+                    }
+                } else {
+                    for v6 in [false, true] {
+                        let want = iptables_chosen || iptables_has_container(&mut nft, &owner, v6);
+                        if want {
+                            errors.record(pm::ipt_del(&owner, v6));
+                        }
                     }
                 }
             }
@@ -130,6 +145,9 @@ impl Plugin for PortMap {
         let spec = conf.spec(args, v4, v6);
         match conf.backend() {
             Backend::Nftables => pm::nft_check(&mut Nft::open()?, &spec),
+            Backend::Iptables if pm::node_iptables() == NodeIptables::Nft => {
+                pm::ipt_check_native(&mut Nft::open()?, &spec)
+            }
             Backend::Iptables => {
                 for v6 in [false, true] {
                     pm::ipt_check(&spec, v6)?;
@@ -151,6 +169,10 @@ impl Plugin for PortMap {
         let mut nft = Nft::open();
         if let Ok(nft) = nft.as_mut() {
             errors.record(pm::nft_gc(nft, network, &valid));
+            if pm::node_iptables() == NodeIptables::Nft {
+                errors.record(pm::ipt_gc_native(nft, network, &valid));
+                return errors.finish_kernel("portmap GC");
+            }
         }
         for v6 in [false, true] {
             let want =

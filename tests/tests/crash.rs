@@ -355,7 +355,8 @@ fn assert_met(met: &[(String, Met)], never_ok: &[&str]) {
 }
 
 /// kube-flannel's conflist: flannel (bridge + host-local behind it) and
-/// portmap on nftables, one host port per pod.
+/// portmap naming no backend (iptables, written over netlink), one host
+/// port per pod.
 #[test]
 fn crash_kube_flannel_chain_at_every_fault_point() {
     if !require_root("crash_kube_flannel_chain_at_every_fault_point") {
@@ -389,16 +390,18 @@ fn crash_kube_flannel_chain_at_every_fault_point() {
     let met = site.campaign(&points, &|site, result, what| {
         let addr = result["ips"][0]["address"].as_str().unwrap();
         let addr = addr.split('/').next().unwrap();
-        let nft = nft_ruleset(&site.node.ns);
+        // No portmap backend named: Go's default, its iptables rules.
+        let ipt = iptables_rules(&site.node.ns);
         for rule in [
-            format!("tcp dport 8080 dnat to {addr}:80 comment \"{CID}\""),
-            format!("udp dport 8053 dnat to {addr}:53 comment \"{CID}\""),
+            format!("-p tcp -m tcp --dport 8080 -j DNAT --to-destination {addr}:80"),
+            format!("-p udp -m udp --dport 8053 -j DNAT --to-destination {addr}:53"),
         ] {
             assert!(
-                nft.contains(&rule),
-                "{what}: ADD again: no {rule:?} in\n{nft}"
+                ipt.contains(&rule),
+                "{what}: ADD again: no {rule:?} in\n{ipt}"
             );
         }
+        let nft = nft_ruleset(&site.node.ns);
         // ipMasq: the Go plugins' rule of the pod's address.
         let masq = format!("ip saddr {addr} ip daddr != 10.");
         assert!(
@@ -408,9 +411,8 @@ fn crash_kube_flannel_chain_at_every_fault_point() {
         let saved = site.path("flannel").join(format!("{CID}@eth0"));
         assert_eq!(mode_of(&saved), 0o600, "{what}: saved config");
     });
-    // The MAC spoof check and the iptables backend's between-families are
-    // the other campaigns' business.
-    assert_met(&met, &["bridge/spoofchk", "portmap/between-families"]);
+    // The MAC spoof check is the other campaigns' business.
+    assert_met(&met, &["bridge/spoofchk"]);
     let del: Vec<&str> = met
         .iter()
         .filter(|(_, m)| *m == Met::Del)
@@ -630,8 +632,9 @@ fn crash_macvlan_at_every_fault_point() {
     }
 }
 
-/// kind's kindnet chain (ptp + host-local + portmap, dual-stack) with
-/// ipMasq on nftables and a host port, through our cnitool.
+/// kind's kindnet chain (ptp + host-local + portmap naming no backend,
+/// dual-stack) with ipMasq on nftables and a host port, through our
+/// cnitool.
 #[test]
 fn crash_kindnet_ptp_chain_at_every_fault_point() {
     if !require_root("crash_kindnet_ptp_chain_at_every_fault_point") {
@@ -663,18 +666,20 @@ fn crash_kindnet_ptp_chain_at_every_fault_point() {
             "{what}: ADD again: no host route to {addr}: {routes}"
         );
         let nft = nft_ruleset(&site.node.ns);
-        for rule in [
-            format!("ip saddr {addr} ip daddr != 10.244.2.0/24 masquerade comment"),
-            format!("tcp dport 9081 dnat to {addr}:80 comment \"{CID}\""),
-        ] {
-            assert!(
-                nft.contains(&rule),
-                "{what}: ADD again: no {rule:?} in\n{nft}"
-            );
-        }
+        let rule = format!("ip saddr {addr} ip daddr != 10.244.2.0/24 masquerade comment");
+        assert!(
+            nft.contains(&rule),
+            "{what}: ADD again: no {rule:?} in\n{nft}"
+        );
+        // No portmap backend named: Go's default, its iptables rules.
+        let ipt = iptables_rules(&site.node.ns);
+        let rule = format!("-p tcp -m tcp --dport 9081 -j DNAT --to-destination {addr}:80");
+        assert!(
+            ipt.contains(&rule),
+            "{what}: ADD again: no {rule:?} in\n{ipt}"
+        );
     });
-    // portmap's iptables step is the other campaigns' business.
-    assert_met(&met, &["portmap/between-families"]);
+    assert_met(&met, &[]);
 }
 
 /// tap in the pod, with host-local, then layer 2 only, through our cnitool.

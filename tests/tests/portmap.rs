@@ -306,7 +306,7 @@ fn portmap_nft_host_ip_selects_the_address_and_family() {
         "ADD",
         "ctr-h",
         &netns,
-        &conf("pmnet", maps, json!({}), Some(&prev)),
+        &conf("pmnet", maps, json!({"backend": "nftables"}), Some(&prev)),
     ));
     // A host IP is matched in the mapping's rule; 0.0.0.0 is "every IPv4
     // address", and only IPv4.
@@ -485,7 +485,12 @@ fn portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del() {
     let na = a.ns.path().to_str().unwrap().to_string();
     let nb = b.ns.path().to_str().unwrap().to_string();
     let first = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    let ca = conf("pmtwice", first.clone(), json!({}), Some(&pa));
+    let ca = conf(
+        "pmtwice",
+        first.clone(),
+        json!({"backend": "nftables"}),
+        Some(&pa),
+    );
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &na, &ca));
     // ADD again for the same container replaces its rules (from its
     // ledger) instead of adding a second copy.
@@ -497,7 +502,7 @@ fn portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del() {
     assert_eq!(rules(&node, "ip", "masquerading").len(), 2);
     // Another container on the same host port: as with the Go plugin both
     // rules are there and the first one takes the connections.
-    let cb = conf("pmtwice", first, json!({}), Some(&pb));
+    let cb = conf("pmtwice", first, json!({"backend": "nftables"}), Some(&pb));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-b", &nb, &cb));
     assert_eq!(
         rules(&node, "ip", "hostports"),
@@ -537,7 +542,12 @@ fn portmap_nft_del_check_and_gc_find_containers_by_id() {
 
     let add = |cid: &str, net: &str, port: u16| {
         let maps = json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]);
-        let c = conf(net, maps, json!({"cniVersion": "1.1.0"}), Some(&prev));
+        let c = conf(
+            net,
+            maps,
+            json!({"cniVersion": "1.1.0", "backend": "nftables"}),
+            Some(&prev),
+        );
         assert_ok(&call_eth0(&ours(), &node, "ADD", cid, &netns, &c));
         c
     };
@@ -717,8 +727,10 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
     });
     let netns = pod.path().to_str().unwrap().to_string();
     for (extra, tag) in [
-        (json!({"backend": "iptables"}), "default"),
-        (json!({"backend": "iptables", "markMasqBit": 5}), "markbit"),
+        (json!({"backend": "iptables"}), "iptables"),
+        // No backend key: Go's default, iptables (written over netlink).
+        (json!({}), "default"),
+        (json!({"markMasqBit": 5}), "markbit"),
         (
             json!({"backend": "iptables", "snat": false, "conditionsV4": ["-s", "192.0.2.0/24"]}),
             "conditions",
@@ -736,6 +748,7 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
                 "{tag}, v6={v6}"
             );
         }
+        assert_eq!(nft_table(&our_node), "", "{tag}: no nftables table of ours");
         assert_ok(&call_eth0(&go, &go_node, "DEL", &cid, &netns, &c));
         assert_ok(&call_eth0(&ours(), &our_node, "DEL", &cid, &netns, &c));
         for v6 in [false, true] {
@@ -797,31 +810,58 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
         "ips": [{"address": "10.1.0.2/24", "interface": 0}, {"address": "fd00:1::2/64", "interface": 0}]
     });
     let netns = pod.path().to_str().unwrap().to_string();
+    let chain = "CNI-DN-"; // every per-container chain
+    for extra in [json!({"backend": "iptables"}), json!({})] {
+        let c = conf("pmnet", ipt_mappings(), extra.clone(), Some(&prev));
+        // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
+        assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &netns, &c));
+        assert!(iptables_save(&node, false).contains(chain));
+        let bare = conf("pmnet", json!([]), extra.clone(), None);
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &bare));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            assert!(!saved.contains(chain), "{extra} v6={v6}: {saved}");
+        }
+        // Our ADD, Go's DEL: nothing of the container is left anywhere.
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
+        assert!(iptables_save(&node, true).contains(chain));
+        // Go's ADD beside ours recognises the shared rules we wrote (its
+        // `iptables -C`), and ours Go's: each is there once.
+        assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go3", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs2", &netns, &c));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            for shared in [
+                "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+                "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+                "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
+                "-A CNI-HOSTPORT-MASQ -m mark --mark 0x2000/0x2000 -j MASQUERADE",
+            ] {
+                assert_eq!(
+                    saved.lines().filter(|l| *l == shared).count(),
+                    1,
+                    "{extra} v6={v6} {shared}:\n{saved}"
+                );
+            }
+        }
+        assert_ok(&call_eth0(&go, &node, "DEL", "ctr-go3", &netns, &c));
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs2", "", &c));
+        assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            assert!(!saved.contains(chain), "{extra} v6={v6}: {saved}");
+        }
+        assert_eq!(nft_table(&node), "", "{extra}");
+        // Our DEL afterwards: nothing to do, success.
+        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs", &netns, &c));
+    }
     let c = conf(
         "pmnet",
         ipt_mappings(),
         json!({"backend": "iptables"}),
         Some(&prev),
     );
-    let chain = "CNI-DN-"; // every per-container chain
-                           // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
-    assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &netns, &c));
-    assert!(iptables_save(&node, false).contains(chain));
-    let bare = conf("pmnet", json!([]), json!({"backend": "iptables"}), None);
-    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &bare));
-    for v6 in [false, true] {
-        let saved = iptables_save(&node, v6);
-        assert!(!saved.contains(chain), "v6={v6}: {saved}");
-    }
-    // Our ADD, Go's DEL.
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
-    assert!(iptables_save(&node, true).contains(chain));
-    assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
-    for v6 in [false, true] {
-        let saved = iptables_save(&node, v6);
-        assert!(!saved.contains(chain), "v6={v6}: {saved}");
-    }
-    // The default (nftables) DEL still cleans up iptables rules Go left.
+    // An nftables DEL still cleans up iptables rules Go left.
     assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go2", &netns, &c));
     let nft_del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go2", "", &nft_del));
@@ -844,68 +884,72 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
         {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
     ]);
-    let c = conf(
-        "pmnet",
-        maps,
-        json!({"backend": "iptables", "cniVersion": "1.1.0"}),
-        Some(&prev),
-    );
-    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-i", &netns, &c));
-    assert_eq!(
-        nft_table(&node),
-        "",
-        "the iptables backend writes no table of ours"
-    );
-    for proto in ["tcp", "udp"] {
-        let port = if proto == "tcp" { 8080 } else { 8053 };
-        let from_up = format!("podA {}", up.v4());
+    // With `backend: iptables`, and with no backend key (Go's default).
+    for backend in [Some("iptables"), None] {
+        let mut extra = json!({"cniVersion": "1.1.0"});
+        if let Some(b) = backend {
+            extra["backend"] = json!(b);
+        }
+        let c = conf("pmnet", maps.clone(), extra.clone(), Some(&prev));
+        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-i", &netns, &c));
         assert_eq!(
-            connect(&up.ns, proto, "10.9.0.1", port).as_deref(),
-            Some(from_up.as_str())
+            nft_table(&node),
+            "",
+            "the iptables backend writes no table of ours"
         );
-        let from_up6 = format!("podA {}", up.v6());
-        assert_eq!(
-            connect(&up.ns, proto, "fd00:9::1", port).as_deref(),
-            Some(from_up6.as_str())
-        );
-        let hairpin = format!("podA {}", a.node_v4());
-        assert_eq!(
-            connect(&a.ns, proto, "10.9.0.1", port).as_deref(),
-            Some(hairpin.as_str())
-        );
-        assert_eq!(
-            connect(&node, proto, "127.0.0.1", port).as_deref(),
-            Some(hairpin.as_str())
-        );
+        for proto in ["tcp", "udp"] {
+            let port = if proto == "tcp" { 8080 } else { 8053 };
+            let from_up = format!("podA {}", up.v4());
+            assert_eq!(
+                connect(&up.ns, proto, "10.9.0.1", port).as_deref(),
+                Some(from_up.as_str())
+            );
+            let from_up6 = format!("podA {}", up.v6());
+            assert_eq!(
+                connect(&up.ns, proto, "fd00:9::1", port).as_deref(),
+                Some(from_up6.as_str())
+            );
+            let hairpin = format!("podA {}", a.node_v4());
+            assert_eq!(
+                connect(&a.ns, proto, "10.9.0.1", port).as_deref(),
+                Some(hairpin.as_str())
+            );
+            assert_eq!(
+                connect(&node, proto, "127.0.0.1", port).as_deref(),
+                Some(hairpin.as_str())
+            );
+        }
+        assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
+        // Remove the UDP DNAT rule by hand: CHECK names the mapping.
+        let saved = iptables_save(&node, false);
+        let dnat = saved
+            .lines()
+            .find(|l| l.contains("--dport 8053 -j DNAT"))
+            .expect("udp DNAT rule")
+            .replacen("-A ", "-D ", 1);
+        let args: Vec<&str> = dnat.split_whitespace().collect();
+        run_ok(node.command("iptables").args(["-t", "nat"]).args(&args));
+        call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
+            .assert_error(102, "mapping udp 8053 -> 80 has no DNAT rule");
+        // GC with no valid attachment removes the container's chains.
+        let mut gc = json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap",
+                    "cni.dev/valid-attachments": []});
+        if let Some(b) = backend {
+            gc["backend"] = json!(b);
+        }
+        let gc = gc.to_string();
+        assert_ok(&call_plugin(
+            Some(&node),
+            &ours(),
+            &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
+            &gc,
+        ));
+        for v6 in [false, true] {
+            let saved = iptables_save(&node, v6);
+            assert!(!saved.contains("CNI-DN-"), "v6={v6}: {saved}");
+        }
+        assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
     }
-    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
-    // Remove the UDP DNAT rule by hand: CHECK names the mapping.
-    let saved = iptables_save(&node, false);
-    let dnat = saved
-        .lines()
-        .find(|l| l.contains("--dport 8053 -j DNAT"))
-        .expect("udp DNAT rule")
-        .replacen("-A ", "-D ", 1);
-    let args: Vec<&str> = dnat.split_whitespace().collect();
-    run_ok(node.command("iptables").args(["-t", "nat"]).args(&args));
-    call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c)
-        .assert_error(102, "mapping udp 8053 -> 80 has no DNAT rule");
-    // GC with no valid attachment removes the container's chains.
-    let gc =
-        json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap", "backend": "iptables",
-                    "cni.dev/valid-attachments": []})
-        .to_string();
-    assert_ok(&call_plugin(
-        Some(&node),
-        &ours(),
-        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
-        &gc,
-    ));
-    for v6 in [false, true] {
-        let saved = iptables_save(&node, v6);
-        assert!(!saved.contains("CNI-DN-"), "v6={v6}: {saved}");
-    }
-    assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
 }
 
 #[test]
@@ -990,7 +1034,7 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
         conf(
             "pmnet",
             json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
-            json!({}),
+            json!({"backend": "nftables"}),
             Some(&prev),
         )
     };
@@ -1054,7 +1098,7 @@ fn portmap_crash_around_the_commit_leaves_all_or_nothing() {
     let c = conf(
         "pmnet",
         json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
-        json!({}),
+        json!({"backend": "nftables"}),
         Some(&prev),
     );
     let run = |point: &str| {
@@ -1193,23 +1237,193 @@ fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
-    for extra in [
-        json!({"backend": "nftables", "markMasqBit": 5}),
-        json!({"markMasqBit": 5}),
-    ] {
-        let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
-        assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
-        assert_eq!(
-            rules(&node, "ip", "hostports"),
-            ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-m\""],
-            "{extra}"
-        );
-        assert!(
-            !iptables_save(&node, false).contains("CNI-"),
-            "{extra}: no iptables rule"
-        );
-        assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
-        assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-m", "", &c));
-        assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
+    let extra = json!({"backend": "nftables", "markMasqBit": 5});
+    let c = conf("pmmark", maps.clone(), extra.clone(), Some(&prev));
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-m", &netns, &c));
+    assert_eq!(
+        rules(&node, "ip", "hostports"),
+        ["tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-m\""],
+        "{extra}"
+    );
+    assert!(
+        !iptables_save(&node, false).contains("CNI-"),
+        "{extra}: no iptables rule"
+    );
+    assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
+    assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-m", "", &c));
+    assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
+}
+
+// ---- the default backend, by the node's iptables ---------------------------
+
+/// A `PATH` directory whose `iptables` leads to `iptables_target` (or
+/// none), and whose other netfilter programs are either `links` (name,
+/// target) or traps that record their call in `trap.log` and fail.
+fn fake_path(dir: &TempDir, iptables_target: Option<&str>, links: &[(&str, &str)]) {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    if let Some(t) = iptables_target {
+        symlink(t, dir.path().join("iptables")).unwrap();
     }
+    let log = dir.path().join("trap.log");
+    for prog in [
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables",
+        "ip6tables-save",
+        "ip6tables-restore",
+        "nft",
+    ] {
+        let p = dir.path().join(prog);
+        if let Some((_, t)) = links.iter().find(|(n, _)| *n == prog) {
+            symlink(t, &p).unwrap();
+            continue;
+        }
+        std::fs::write(
+            &p,
+            format!("#!/bin/sh\necho \"$0 $*\" >> {}\nexit 1\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Runs our plugin in `node` with `PATH` set to `path` (for the plugin
+/// alone: `env` sets it after the namespace is entered).
+fn call_in_path(
+    node: &Netns,
+    path: &str,
+    cmd: &str,
+    cid: &str,
+    netns: &str,
+    c: &str,
+) -> PluginOutput {
+    let mut command = node.command("/usr/bin/env");
+    command.arg(format!("PATH={path}")).arg(ours());
+    call_plugin_cmd(
+        command,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", "/opt/cni/bin"),
+        ],
+        c,
+    )
+}
+
+/// With no backend key on a node whose `iptables` is iptables-nft, ADD,
+/// CHECK, DEL and GC write and read Go's iptables rules over netlink: no
+/// program is run (every one reachable is a trap).
+#[test]
+fn portmap_default_backend_runs_no_process_on_iptables_nft() {
+    if !require_root("portmap_default_backend_runs_no_process_on_iptables_nft") {
+        return;
+    }
+    let node = forwarding_node("pmnoproc");
+    let a = Peer::attach(&node, "pmnp-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let dir = TempDir::new("pm-nft-path");
+    fake_path(&dir, Some("/usr/sbin/xtables-nft-multi"), &[]);
+    let path = dir.path().to_str().unwrap().to_string();
+    let c = conf(
+        "pmnet",
+        ipt_mappings(),
+        json!({"cniVersion": "1.1.0"}),
+        Some(&prev),
+    );
+    let bare = conf("pmnet", json!([]), json!({"cniVersion": "1.1.0"}), None);
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-n", &netns, &c));
+    let chain = "CNI-DN-";
+    assert!(iptables_save(&node, false).contains(chain));
+    assert!(iptables_save(&node, true).contains(chain));
+    assert_eq!(nft_table(&node), "");
+    assert_ok(&call_in_path(&node, &path, "CHECK", "ctr-n", &netns, &c));
+    assert_ok(&call_in_path(&node, &path, "DEL", "ctr-n", "", &bare));
+    for v6 in [false, true] {
+        assert!(!iptables_save(&node, v6).contains(chain), "v6={v6}");
+    }
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-n", &netns, &c));
+    let gc = json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap",
+                    "cni.dev/valid-attachments": []})
+    .to_string();
+    assert_ok(&call_in_path(&node, &path, "GC", "", "", &gc));
+    for v6 in [false, true] {
+        assert!(!iptables_save(&node, v6).contains(chain), "v6={v6}");
+    }
+    let log = std::fs::read_to_string(dir.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "no program was run");
+}
+
+/// As Go picks its default: a legacy `iptables` gets its rules through
+/// `iptables-legacy-restore` (nothing in nf_tables); no `iptables` at all
+/// gets the nftables backend.
+#[test]
+fn portmap_default_backend_follows_the_nodes_iptables() {
+    if !require_root("portmap_default_backend_follows_the_nodes_iptables") {
+        return;
+    }
+    let node = forwarding_node("pmlegacy");
+    let a = Peer::attach(&node, "pmlg-a", 1);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let c = conf("pmnet", ipt_mappings(), json!({}), Some(&prev));
+    let bare = conf("pmnet", json!([]), json!({}), None);
+    let chain = "CNI-DN-";
+    let legacy_save = |v6: bool| {
+        let cmd = if v6 {
+            "ip6tables-legacy-save"
+        } else {
+            "iptables-legacy-save"
+        };
+        let out = run_ok(node.command(cmd).args(["-t", "nat"]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+
+    let legacy = TempDir::new("pm-legacy-path");
+    fake_path(
+        &legacy,
+        Some("/usr/sbin/xtables-legacy-multi"),
+        &[
+            ("iptables-save", "/usr/sbin/iptables-legacy-save"),
+            ("iptables-restore", "/usr/sbin/iptables-legacy-restore"),
+            ("ip6tables", "/usr/sbin/ip6tables-legacy"),
+            ("ip6tables-save", "/usr/sbin/ip6tables-legacy-save"),
+            ("ip6tables-restore", "/usr/sbin/ip6tables-legacy-restore"),
+        ],
+    );
+    let path = legacy.path().to_str().unwrap().to_string();
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-l", &netns, &c));
+    for v6 in [false, true] {
+        assert!(legacy_save(v6).contains(chain), "v6={v6}: legacy tables");
+        assert!(
+            !iptables_save(&node, v6).contains(chain),
+            "v6={v6}: not nf_tables"
+        );
+    }
+    assert_eq!(nft_table(&node), "");
+    assert_ok(&call_in_path(&node, &path, "CHECK", "ctr-l", &netns, &c));
+    assert_ok(&call_in_path(&node, &path, "DEL", "ctr-l", "", &bare));
+    for v6 in [false, true] {
+        assert!(!legacy_save(v6).contains(chain), "v6={v6}");
+    }
+
+    let none = TempDir::new("pm-none-path");
+    fake_path(&none, None, &[]);
+    let path = none.path().to_str().unwrap().to_string();
+    assert_ok(&call_in_path(&node, &path, "ADD", "ctr-x", &netns, &c));
+    assert_eq!(
+        rules(&node, "ip", "hostports"),
+        [
+            "tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-x\"",
+            "ip daddr 10.9.0.1 tcp dport 8081 dnat to 10.1.0.2:81 comment \"ctr-x\"",
+            "udp dport 8053 dnat to 10.1.0.2:80 comment \"ctr-x\""
+        ]
+    );
+    assert!(!iptables_save(&node, false).contains(chain));
+    assert_ok(&call_in_path(&node, &path, "DEL", "ctr-x", "", &bare));
+    assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
+    let log = std::fs::read_to_string(none.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "nftables runs no program");
 }

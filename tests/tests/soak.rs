@@ -203,9 +203,11 @@ fn soak_64_pods_through_the_kube_flannel_chain_with_gc_beside() {
         drop(ns); // the pod is gone, and its veth with it
         stale.push((pod, addr));
     }
-    let nft = nft_ruleset(&soak.node.ns);
+    // portmap names no backend: Go's default, iptables (the entry rule's
+    // comment names the container).
+    let ipt = iptables_rules(&soak.node.ns);
     for (pod, _) in &stale {
-        assert!(nft.contains(&format!("comment \"{}\"", pod.cid)), "{nft}");
+        assert!(ipt.contains(&format!("id: \\\"{}\\\"", pod.cid)), "{ipt}");
     }
 
     let held: Arc<Mutex<HashMap<String, String>>> = Arc::default();
@@ -329,6 +331,12 @@ fn soak_64_pods_through_the_kube_flannel_chain_with_gc_beside() {
     assert!(
         !nft.contains("dnat to") && !nft.contains("masquerade comment"),
         "host-port or masquerade rules left:\n{nft}"
+    );
+    // portmap names no backend: Go's default, iptables.
+    let ipt = iptables_rules(&soak.node.ns);
+    assert!(
+        !ipt.contains("CNI-DN-") && !ipt.contains("-j DNAT"),
+        "host-port rules left in iptables:\n{ipt}"
     );
     for (pod, addr) in &stale {
         assert!(

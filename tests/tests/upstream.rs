@@ -671,6 +671,102 @@ fn upstream_iptables_state_both_ways() {
     }
 }
 
+/// Upstream portmap's iptables DEL (`chain.teardown` through go-iptables),
+/// replayed with the node's own `iptables`: per family, when the
+/// container's chain exists, each rule of `CNI-HOSTPORT-DNAT` that jumps
+/// to it is deleted by its spec (`iptables -D`, which must recognise our
+/// rules), then the chain is flushed and deleted.
+fn upstream_portmap_ipt_del(ns: &Netns, net: &str, cid: &str) {
+    let chain = libcni::netfilter::go_chain_name("DN-", net, cid);
+    for cmd in ["iptables", "ip6tables"] {
+        let listed = ns
+            .command(cmd)
+            .args(["-t", "nat", "-S", "CNI-HOSTPORT-DNAT"])
+            .output()
+            .expect(cmd);
+        let text = String::from_utf8_lossy(&listed.stdout).into_owned();
+        for line in text.lines().filter(|l| l.ends_with(&format!("-j {chain}"))) {
+            let mut args = vec!["-t".to_string(), "nat".to_string()];
+            args.extend(libcni::netfilter::iptables::split_tokens(line));
+            args[2] = "-D".into();
+            run_ok(ns.command(cmd).args(&args));
+        }
+        let exists = ns
+            .command(cmd)
+            .args(["-t", "nat", "-S", &chain])
+            .output()
+            .expect(cmd)
+            .status
+            .success();
+        if exists {
+            run_ok(ns.command(cmd).args(["-t", "nat", "-F", &chain]));
+            run_ok(ns.command(cmd).args(["-t", "nat", "-X", &chain]));
+        }
+    }
+}
+
+/// A config naming no backend (kube-flannel's, podman's): our ADD writes
+/// upstream's default, its iptables rules, line for line and nothing in
+/// nftables, so upstream's DEL (which looks only at iptables then) leaves
+/// nothing; our DEL afterwards has nothing left to do.
+#[test]
+fn upstream_portmap_no_backend_our_add_is_upstreams_default_and_its_del_removes_it() {
+    if !require_root(
+        "upstream_portmap_no_backend_our_add_is_upstreams_default_and_its_del_removes_it",
+    ) {
+        return;
+    }
+    for (name, tool) in tools() {
+        let node = Node::new(&format!("upfx-nb-{name}"));
+        let pod = Netns::new("upfx-nb-pod");
+        let data = TempDir::new("upfx-nb-ipam");
+        node.write_conf(
+            "10-upfix.conflist",
+            &chain_conf("upfix", &data, json!({}), Some(json!({}))),
+        );
+        let path = pod.path();
+        let out = run_tool(
+            &node,
+            name,
+            &tool,
+            &["add", "upfix", path.to_str().unwrap()],
+            Some(&fixture_mappings()),
+        );
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+        assert_eq!(
+            nat_of(&node.ns, false),
+            fixture_lines("portmap-iptables.v4"),
+            "{name}"
+        );
+        assert_eq!(
+            nat_of(&node.ns, true),
+            fixture_lines("portmap-iptables.v6"),
+            "{name}"
+        );
+        upstream_portmap_ipt_del(&node.ns, "upfix", CID);
+        for v6 in [false, true] {
+            let left: Vec<String> = nat_of(&node.ns, v6)
+                .into_iter()
+                .filter(|l| l.contains("CNI-DN-") || l.contains(CID))
+                .collect();
+            assert_eq!(left, Vec::<String>::new(), "{name} v6={v6}");
+        }
+        let ruleset = nft_ruleset(&node.ns);
+        assert!(
+            !ruleset.contains("cni_hostport") && !ruleset.contains(CID),
+            "{name}: nothing of the container in nftables:\n{ruleset}"
+        );
+        let out = run_tool(
+            &node,
+            name,
+            &tool,
+            &["del", "upfix", path.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+    }
+}
+
 // ---- our previous release ----------------------------------------------------
 
 /// The old tables' lines naming `cid`.

@@ -254,6 +254,11 @@ impl Restore {
         self.declared.insert(chain.to_string());
     }
 
+    /// The declared chains (created, or flushed where they exist).
+    pub fn declared(&self) -> impl Iterator<Item = &String> {
+        self.declared.iter()
+    }
+
     /// Creates a chain with `-N`: unlike [`Restore::declare`] it never
     /// flushes, and the restore fails if the chain exists meanwhile.
     pub fn create_chain(&mut self, chain: &str) {

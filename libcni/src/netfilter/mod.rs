@@ -12,6 +12,10 @@
 //!   comments of the Go plugins, so either side's DEL removes the other's
 //!   rules.
 //!
+//! - [`xt_nat`]: the iptables rules of the Go portmap plugin written over
+//!   netlink into iptables-nft's `nat` tables, in iptables-nft's own
+//!   encoding (portmap's default on iptables-nft nodes, no process).
+//!
 //! [`portmap`], [`masq`] and [`firewall`] build the rules of each feature
 //! for both backends, [`spoofcheck`] on nf_tables (as the Go plugin does);
 //! [`conntrack`] removes stale UDP conntrack entries.
@@ -30,6 +34,7 @@ pub mod portmap;
 pub mod spoofcheck;
 #[cfg(test)]
 pub(crate) mod testing;
+pub mod xt_nat;
 
 use sha2::{Digest, Sha512};
 

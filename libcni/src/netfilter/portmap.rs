@@ -40,6 +40,13 @@
 //! PREROUTING and OUTPUT for local destinations, a `CNI-DN-<hash>` chain per
 //! container with the hairpin/localhost mark rules and the DNAT rules,
 //! `CNI-HOSTPORT-SETMARK` and `CNI-HOSTPORT-MASQ`; see [`super::iptables`].
+//! The decisions (what to add, what to delete) are made on the table as
+//! `iptables-save` shows it; they are applied by `iptables-restore`, or, on
+//! a node whose iptables is iptables-nft, written over netlink by
+//! [`super::xt_nat`] (`ipt_*_native`), with the handles of a container's
+//! `CNI-HOSTPORT-DNAT` rules in a ledger so that neither ADD nor DEL lists
+//! that chain. With no `backend` key the default is the Go plugin's:
+//! iptables wherever the node has it ([`default_backend`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -52,6 +59,7 @@ use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{
     BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_DSTNAT, PRIORITY_SRCNAT,
 };
+use super::xt_nat;
 use super::Owner;
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, Result};
@@ -775,15 +783,22 @@ fn port_lists(ports: &[u16]) -> Vec<String> {
 /// entry rules replaced, the shared chains completed where missing. One
 /// `iptables-save` and one `iptables-restore`.
 pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
-    let Some(container) = spec.container(v6) else {
-        return Ok(());
-    };
-    if spec.mappings.is_empty() {
+    if spec.container(v6).is_none() || spec.mappings.is_empty() {
         return Ok(());
     }
     let fam = IptFamily::of_v6(v6);
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
+    ipt_add_changes(spec, v6, &saved, &mut r);
+    iptables::restore(fam, &r)
+}
+
+/// The changes of an iptables ADD for one family against the nat table
+/// `saved` (what [`ipt_add`] restores and [`ipt_add_native`] encodes).
+fn ipt_add_changes(spec: &PortMapSpec, v6: bool, saved: &SavedTable, r: &mut Restore) {
+    let Some(container) = spec.container(v6) else {
+        return;
+    };
     let setmark = match &spec.external_set_mark_chain {
         Some(c) => c.clone(),
         None => IPT_SETMARK_CHAIN.to_string(),
@@ -921,7 +936,6 @@ pub fn ipt_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
         }
         r.append(ipt_dnat_rule(&chain, &m, container, v6));
     }
-    iptables::restore(fam, &r)
 }
 
 /// What selects mapping `m`'s traffic in the container's chain:
@@ -993,6 +1007,11 @@ pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
+    ipt_gc_changes(network, valid, &saved, &mut r);
+    iptables::restore(fam, &r)
+}
+
+fn ipt_gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut Restore) {
     let mut done = BTreeSet::new();
     for line in saved.rules_of(IPT_DNAT_CHAIN) {
         let Some(comment) = iptables::rule_comment(line) else {
@@ -1009,20 +1028,27 @@ pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
         }
         let owner = Owner::new(net, cid);
         if done.insert(cid.to_string()) {
-            ipt_remove_container(&saved, &mut r, &owner);
+            ipt_remove_container(saved, r, &owner);
         }
     }
-    iptables::restore(fam, &r)
 }
 
 /// iptables CHECK for one family: the container's chain exists and holds
 /// the DNAT rule of every mapping.
 pub fn ipt_check(spec: &PortMapSpec, v6: bool) -> Result<()> {
+    if spec.container(v6).is_none() {
+        return Ok(());
+    }
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    ipt_check_saved(spec, v6, &saved)
+}
+
+/// [`ipt_check`] against the nat table `saved`.
+fn ipt_check_saved(spec: &PortMapSpec, v6: bool, saved: &SavedTable) -> Result<()> {
     let Some(container) = spec.container(v6) else {
         return Ok(());
     };
-    let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save(fam, IptTable::Nat)?;
     let chain = ipt_dnat_chain(&spec.owner);
     if !saved.has_chain(&chain) {
         return Err(Error::CheckFailed(format!(
@@ -1043,4 +1069,293 @@ pub fn ipt_check(spec: &PortMapSpec, v6: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+// ---- iptables rules on iptables-nft, natively -------------------------------
+
+/// Which `iptables` the node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeIptables {
+    /// iptables-nft: its rules are nf_tables rules, which we write
+    /// ourselves ([`super::xt_nat`]).
+    Nft,
+    /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
+    Legacy,
+    /// No `iptables` command.
+    Absent,
+}
+
+/// The `PATH` the Go plugin's iptables library searches when none is set.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Which `iptables` the node runs, from where the first executable
+/// `iptables` on `PATH` leads (the alternatives symlinks end at
+/// `xtables-nft-multi` or `xtables-legacy-multi`); no process is run.
+pub fn node_iptables() -> NodeIptables {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join("iptables");
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            continue;
+        }
+        let real = std::fs::canonicalize(&p).unwrap_or(p);
+        let name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return if name.contains("nft") {
+            NodeIptables::Nft
+        } else {
+            NodeIptables::Legacy
+        };
+    }
+    NodeIptables::Absent
+}
+
+/// The Go plugin's default backend (v1.9 `ensureBackend`): iptables
+/// wherever the node has it, nftables only where it has no `iptables` and
+/// the kernel speaks nf_tables.
+pub fn default_backend() -> super::Backend {
+    if node_iptables() == NodeIptables::Absent
+        && super::Backend::detect() == super::Backend::Nftables
+    {
+        super::Backend::Nftables
+    } else {
+        super::Backend::Iptables
+    }
+}
+
+/// The ledger feature of the iptables rules written natively: the
+/// handles of a container's jumps in `CNI-HOSTPORT-DNAT`.
+const IPT_LEDGER: &str = "portmap-iptables";
+
+fn ipt_ledger(owner: &Owner) -> Option<Ledger> {
+    Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
+}
+
+const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
+
+/// iptables ADD on iptables-nft, both families, with no process: the same
+/// changes as [`ipt_add`], one batch per family; the handles of the
+/// container's jumps in `CNI-HOSTPORT-DNAT` go to its ledger. A family
+/// with `conditionsV4`/`conditionsV6` (free iptables text) is written by
+/// `iptables-restore`.
+pub fn ipt_add_native(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
+    let own = ipt_dnat_chain(&spec.owner);
+    let mut entries = Vec::new();
+    for v6 in [false, true] {
+        if spec.container(v6).is_none() || spec.mappings.is_empty() {
+            continue;
+        }
+        if !spec.conditions.of(v6).is_empty() {
+            ipt_add(spec, v6)?;
+            continue;
+        }
+        let mut chains: Vec<String> = [IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN, IPT_DNAT_CHAIN]
+            .into_iter()
+            .chain(NAT_BASE)
+            .map(str::to_string)
+            .collect();
+        chains.push(own.clone());
+        let rules_of = |found: &BTreeSet<String>| {
+            let mut v: Vec<String> = NAT_BASE
+                .into_iter()
+                .chain([IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN])
+                .map(str::to_string)
+                .collect();
+            // Old jumps to the container's chain exist only with it.
+            if found.contains(&own) {
+                v.push(IPT_DNAT_CHAIN.to_string());
+            }
+            v
+        };
+        let plan = xt_nat::ReadPlan {
+            chains,
+            rules_of: &rules_of,
+        };
+        let added = xt_nat::apply(
+            nft,
+            v6,
+            &mut |n| xt_nat::read(n, v6, &plan),
+            &mut |saved, r| ipt_add_changes(spec, v6, saved, r),
+            &|c| c == IPT_DNAT_CHAIN,
+        )?;
+        entries.extend(added.into_iter().map(|(_, chain, handle)| Entry {
+            family: family(v6),
+            table: xt_nat::TABLE.to_string(),
+            chain,
+            handle,
+            note: own.clone(),
+        }));
+        crate::fault::point("portmap/between-families");
+    }
+    let Some(ledger) = ipt_ledger(&spec.owner) else {
+        return Ok(());
+    };
+    if let Err(e) = ledger.store(&entries) {
+        // A failed ADD leaves nothing.
+        let _ = ipt_del_native(nft, &spec.owner);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What a native DEL reads of one family: the container's chains, and the
+/// jumps to them, from the ledger when each of its entries of the family
+/// reads back as such a jump, else by listing `CNI-HOSTPORT-DNAT`.
+fn ipt_read_container(
+    nft: &mut Nft,
+    v6: bool,
+    owner: &Owner,
+    entries: &[Entry],
+) -> Result<(SavedTable, xt_nat::Handles)> {
+    let own = ipt_dnat_chain(owner);
+    let old = super::go_chain_name("SN-", &owner.network, &owner.container_id);
+    let plan = xt_nat::ReadPlan {
+        chains: vec![
+            own.clone(),
+            old.clone(),
+            IPT_DNAT_CHAIN.to_string(),
+            IPT_OLD_SNAT_CHAIN.to_string(),
+        ],
+        rules_of: &|_| Vec::new(),
+    };
+    let (mut saved, mut handles) = xt_nat::read(nft, v6, &plan)?;
+    let fam = family(v6);
+    if saved.has_chain(&own) {
+        for r in nft.rules_raw(fam, xt_nat::TABLE, Some(&own))? {
+            xt_nat::push_rule(&mut saved, &mut handles, &r, v6);
+        }
+        let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
+        let mut found = Vec::new();
+        for e in &mine {
+            match nft.get_rule_raw(fam, xt_nat::TABLE, &e.chain, e.handle)? {
+                Some(r)
+                    if iptables::rule_target(&xt_nat::render(&r, v6)).as_deref()
+                        == Some(own.as_str()) =>
+                {
+                    found.push(r)
+                }
+                _ => break,
+            }
+        }
+        let rules = if !mine.is_empty() && found.len() == mine.len() {
+            found
+        } else {
+            nft.rules_raw(fam, xt_nat::TABLE, Some(IPT_DNAT_CHAIN))?
+        };
+        for r in &rules {
+            xt_nat::push_rule(&mut saved, &mut handles, r, v6);
+        }
+    }
+    if saved.has_chain(&old) && saved.has_chain(IPT_OLD_SNAT_CHAIN) {
+        for r in nft.rules_raw(fam, xt_nat::TABLE, Some(IPT_OLD_SNAT_CHAIN))? {
+            xt_nat::push_rule(&mut saved, &mut handles, &r, v6);
+        }
+    }
+    Ok((saved, handles))
+}
+
+/// The host port of a DNAT rule line of a container's chain.
+fn ipt_rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
+    let t = iptables::split_tokens(line);
+    if !t.iter().any(|x| x == "DNAT") {
+        return None;
+    }
+    let after = |k: &str| t.iter().position(|x| x == k).and_then(|i| t.get(i + 1));
+    let proto = Protocol::parse(after("-p")?)?.number();
+    Some((v6, proto, after("--dport")?.parse().ok()?))
+}
+
+/// iptables DEL on iptables-nft, both families, with no process: the same
+/// changes as [`ipt_del`]. Costs a few lookups when the container has no
+/// chain; with one, its own rules are listed and its ledger spares
+/// listing `CNI-HOSTPORT-DNAT`. Returns the host ports its DNAT rules
+/// mapped.
+pub fn ipt_del_native(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
+    let ledger = ipt_ledger(owner);
+    let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
+    let own = ipt_dnat_chain(owner);
+    let mut removed = Vec::new();
+    for v6 in [false, true] {
+        let mut ports = Vec::new();
+        xt_nat::apply(
+            nft,
+            v6,
+            &mut |n| ipt_read_container(n, v6, owner, &entries),
+            &mut |saved, r| {
+                ports = saved
+                    .rules_of(&own)
+                    .filter_map(|l| ipt_rule_port(v6, l))
+                    .collect();
+                ipt_remove_container(saved, r, owner)
+            },
+            &|_| false,
+        )?;
+        removed.extend(ports);
+    }
+    if let Some(l) = ledger {
+        l.remove()?;
+    }
+    Ok(removed)
+}
+
+/// iptables GC on iptables-nft, both families, with no process (lists the
+/// table's chains and `CNI-HOSTPORT-DNAT`, as the Go plugin's GC does).
+pub fn ipt_gc_native(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
+    for v6 in [false, true] {
+        xt_nat::apply(
+            nft,
+            v6,
+            &mut |n| {
+                let chains = n.chain_names(family(v6), xt_nat::TABLE)?;
+                let plan = xt_nat::ReadPlan {
+                    chains,
+                    rules_of: &|_| vec![IPT_DNAT_CHAIN.into(), IPT_OLD_SNAT_CHAIN.into()],
+                };
+                xt_nat::read(n, v6, &plan)
+            },
+            &mut |saved, r| ipt_gc_changes(network, valid, saved, r),
+            &|_| false,
+        )?;
+    }
+    for (l, _) in ledger::list(IPT_LEDGER, network) {
+        let cid = l
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if !valid.iter().any(|a| a.container_id == cid) {
+            l.remove()?;
+        }
+    }
+    Ok(())
+}
+
+/// iptables CHECK on iptables-nft, read over netlink.
+pub fn ipt_check_native(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
+    let own = ipt_dnat_chain(&spec.owner);
+    for v6 in [false, true] {
+        if spec.container(v6).is_none() {
+            continue;
+        }
+        let plan = xt_nat::ReadPlan {
+            chains: vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
+            rules_of: &|_| vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
+        };
+        let (saved, _) = xt_nat::read(nft, v6, &plan)?;
+        ipt_check_saved(spec, v6, &saved)?;
+    }
+    Ok(())
+}
+
+/// Whether the nat table of iptables-nft holds the host port chains at
+/// all (seen through nf_tables).
+pub fn ipt_native_has_hostports(nft: &mut Nft, v6: bool) -> Result<bool> {
+    nft.has_chain(family(v6), xt_nat::TABLE, IPT_DNAT_CHAIN)
 }

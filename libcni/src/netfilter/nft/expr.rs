@@ -178,6 +178,13 @@ pub enum Expr {
         rev: u32,
         info: Vec<u8>,
     },
+    /// An xtables target run by `nft_compat` (iptables-nft's `-j DNAT`,
+    /// `-j MASQUERADE`, `-j MARK`): its name, revision and info struct.
+    Target {
+        name: String,
+        rev: u32,
+        info: Vec<u8>,
+    },
 }
 
 /// `NFT_CT_STATE`.
@@ -212,6 +219,7 @@ impl Expr {
             Expr::Ct { .. } => "ct",
             Expr::Counter => "counter",
             Expr::Match { .. } => "match",
+            Expr::Target { .. } => "target",
         }
     }
 
@@ -313,8 +321,8 @@ impl Expr {
             Expr::Counter => {
                 a.put_be64(1, 0).put_be64(2, 0);
             }
-            Expr::Match { name, rev, info } => {
-                // NFTA_MATCH_NAME, NFTA_MATCH_REV, NFTA_MATCH_INFO.
+            Expr::Match { name, rev, info } | Expr::Target { name, rev, info } => {
+                // NFTA_MATCH_* / NFTA_TARGET_*: NAME, REV, INFO.
                 a.put_str(1, name).put_be32(2, *rev).put(3, info);
             }
         }

@@ -52,7 +52,10 @@ const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_HANDLE: u16 = 3;
 const NFTA_RULE_EXPRESSIONS: u16 = 4;
+const NFTA_RULE_COMPAT: u16 = 5;
 const NFTA_RULE_USERDATA: u16 = 7;
+const NFTA_RULE_COMPAT_PROTO: u16 = 1;
+const NFTA_RULE_COMPAT_FLAGS: u16 = 2;
 const NFTA_SET_TABLE: u16 = 1;
 const NFTA_SET_NAME: u16 = 2;
 const NFTA_SET_FLAGS: u16 = 3;
@@ -118,6 +121,17 @@ pub mod types {
         }
         t
     }
+}
+
+/// Where [`Batch::add_rule_xt`] puts a rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum XtPlacement {
+    /// At the end of the chain (`-A`).
+    Append,
+    /// At the end, echoed back with its handle.
+    AppendEcho,
+    /// At the top (`-I CHAIN 1`).
+    First,
 }
 
 /// A table family.
@@ -451,6 +465,42 @@ impl Batch {
         });
         let what = format!("insert rule into {} {table} {chain}", family.as_str());
         self.push(NFT_MSG_NEWRULE, NLM_F_CREATE, family, a, what);
+    }
+
+    /// A rule as iptables-nft sends it: its expressions and the
+    /// `NFTA_RULE_COMPAT` attribute carrying the rule's `-p` protocol (0
+    /// for none), which `nft_compat` hands to xtables matches as the
+    /// entry's protocol (`-m multiport` refuses a rule without one).
+    /// Appended (`-A`), or inserted at the top (`-I CHAIN 1`); `echo` asks
+    /// the kernel to echo it back with its handle ([`Nft::commit_echo`]
+    /// returns it under the index this returns).
+    pub fn add_rule_xt(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        exprs: &[Expr],
+        proto: u8,
+        placement: XtPlacement,
+    ) -> usize {
+        let mut a = rule_attrs(table, chain);
+        a.nest(NFTA_RULE_EXPRESSIONS, |list| {
+            for e in exprs {
+                e.encode(list);
+            }
+        });
+        a.nest(NFTA_RULE_COMPAT, |c| {
+            c.put_be32(NFTA_RULE_COMPAT_PROTO, u32::from(proto))
+                .put_be32(NFTA_RULE_COMPAT_FLAGS, 0);
+        });
+        let (flags, verb) = match placement {
+            XtPlacement::Append => (NLM_F_CREATE | NLM_F_APPEND, "append rule to"),
+            XtPlacement::AppendEcho => (NLM_F_CREATE | NLM_F_APPEND | NLM_F_ECHO, "append rule to"),
+            XtPlacement::First => (NLM_F_CREATE, "insert rule into"),
+        };
+        let what = format!("{verb} {} {table} {chain}", family.as_str());
+        self.push(NFT_MSG_NEWRULE, flags, family, a, what);
+        self.msgs.len() - 1
     }
 
     /// Creates a regular chain that must not exist yet (iptables' `-N`):
@@ -808,7 +858,57 @@ pub struct RawRule {
     pub exprs: Vec<RawExpr>,
 }
 
+/// A rule reply with its expressions.
+fn parse_raw_rule(r: &Reply) -> Option<RawRule> {
+    let mut rule = RawRule {
+        chain: String::new(),
+        handle: 0,
+        exprs: Vec::new(),
+    };
+    for a in r.attrs() {
+        match a.ty {
+            NFTA_RULE_CHAIN => rule.chain = a.str(),
+            NFTA_RULE_HANDLE => rule.handle = a.be64()?,
+            NFTA_RULE_EXPRESSIONS => {
+                for e in a.nested() {
+                    let name = e.nested().find(NFTA_EXPR_NAME)?.str();
+                    let data = e.nested().find(2).map(|d| d.data.to_vec());
+                    rule.exprs.push(RawExpr {
+                        name,
+                        data: data.unwrap_or_default(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(rule)
+}
+
 impl Nft {
+    /// The rule with `handle` in `chain` with its expressions (one lookup,
+    /// no dump); `None` when the table, the chain or the rule does not
+    /// exist.
+    pub fn get_rule_raw(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        handle: u64,
+    ) -> Result<Option<RawRule>> {
+        let mut a = rule_attrs(table, chain);
+        a.put_be64(NFTA_RULE_HANDLE, handle);
+        let what = format!("get rule {handle} of {} {table} {chain}", family.as_str());
+        let Some(replies) = self.get(NFT_MSG_GETRULE, 0, family, a, what)? else {
+            return Ok(None);
+        };
+        Ok(replies
+            .iter()
+            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
+            .filter_map(parse_raw_rule)
+            .find(|r| r.handle == handle && r.chain == chain))
+    }
+
     /// The names of a table's chains (empty when it does not exist).
     pub fn chain_names(&mut self, family: Family, table: &str) -> Result<Vec<String>> {
         let mut a = Attrs::new();
@@ -853,31 +953,7 @@ impl Nft {
         Ok(replies
             .iter()
             .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
-            .filter_map(|r| {
-                let mut rule = RawRule {
-                    chain: String::new(),
-                    handle: 0,
-                    exprs: Vec::new(),
-                };
-                for a in r.attrs() {
-                    match a.ty {
-                        NFTA_RULE_CHAIN => rule.chain = a.str(),
-                        NFTA_RULE_HANDLE => rule.handle = a.be64()?,
-                        NFTA_RULE_EXPRESSIONS => {
-                            for e in a.nested() {
-                                let name = e.nested().find(NFTA_EXPR_NAME)?.str();
-                                let data = e.nested().find(2).map(|d| d.data.to_vec());
-                                rule.exprs.push(RawExpr {
-                                    name,
-                                    data: data.unwrap_or_default(),
-                                });
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                Some(rule)
-            })
+            .filter_map(parse_raw_rule)
             .collect())
     }
 }
