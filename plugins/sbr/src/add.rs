@@ -13,9 +13,12 @@
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use libcni::ipam;
+use libcni::netlink::link::{Notifications, RTNLGRP_IPV6_IFADDR};
 use libcni::netlink::route::{RT_SCOPE_LINK, RT_TABLE_MAIN};
 use libcni::netlink::rule::RESERVED_TABLES;
 use libcni::netlink::{is_not_found, Family, KernelRoute, Netlink, Route, Rule};
+use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::types::{CniResult, IpConfig, IpPrefix};
 use libcni::{fault, Error};
@@ -41,6 +44,9 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
             ))
         })?
         .index;
+    if conf.add_source_hints && conf.table.is_none() {
+        settle_v6(&ns, &mut nl, link, &args.ifname, &ips)?;
+    }
     let mut created = Created {
         link,
         rules: Vec::new(),
@@ -54,6 +60,30 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
             Err(e)
         }
     }
+}
+
+/// Waits, before anything changes, until no IPv6 address of `ips` on the
+/// link is tentative: the kernel refuses a route naming a tentative address
+/// as its source (the source hints), and the main plugin may return while
+/// the link's carrier, and with it the end of that state, is still coming.
+fn settle_v6(
+    ns: &NetNs,
+    nl: &mut Netlink,
+    link: u32,
+    ifname: &str,
+    ips: &[&IpConfig],
+) -> Result<(), Error> {
+    let v6: Vec<IpAddr> = ips
+        .iter()
+        .map(|ip| ip.address.addr())
+        .filter(IpAddr::is_ipv6)
+        .collect();
+    if v6.is_empty() {
+        return Ok(());
+    }
+    // Subscribed before the first read, so no change is missed.
+    let mut events = Notifications::open_in(ns, &[RTNLGRP_IPV6_IFADDR])?;
+    ipam::wait_dad(nl, &mut events, link, ifname, &v6, ipam::DAD_TIMEOUT)
 }
 
 /// The addresses of `ifname` in `prev`, each once; none is code 7.
