@@ -1837,9 +1837,23 @@ fn usb_nic_in_the_vm() {
     assert!(root_link(&nic).is_none());
     let l = pod.link("net1").expect("net1 in the pod");
     assert_eq!(l["ifalias"], nic.as_str());
-    slow_wait("the USB link", || {
-        pod.link("net1").is_some_and(|l| l["operstate"] == "UP")
-    });
+    // Carrier (LOWER_UP) is what traffic needs; the operstate can lag it,
+    // and everything is slow in the emulated VM, more so on a busy host.
+    let mut last = None;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !last.as_ref().is_some_and(|l: &Value| {
+        l["operstate"] == "UP"
+            || l["flags"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|x| x == "LOWER_UP"))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for the USB link's carrier: {last:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        last = pod.link("net1");
+    }
     ping(&pod, "10.72.0.1");
     ours_call("CHECK", &netns, "net1", &with_prev(&c, &r)).assert_silent_ok();
     ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
