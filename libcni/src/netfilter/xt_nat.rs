@@ -191,8 +191,13 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
     let mut addrs = Vec::new();
     let mut matches = Vec::new();
     let mut target = None;
+    let mut negate = false;
     while let Some(t) = it.next() {
+        if negate && t != "-s" && t != "-d" {
+            return None;
+        }
         match t {
+            "!" => negate = true,
             "-s" | "-d" => {
                 let (host, len) = it.next()?.split_once('/')?;
                 let a: IpAddr = host.parse().ok()?;
@@ -200,14 +205,19 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
                 if a.is_ipv6() != v6 || u32::from(len) > addr_field(v6, true).1 * 8 {
                     return None;
                 }
+                let op = if negate { CmpOp::Neq } else { CmpOp::Eq };
+                if len == 0 && negate {
+                    return None;
+                }
                 if len > 0 {
                     addrs.extend(super::nft::expr::match_prefix_nft(
                         t == "-s",
-                        CmpOp::Eq,
+                        op,
                         a,
                         len,
                     ));
                 }
+                negate = false;
             }
             "-p" => proto = proto_number(it.next()?)?,
             "-m" => match it.next()? {
@@ -502,13 +512,18 @@ fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
                     mask_len = m.iter().map(|b| b.count_ones()).sum();
                     next = exprs.next()?;
                 }
-                if next.name != "cmp" || be32(&next.data, 2)? != CmpOp::Eq as u32 || len > full {
+                if next.name != "cmp" || len > full {
                     return None;
                 }
+                let neg = match be32(&next.data, 2)? {
+                    op if op == CmpOp::Eq as u32 => "",
+                    op if op == CmpOp::Neq as u32 => "! ",
+                    _ => return None,
+                };
                 let mut v = data_value(&next.data, 3)?;
                 v.resize(full as usize, 0);
                 let a = ip_of(&v, v6)?;
-                let s = format!("{a}/{mask_len}");
+                let s = format!("{neg}{} {a}/{mask_len}", if source { "-s" } else { "-d" });
                 if source {
                     src = Some(s);
                 } else {
@@ -597,10 +612,9 @@ fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
         }
     }
     let mut s = format!("-A {}", rule.chain);
-    for (opt, v) in [("-s", src), ("-d", dst)] {
-        if let Some(v) = v {
-            s.push_str(&format!(" {opt} {v}"));
-        }
+    for v in [src, dst].into_iter().flatten() {
+        s.push(' ');
+        s.push_str(&v);
     }
     if let Some(p) = proto {
         s.push_str(&format!(" -p {p}"));
@@ -804,14 +818,15 @@ mod tests {
     use crate::netfilter::testing::run_in;
     use crate::netns::testing::{new_netns, privileged};
 
-    const CHAINS: [&str; 4] = [
+    const CHAINS: [&str; 5] = [
         "CNI-HOSTPORT-SETMARK",
         "CNI-HOSTPORT-MASQ",
         "CNI-HOSTPORT-DNAT",
         "CNI-DN-abc",
+        "CNI-abc",
     ];
 
-    const V4: [&str; 13] = [
+    const V4: [&str; 17] = [
         "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
@@ -825,9 +840,14 @@ mod tests {
         "-A CNI-DN-abc -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.5:80",
         "-A CNI-DN-abc -p sctp -m sctp --dport 9 -j DNAT --to-destination 10.0.0.5:90",
         "-A CNI-DN-abc -j RETURN",
+        // ipMasq's (the Go plugins' iptables masquerade).
+        "-A POSTROUTING -s 10.1.17.5/32 -m comment --comment \"name: \\\"cbr0\\\" id: \\\"c\\\"\" -j CNI-abc",
+        "-A CNI-abc -d 10.1.17.0/24 -m comment --comment \"name: \\\"cbr0\\\" id: \\\"c\\\"\" -j ACCEPT",
+        "-A CNI-abc ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"cbr0\\\" id: \\\"c\\\"\" -j MASQUERADE",
+        "-A CNI-abc ! -s 10.2.0.0/16 -d 10.3.0.0/16 -j ACCEPT",
     ];
 
-    const V6: [&str; 9] = [
+    const V6: [&str; 12] = [
         "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
         "-A CNI-HOSTPORT-SETMARK -m comment --comment \"CNI portfwd masquerade mark\" -j MARK --set-xmark 0x2000/0x2000",
@@ -837,6 +857,9 @@ mod tests {
         "-A CNI-DN-abc -s fd00:1:2::/56 -p tcp -m tcp --dport 80 -j CNI-HOSTPORT-SETMARK",
         "-A CNI-DN-abc -p udp -m udp --dport 53 -j DNAT --to-destination [fd00::5]:5353",
         "-A CNI-DN-abc -p sctp -m sctp --dport 9 -j DNAT --to-destination [fd00::5]:90",
+        "-A POSTROUTING -s fd00:1::5/128 -m comment --comment x -j CNI-abc",
+        "-A CNI-abc -d fd00:1::/64 -m comment --comment x -j ACCEPT",
+        "-A CNI-abc ! -d ff00::/8 -m comment --comment x -j MASQUERADE",
     ];
 
     fn all_chains() -> Vec<String> {
@@ -877,6 +900,8 @@ mod tests {
             "-A X -m multiport --dports 1 -j X",
             "-A X -p tcp -m udp --dport 1 -j X",
             "-A X -s fd00::/64 -j ACCEPT",
+            "-A X ! -p tcp -j ACCEPT",
+            "-A X ! -d 0.0.0.0/0 -j ACCEPT",
             "-A X -m addrtype --dst-type UNICAST -j X",
             "-A X -j SNAT --to-source 1.2.3.4",
             "-N X",
