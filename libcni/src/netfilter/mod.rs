@@ -136,9 +136,7 @@ pub fn node_iptables() -> NodeIptables {
 /// wherever the node has it, nftables only where it has no `iptables` and
 /// the kernel speaks nf_tables.
 pub fn default_backend() -> Backend {
-    if node_iptables() == NodeIptables::Absent
-        && Backend::detect() == Backend::Nftables
-    {
+    if node_iptables() == NodeIptables::Absent && Backend::detect() == Backend::Nftables {
         Backend::Nftables
     } else {
         Backend::Iptables

@@ -210,12 +210,7 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
                     return None;
                 }
                 if len > 0 {
-                    addrs.extend(super::nft::expr::match_prefix_nft(
-                        t == "-s",
-                        op,
-                        a,
-                        len,
-                    ));
+                    addrs.extend(super::nft::expr::match_prefix_nft(t == "-s", op, a, len));
                 }
                 negate = false;
             }
