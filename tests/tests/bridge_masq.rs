@@ -502,8 +502,17 @@ fn ipmasq_default_masquerades_only_outside_the_subnet_until_del() {
 /// A `PATH` of traps: `iptables` leads to iptables-nft (what decides the
 /// default), every other program it could run logs its call and fails.
 fn trap_path(dir: &TempDir) {
+    fake_path(dir, Some("/usr/sbin/xtables-nft-multi"), &[]);
+}
+
+/// A `PATH` whose `iptables` leads to `iptables_target` (none: no
+/// `iptables`), the programs in `links` to theirs, and every other program
+/// the plugin could run to a trap that logs its call and fails.
+fn fake_path(dir: &TempDir, iptables_target: Option<&str>, links: &[(&str, &str)]) {
     use std::os::unix::fs::{symlink, PermissionsExt};
-    symlink("/usr/sbin/xtables-nft-multi", dir.path().join("iptables")).unwrap();
+    if let Some(t) = iptables_target {
+        symlink(t, dir.path().join("iptables")).unwrap();
+    }
     let log = dir.path().join("trap.log");
     for prog in [
         "iptables-save",
@@ -514,6 +523,10 @@ fn trap_path(dir: &TempDir) {
         "nft",
     ] {
         let p = dir.path().join(prog);
+        if let Some((_, t)) = links.iter().find(|(n, _)| *n == prog) {
+            symlink(t, &p).unwrap();
+            continue;
+        }
         std::fs::write(
             &p,
             format!("#!/bin/sh\necho \"$0 $*\" >> {}\nexit 1\n", log.display()),
@@ -521,6 +534,119 @@ fn trap_path(dir: &TempDir) {
         .unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+}
+
+/// Our bridge in `site`'s node with `PATH` set to `dir` (for the plugin
+/// alone: `env` sets it after the namespace is entered).
+fn call_in_path(
+    site: &Site,
+    dir: &TempDir,
+    cmd: &str,
+    pod: Option<&Netns>,
+    cid: &str,
+    conf: &Value,
+) -> PluginOutput {
+    let mut command = site.node.ns.command("/usr/bin/env");
+    command
+        .arg(format!("PATH={}", dir.path().display()))
+        .arg(bin("bridge"));
+    let netns = pod
+        .map(|p| p.path().display().to_string())
+        .unwrap_or_default();
+    let cni_path = site.path.path().display().to_string();
+    call_plugin_cmd(
+        command,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", &cni_path),
+        ],
+        &conf.to_string(),
+    )
+}
+
+/// As Go picks its default: a legacy `iptables` gets the masquerade
+/// through `iptables-legacy-restore` (nothing in nf_tables); no `iptables`
+/// at all gets the nftables backend (the Go plugins' v1.6+ table).
+#[test]
+fn ipmasq_default_follows_the_nodes_iptables() {
+    if !require_root("ipmasq_default_follows_the_nodes_iptables") {
+        return;
+    }
+    let site = Site::new("masq-legacy");
+    let conf = site.conf("masqlg", json!({"ipMasq": true}));
+    let pod = Netns::new("pod-masq-legacy");
+    let legacy_save = |v6: bool| {
+        let cmd = if v6 {
+            "ip6tables-legacy-save"
+        } else {
+            "iptables-legacy-save"
+        };
+        let out = run_ok(site.node.ns.command(cmd).args(["-t", "nat"]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let legacy = TempDir::new("masq-legacy-path");
+    fake_path(
+        &legacy,
+        Some("/usr/sbin/xtables-legacy-multi"),
+        &[
+            ("iptables-save", "/usr/sbin/iptables-legacy-save"),
+            ("iptables-restore", "/usr/sbin/iptables-legacy-restore"),
+            ("ip6tables", "/usr/sbin/ip6tables-legacy"),
+            ("ip6tables-save", "/usr/sbin/ip6tables-legacy-save"),
+            ("ip6tables-restore", "/usr/sbin/ip6tables-legacy-restore"),
+        ],
+    );
+    let r = call_in_path(&site, &legacy, "ADD", Some(&pod), "ctr-l", &conf).result();
+    let c = "\"name: \\\"masqlg\\\" id: \\\"ctr-l\\\"\"";
+    for (v6, jump) in [
+        (
+            false,
+            format!("-A POSTROUTING -s 10.88.0.2/32 -m comment --comment {c} -j CNI-"),
+        ),
+        (
+            true,
+            format!("-A POSTROUTING -s fd88::2/128 -m comment --comment {c} -j CNI-"),
+        ),
+    ] {
+        let saved = legacy_save(v6);
+        assert!(saved.contains(&jump), "{jump}\nnot in\n{saved}");
+    }
+    assert_eq!(
+        masqueraded(&site.node.ns, "iptables"),
+        Vec::<String>::new(),
+        "not in nf_tables"
+    );
+    assert_eq!(masqueraded(&site.node.ns, "nftables"), Vec::<String>::new());
+    let mut checked = conf.clone();
+    checked["prevResult"] = r;
+    call_in_path(&site, &legacy, "CHECK", Some(&pod), "ctr-l", &checked).assert_silent_ok();
+    call_in_path(&site, &legacy, "DEL", Some(&pod), "ctr-l", &conf).assert_silent_ok();
+    for v6 in [false, true] {
+        let saved = legacy_save(v6);
+        assert!(!saved.contains("CNI-"), "v6={v6}: {saved}");
+    }
+    let log = std::fs::read_to_string(legacy.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "only the legacy programs were run");
+
+    let none = TempDir::new("masq-none-path");
+    fake_path(&none, None, &[]);
+    let r = call_in_path(&site, &none, "ADD", Some(&pod), "ctr-x", &conf).result();
+    assert_eq!(
+        masqueraded(&site.node.ns, "nftables"),
+        ["10.88.0.3 ctr-x", "fd88::3 ctr-x"]
+    );
+    assert_eq!(masqueraded(&site.node.ns, "iptables"), Vec::<String>::new());
+    let mut checked = conf.clone();
+    checked["prevResult"] = r;
+    call_in_path(&site, &none, "CHECK", Some(&pod), "ctr-x", &checked).assert_silent_ok();
+    call_in_path(&site, &none, "DEL", Some(&pod), "ctr-x", &conf).assert_silent_ok();
+    assert_eq!(masqueraded(&site.node.ns, "nftables"), Vec::<String>::new());
+    nothing_for(&site.node.ns, &["ctr-l", "ctr-x"]);
+    let log = std::fs::read_to_string(none.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "no program was run");
 }
 
 /// With no `ipMasqBackend` on a node whose `iptables` is iptables-nft,
@@ -537,25 +663,7 @@ fn ipmasq_default_runs_no_process_on_iptables_nft() {
     let dir = TempDir::new("masq-trap-path");
     trap_path(&dir);
     let call = |cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value| {
-        let mut command = site.node.ns.command("/usr/bin/env");
-        command
-            .arg(format!("PATH={}", dir.path().display()))
-            .arg(bin("bridge"));
-        let netns = pod
-            .map(|p| p.path().display().to_string())
-            .unwrap_or_default();
-        let cni_path = site.path.path().display().to_string();
-        call_plugin_cmd(
-            command,
-            &[
-                ("CNI_COMMAND", cmd),
-                ("CNI_CONTAINERID", cid),
-                ("CNI_NETNS", &netns),
-                ("CNI_IFNAME", "eth0"),
-                ("CNI_PATH", &cni_path),
-            ],
-            &conf.to_string(),
-        )
+        call_in_path(&site, &dir, cmd, pod, cid, conf)
     };
     let out = call("ADD", Some(&pod), "ctr-n", &conf);
     let r = out.result();
