@@ -37,6 +37,15 @@
 //! `name: "<net>" id: "<cid>"`. Teardown finds the chain by its hashed name
 //! and every rule jumping to it, so it works without addresses too (the Go
 //! plugin needs them and leaks without); GC reads the comments.
+//!
+//! The iptables backend is the default, as the Go plugins' (v1.9) is,
+//! wherever the node has an `iptables` ([`super::default_backend`]). On
+//! iptables-nft its rules are written and read over netlink
+//! ([`super::xt_nat`], no process): ADD reads `POSTROUTING` only when the
+//! container's chain already exists, and keeps the handles of its
+//! `POSTROUTING` jumps in a ledger (`ipmasq-iptables/<net>/<cid>`), so DEL
+//! reads them back instead of listing `POSTROUTING`. Elsewhere one
+//! `iptables-save` and one `iptables-restore` per family and operation.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;

@@ -1,6 +1,6 @@
 //! iptables-nft's `nat` table (`ip nat`, `ip6 nat`) spoken over netlink:
-//! the Go portmap plugin's iptables rules written and read in the
-//! encoding iptables-nft 1.8 itself uses, with no process.
+//! the Go portmap plugin's and ipMasq's iptables rules written and read in
+//! the encoding iptables-nft 1.8 itself uses, with no process.
 //!
 //! As [`super::firewall::native`] does for the filter table: the chains a
 //! decision needs are read (their existence, and the rules of a few), each
@@ -14,7 +14,8 @@
 //! expressions read back with those of the same rules written by
 //! `iptables`): `-p` a `meta l4proto` compare; `-s`/`-d` a payload load
 //! of the address (only the prefix's bytes when it ends on a byte, else
-//! masked); `-m tcp|udp --dport` a transport payload load and compare;
+//! masked) and an equal compare, `! -s`/`! -d` the same with a not-equal
+//! one; `-m tcp|udp --dport` a transport payload load and compare;
 //! `-m mark --mark v/m` a `meta mark` load, mask and compare; `-m comment`,
 //! `-m multiport`, `-m addrtype`, `-m sctp` xtables matches through
 //! `nft_compat`; a `counter`; the verdict, or the xtables targets `DNAT`
@@ -720,7 +721,7 @@ pub fn translate(
             b.add_chain(fam, TABLE, c, None);
         }
     }
-    let unsupported = |l: &str| Error::Internal(format!("portmap nat: cannot encode {l:?}"));
+    let unsupported = |l: &str| Error::Internal(format!("iptables nat: cannot encode {l:?}"));
     for l in r.lines() {
         let (cmd, rest) = l.split_once(' ').unwrap_or((l.as_str(), ""));
         match cmd {
