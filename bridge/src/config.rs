@@ -226,10 +226,11 @@ impl Conf {
         })
     }
 
-    /// The backend of `ipMasq`: `ipMasqBackend`, or nftables where the
-    /// kernel of the plugin's namespace has nf_tables (iptables otherwise).
+    /// The backend of `ipMasq`: `ipMasqBackend`, or the Go plugins' default
+    /// (iptables wherever the node has it, nftables otherwise).
     pub fn masq_backend(&self) -> Backend {
-        self.ip_masq_backend.unwrap_or_else(Backend::detect)
+        self.ip_masq_backend
+            .unwrap_or_else(libcni::netfilter::default_backend)
     }
 
     /// Whether the port gets VLANs (so the bridge needs VLAN filtering).

@@ -60,9 +60,11 @@ impl Keys {
         }
     }
 
-    /// `ipMasqBackend`, or what this kernel speaks.
+    /// `ipMasqBackend`, or the Go plugins' default (iptables wherever the
+    /// node has it).
     pub fn masq_backend(&self) -> Backend {
-        self.backend.unwrap_or_else(Backend::detect)
+        self.backend
+            .unwrap_or_else(libcni::netfilter::default_backend)
     }
 }
 

@@ -167,7 +167,7 @@ impl PortMapConf {
                         format!("is in nftables syntax, but {a} needs the iptables backend"),
                     ))
                 }
-                (None, None) => pm::default_backend(),
+                (None, None) => libcni::netfilter::default_backend(),
             },
         };
         match backend {

@@ -13,8 +13,9 @@ use std::net::IpAddr;
 
 use libcni::fault;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::portmap::{self as pm, NodeIptables, PortMapSpec};
+use libcni::netfilter::portmap::{self as pm, PortMapSpec};
 use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
+use libcni::netfilter::{node_iptables, NodeIptables};
 use libcni::netlink::{Family, Netlink};
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpPrefix};
@@ -46,7 +47,7 @@ impl Plugin for PortMap {
                 let mut nft = Nft::open()?;
                 pm::nft_add(&mut nft, &spec)?;
             }
-            Backend::Iptables if pm::node_iptables() == NodeIptables::Nft => {
+            Backend::Iptables if node_iptables() == NodeIptables::Nft => {
                 pm::ipt_add_native(&mut Nft::open()?, &spec)?;
             }
             Backend::Iptables => {
@@ -83,7 +84,7 @@ impl Plugin for PortMap {
         // plugin wrote), and the iptables side runs processes only when its
         // chain is there.
         let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
-        let native = pm::node_iptables() == NodeIptables::Nft;
+        let native = node_iptables() == NodeIptables::Nft;
         match Nft::open() {
             Ok(mut nft) => {
                 if let Some(removed) = errors.record(pm::nft_del(&mut nft, &owner)) {
@@ -145,7 +146,7 @@ impl Plugin for PortMap {
         let spec = conf.spec(args, v4, v6);
         match conf.backend() {
             Backend::Nftables => pm::nft_check(&mut Nft::open()?, &spec),
-            Backend::Iptables if pm::node_iptables() == NodeIptables::Nft => {
+            Backend::Iptables if node_iptables() == NodeIptables::Nft => {
                 pm::ipt_check_native(&mut Nft::open()?, &spec)
             }
             Backend::Iptables => {
@@ -169,7 +170,7 @@ impl Plugin for PortMap {
         let mut nft = Nft::open();
         if let Ok(nft) = nft.as_mut() {
             errors.record(pm::nft_gc(nft, network, &valid));
-            if pm::node_iptables() == NodeIptables::Nft {
+            if node_iptables() == NodeIptables::Nft {
                 errors.record(pm::ipt_gc_native(nft, network, &valid));
                 return errors.finish_kernel("portmap GC");
             }

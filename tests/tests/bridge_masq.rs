@@ -340,10 +340,21 @@ fn nothing_for(ns: &Netns, cids: &[&str]) {
 
 // ---- ipMasq -----------------------------------------------------------------
 
+/// `backend` is the `ipMasqBackend` value, or "default" for none (Go's
+/// default: iptables, as this node has iptables-nft).
 fn masquerade_to_upstream(backend: &str) {
     let site = Site::new(&format!("masq-{}", &backend[..3]));
     let net = format!("masq{}", &backend[..3]);
-    let conf = site.conf(&net, json!({"ipMasq": true, "ipMasqBackend": backend}));
+    let conf = if backend == "default" {
+        site.conf(&net, json!({"ipMasq": true}))
+    } else {
+        site.conf(&net, json!({"ipMasq": true, "ipMasqBackend": backend}))
+    };
+    let backend = if backend == "default" {
+        "iptables"
+    } else {
+        backend
+    };
     let (a, b) = (Netns::new("pod-masq-a"), Netns::new("pod-masq-b"));
     let ra = site.add(&a, "ctr-a", &conf);
     let rb = site.add(&b, "ctr-b", &conf);
@@ -474,6 +485,208 @@ fn ipmasq_nftables_masquerades_only_outside_the_subnet_until_del() {
 }
 
 #[test]
+fn ipmasq_default_masquerades_only_outside_the_subnet_until_del() {
+    if !require_root("ipmasq_default_masquerades_only_outside_the_subnet_until_del") {
+        return;
+    }
+    masquerade_to_upstream("default");
+    let site = Site::new("masq-defnft");
+    let conf = site.conf("masqdefnft", json!({"ipMasq": true}));
+    let pod = Netns::new("pod-masq-defnft");
+    site.add(&pod, "ctr-a", &conf);
+    let table = nft_ruleset(&site.node.ns);
+    assert!(!table.contains("cni_plugins_masquerade"), "{table}");
+    site.del(Some(&pod), "ctr-a", &conf);
+}
+
+/// A `PATH` of traps: `iptables` leads to iptables-nft (what decides the
+/// default), every other program it could run logs its call and fails.
+fn trap_path(dir: &TempDir) {
+    fake_path(dir, Some("/usr/sbin/xtables-nft-multi"), &[]);
+}
+
+/// A `PATH` whose `iptables` leads to `iptables_target` (none: no
+/// `iptables`), the programs in `links` to theirs, and every other program
+/// the plugin could run to a trap that logs its call and fails.
+fn fake_path(dir: &TempDir, iptables_target: Option<&str>, links: &[(&str, &str)]) {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    if let Some(t) = iptables_target {
+        symlink(t, dir.path().join("iptables")).unwrap();
+    }
+    let log = dir.path().join("trap.log");
+    for prog in [
+        "iptables-save",
+        "iptables-restore",
+        "ip6tables",
+        "ip6tables-save",
+        "ip6tables-restore",
+        "nft",
+    ] {
+        let p = dir.path().join(prog);
+        if let Some((_, t)) = links.iter().find(|(n, _)| *n == prog) {
+            symlink(t, &p).unwrap();
+            continue;
+        }
+        std::fs::write(
+            &p,
+            format!("#!/bin/sh\necho \"$0 $*\" >> {}\nexit 1\n", log.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+}
+
+/// Our bridge in `site`'s node with `PATH` set to `dir` (for the plugin
+/// alone: `env` sets it after the namespace is entered).
+fn call_in_path(
+    site: &Site,
+    dir: &TempDir,
+    cmd: &str,
+    pod: Option<&Netns>,
+    cid: &str,
+    conf: &Value,
+) -> PluginOutput {
+    let mut command = site.node.ns.command("/usr/bin/env");
+    command
+        .arg(format!("PATH={}", dir.path().display()))
+        .arg(bin("bridge"));
+    let netns = pod
+        .map(|p| p.path().display().to_string())
+        .unwrap_or_default();
+    let cni_path = site.path.path().display().to_string();
+    call_plugin_cmd(
+        command,
+        &[
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", cid),
+            ("CNI_NETNS", &netns),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", &cni_path),
+        ],
+        &conf.to_string(),
+    )
+}
+
+/// As Go picks its default: a legacy `iptables` gets the masquerade
+/// through `iptables-legacy-restore` (nothing in nf_tables); no `iptables`
+/// at all gets the nftables backend (the Go plugins' v1.6+ table).
+#[test]
+fn ipmasq_default_follows_the_nodes_iptables() {
+    if !require_root("ipmasq_default_follows_the_nodes_iptables") {
+        return;
+    }
+    let site = Site::new("masq-legacy");
+    let conf = site.conf("masqlg", json!({"ipMasq": true}));
+    let pod = Netns::new("pod-masq-legacy");
+    let legacy_save = |v6: bool| {
+        let cmd = if v6 {
+            "ip6tables-legacy-save"
+        } else {
+            "iptables-legacy-save"
+        };
+        let out = run_ok(site.node.ns.command(cmd).args(["-t", "nat"]));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let legacy = TempDir::new("masq-legacy-path");
+    fake_path(
+        &legacy,
+        Some("/usr/sbin/xtables-legacy-multi"),
+        &[
+            ("iptables-save", "/usr/sbin/iptables-legacy-save"),
+            ("iptables-restore", "/usr/sbin/iptables-legacy-restore"),
+            ("ip6tables", "/usr/sbin/ip6tables-legacy"),
+            ("ip6tables-save", "/usr/sbin/ip6tables-legacy-save"),
+            ("ip6tables-restore", "/usr/sbin/ip6tables-legacy-restore"),
+        ],
+    );
+    let r = call_in_path(&site, &legacy, "ADD", Some(&pod), "ctr-l", &conf).result();
+    let c = "\"name: \\\"masqlg\\\" id: \\\"ctr-l\\\"\"";
+    for (v6, jump) in [
+        (
+            false,
+            format!("-A POSTROUTING -s 10.88.0.2/32 -m comment --comment {c} -j CNI-"),
+        ),
+        (
+            true,
+            format!("-A POSTROUTING -s fd88::2/128 -m comment --comment {c} -j CNI-"),
+        ),
+    ] {
+        let saved = legacy_save(v6);
+        assert!(saved.contains(&jump), "{jump}\nnot in\n{saved}");
+    }
+    assert_eq!(
+        masqueraded(&site.node.ns, "iptables"),
+        Vec::<String>::new(),
+        "not in nf_tables"
+    );
+    assert_eq!(masqueraded(&site.node.ns, "nftables"), Vec::<String>::new());
+    let mut checked = conf.clone();
+    checked["prevResult"] = r;
+    call_in_path(&site, &legacy, "CHECK", Some(&pod), "ctr-l", &checked).assert_silent_ok();
+    call_in_path(&site, &legacy, "DEL", Some(&pod), "ctr-l", &conf).assert_silent_ok();
+    for v6 in [false, true] {
+        let saved = legacy_save(v6);
+        assert!(!saved.contains("CNI-"), "v6={v6}: {saved}");
+    }
+    let log = std::fs::read_to_string(legacy.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "only the legacy programs were run");
+
+    let none = TempDir::new("masq-none-path");
+    fake_path(&none, None, &[]);
+    let r = call_in_path(&site, &none, "ADD", Some(&pod), "ctr-x", &conf).result();
+    assert_eq!(
+        masqueraded(&site.node.ns, "nftables"),
+        ["10.88.0.3 ctr-x", "fd88::3 ctr-x"]
+    );
+    assert_eq!(masqueraded(&site.node.ns, "iptables"), Vec::<String>::new());
+    let mut checked = conf.clone();
+    checked["prevResult"] = r;
+    call_in_path(&site, &none, "CHECK", Some(&pod), "ctr-x", &checked).assert_silent_ok();
+    call_in_path(&site, &none, "DEL", Some(&pod), "ctr-x", &conf).assert_silent_ok();
+    assert_eq!(masqueraded(&site.node.ns, "nftables"), Vec::<String>::new());
+    nothing_for(&site.node.ns, &["ctr-l", "ctr-x"]);
+    let log = std::fs::read_to_string(none.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "no program was run");
+}
+
+/// With no `ipMasqBackend` on a node whose `iptables` is iptables-nft,
+/// ADD, CHECK, DEL and GC write and read Go's iptables rules over
+/// netlink: no program is run (every one reachable is a trap).
+#[test]
+fn ipmasq_default_runs_no_process_on_iptables_nft() {
+    if !require_root("ipmasq_default_runs_no_process_on_iptables_nft") {
+        return;
+    }
+    let site = Site::new("masq-noproc");
+    let conf = site.conf("masqnp", json!({"ipMasq": true}));
+    let pod = Netns::new("pod-masq-noproc");
+    let dir = TempDir::new("masq-trap-path");
+    trap_path(&dir);
+    let call = |cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value| {
+        call_in_path(&site, &dir, cmd, pod, cid, conf)
+    };
+    let out = call("ADD", Some(&pod), "ctr-n", &conf);
+    let r = out.result();
+    assert_eq!(
+        masqueraded(&site.node.ns, "iptables"),
+        ["10.88.0.2 ctr-n", "fd88::2 ctr-n"]
+    );
+    let mut checked = conf.clone();
+    checked["prevResult"] = r;
+    call("CHECK", Some(&pod), "ctr-n", &checked).assert_silent_ok();
+    call("DEL", Some(&pod), "ctr-n", &conf).assert_silent_ok();
+    assert_eq!(masqueraded(&site.node.ns, "iptables"), Vec::<String>::new());
+    let _ = call("ADD", Some(&pod), "ctr-n", &conf).result();
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    call("GC", None, "", &gc).assert_silent_ok();
+    assert_eq!(masqueraded(&site.node.ns, "iptables"), Vec::<String>::new());
+    nothing_for(&site.node.ns, &["ctr-n"]);
+    let log = std::fs::read_to_string(dir.path().join("trap.log")).unwrap_or_default();
+    assert_eq!(log, "", "no program was run");
+}
+
+#[test]
 fn ipmasq_iptables_masquerades_only_outside_the_subnet_until_del() {
     if !require_root("ipmasq_iptables_masquerades_only_outside_the_subnet_until_del") {
         return;
@@ -558,18 +771,39 @@ fn same_rules_as_the_go_reference_and_each_deletes_the_others() {
     if !require_root("same_rules_as_the_go_reference_and_each_deletes_the_others") {
         return;
     }
+    same_rules_as_the_go_reference(Some("iptables"));
+}
+
+/// With no `ipMasqBackend` we write Go's iptables rules too, so Go
+/// 1.1.1's DEL (which knows only iptables) removes ours (on main it
+/// failed: "Chain ... does not exist", and our nft rule stayed).
+#[test]
+fn same_rules_as_the_go_reference_with_no_backend_key() {
+    if !require_root("same_rules_as_the_go_reference_with_no_backend_key") {
+        return;
+    }
+    same_rules_as_the_go_reference(None);
+}
+
+fn same_rules_as_the_go_reference(backend: Option<&str>) {
     let (Some(go_bridge), Some(_)) = (go_plugin("bridge"), go_plugin("host-local")) else {
         return;
     };
-    let ours = Site::new("mgo-ours");
-    let go = Site::new("mgo-go");
-    let (pod_ours, pod_go) = (Netns::new("pod-mgo-ours"), Netns::new("pod-mgo-go"));
+    let t = if backend.is_some() { "i" } else { "d" };
+    let ours = Site::new(&format!("mgo{t}-ours"));
+    let go = Site::new(&format!("mgo{t}-go"));
+    let (pod_ours, pod_go) = (
+        Netns::new(&format!("pod-mgo{t}-ours")),
+        Netns::new(&format!("pod-mgo{t}-go")),
+    );
     let conf_for = |site: &Site| {
         let mut c = site.conf(
             "cmp",
-            json!({"ipMasq": true, "ipMasqBackend": "iptables", "macspoofchk": true,
-                   "isGateway": true}),
+            json!({"ipMasq": true, "macspoofchk": true, "isGateway": true}),
         );
+        if let Some(b) = backend {
+            c["ipMasqBackend"] = json!(b);
+        }
         // The Go 1.1.1 reference speaks up to 1.0.0.
         c["cniVersion"] = json!("1.0.0");
         c
@@ -646,6 +880,7 @@ fn same_rules_as_the_go_reference_and_each_deletes_the_others() {
         assert_eq!(spoofchecked(&site.node.ns), Vec::<String>::new());
         let table = nft_ruleset(&site.node.ns);
         assert!(!table.contains("cni-br-iface"), "{table}");
+        assert!(!table.contains("masquerade"), "{table}");
         assert_eq!(site.leases("cmp"), Vec::<String>::new());
     }
     assert!(pod_ours.link("eth0").is_none());
@@ -841,7 +1076,7 @@ fn a_crash_after_the_firewall_steps_is_cleaned_up_by_del() {
         return;
     }
     let site = Site::new("mcrash");
-    // No ipMasqBackend: this kernel has nf_tables, so nftables is chosen.
+    // No ipMasqBackend: this node has iptables(-nft), so iptables is chosen.
     let conf = site.conf("mcrash", json!({"ipMasq": true, "macspoofchk": true}));
     for (point, masq) in [("spoofchk", false), ("masq", true)] {
         let pod = Netns::new(&format!("pod-mcrash-{point}"));
@@ -864,7 +1099,7 @@ fn a_crash_after_the_firewall_steps_is_cleaned_up_by_del() {
         } else {
             &[]
         };
-        assert_eq!(masqueraded(&site.node.ns, "nftables"), want, "{fault}");
+        assert_eq!(masqueraded(&site.node.ns, "iptables"), want, "{fault}");
         site.del(Some(&pod), "ctr-c", &conf);
         nothing_for(&site.node.ns, &["ctr-c"]);
         assert_eq!(spoofchecked(&site.node.ns), Vec::<String>::new(), "{fault}");

@@ -447,10 +447,12 @@ struct Side {
     plugin: PathBuf,
     cni_path: String,
     leases: TempDir,
+    /// Whether the config names `ipMasqBackend` (iptables).
+    masq_key: bool,
 }
 
 impl Side {
-    fn new(tag: &str, plugin: PathBuf, cni_path: &str) -> Side {
+    fn new(tag: &str, plugin: PathBuf, cni_path: &str, masq_key: bool) -> Side {
         let node = Netns::new(&format!("node-{tag}"));
         node.ip(&["link", "set", "lo", "up"]);
         Side {
@@ -459,11 +461,12 @@ impl Side {
             plugin,
             cni_path: cni_path.to_string(),
             leases: TempDir::new(&format!("leases-{tag}")),
+            masq_key,
         }
     }
 
     fn conf(&self) -> Value {
-        json!({
+        let mut c = json!({
             // The Go 1.1.1 reference speaks up to 1.0.0; it ignores
             // ipMasqBackend (it only has iptables).
             "cniVersion": "1.0.0", "name": "cmp", "type": "ptp",
@@ -472,7 +475,11 @@ impl Side {
                      "ranges": [[{"subnet": V4_SUBNET}], [{"subnet": V6_SUBNET}]],
                      "routes": [{"dst": "0.0.0.0/0"}, {"dst": "192.0.2.0/24", "gw": "10.244.1.254"},
                                 {"dst": "::/0"}]}
-        })
+        });
+        if !self.masq_key {
+            c.as_object_mut().unwrap().remove("ipMasqBackend");
+        }
+        c
     }
 
     /// `cmd` with `plugin` (this side's, or the other's) and `cni_path`.
@@ -577,12 +584,33 @@ fn same_state_result_check_and_del_as_the_go_reference() {
     if !require_root("same_state_result_check_and_del_as_the_go_reference") {
         return;
     }
+    same_as_the_go_reference(true);
+}
+
+/// With no `ipMasqBackend` our ADD writes Go's iptables rules, so Go
+/// 1.1.1's DEL (iptables only) removes them (on main it failed on the
+/// missing chain and our nft rule stayed).
+#[test]
+fn same_state_result_check_and_del_as_the_go_reference_with_no_backend_key() {
+    if !require_root("same_state_result_check_and_del_as_the_go_reference_with_no_backend_key") {
+        return;
+    }
+    same_as_the_go_reference(false);
+}
+
+fn same_as_the_go_reference(masq_key: bool) {
     let (Some(go_ptp), Some(_)) = (go_plugin("ptp"), go_plugin("host-local")) else {
         return;
     };
     let ours_path = bin_dir().display().to_string();
-    let ours = Side::new("ptp-ours", bin("ptp"), &ours_path);
-    let go = Side::new("ptp-go", go_ptp.clone(), GO_PLUGIN_DIR);
+    let t = if masq_key { "" } else { "d" };
+    let ours = Side::new(&format!("ptp{t}-ours"), bin("ptp"), &ours_path, masq_key);
+    let go = Side::new(
+        &format!("ptp{t}-go"),
+        go_ptp.clone(),
+        GO_PLUGIN_DIR,
+        masq_key,
+    );
 
     let go_result = go.call("ADD", &go.conf()).result();
     let our_result = ours.call("ADD", &ours.conf()).result();
@@ -702,6 +730,7 @@ fn same_state_result_check_and_del_as_the_go_reference() {
             "{:?}",
             nat_rules(&side.node)
         );
+        assert_eq!(nft_masqueraded(&side.node), Vec::<String>::new());
         // A second DEL, by the other plugin too, is fine.
         side.call("DEL", &side.conf()).assert_silent_ok();
     }
@@ -1090,10 +1119,20 @@ fn gc_status_mtu_and_dns() {
 /// ipMasq on `backend`: traffic leaving the pods' subnet leaves with the
 /// node's address, traffic between pods keeps its source; CHECK sees the
 /// rules, DEL takes them away.
+/// `backend` "default" names none (Go's default: iptables on this node).
 fn masquerade_on(backend: &str) {
     let site = Site::new(&format!("ptp-masq-{}", &backend[..3]));
     let net = format!("masq{}", &backend[..3]);
-    let conf = site.conf(&net, json!({"ipMasq": true, "ipMasqBackend": backend}));
+    let conf = if backend == "default" {
+        site.conf(&net, json!({"ipMasq": true}))
+    } else {
+        site.conf(&net, json!({"ipMasq": true, "ipMasqBackend": backend}))
+    };
+    let backend = if backend == "default" {
+        "iptables"
+    } else {
+        backend
+    };
     let (p1, p2) = (Netns::new("pod-masq1"), Netns::new("pod-masq2"));
     let r1 = site.add(&p1, "ctr-m1", &conf);
     let r2 = site.add(&p2, "ctr-m2", &conf);
@@ -1116,6 +1155,7 @@ fn masquerade_on(backend: &str) {
             .assert_silent_ok();
     }
     if backend == "iptables" {
+        assert_eq!(nft_masqueraded(&site.node.ns), Vec::<String>::new());
         let nat = nat_rules(&site.node.ns);
         for a in [&a4, &a6] {
             let len = if a.contains(':') { 128 } else { 32 };
@@ -1145,6 +1185,13 @@ fn masquerade_on(backend: &str) {
 fn ipmasq_on_iptables() {
     if require_root("ipmasq_on_iptables") {
         masquerade_on("iptables");
+    }
+}
+
+#[test]
+fn ipmasq_on_the_default_backend() {
+    if require_root("ipmasq_on_the_default_backend") {
+        masquerade_on("default");
     }
 }
 

@@ -338,6 +338,11 @@ fn soak_64_pods_through_the_kube_flannel_chain_with_gc_beside() {
         !ipt.contains("CNI-DN-") && !ipt.contains("-j DNAT"),
         "host-port rules left in iptables:\n{ipt}"
     );
+    // ipMasq names no backend: Go's default, iptables.
+    assert!(
+        !ipt.contains("-A POSTROUTING -s ") && !ipt.contains("id: \\\""),
+        "masquerade rules left in iptables:\n{ipt}"
+    );
     for (pod, addr) in &stale {
         assert!(
             !soak.lease_dir().join(addr).exists(),

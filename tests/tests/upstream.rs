@@ -767,6 +767,84 @@ fn upstream_portmap_no_backend_our_add_is_upstreams_default_and_its_del_removes_
     }
 }
 
+/// Upstream's ipMasq iptables teardown (`teardownIPMasqIPTables`), replayed
+/// with the node's own `iptables`: per family, the POSTROUTING jump of each
+/// container address is deleted by its spec (`iptables -D`, which must
+/// recognise our rule), then the container's chain is flushed and deleted.
+fn upstream_masq_ipt_teardown(ns: &Netns, fixture_name: &str, v6: bool) {
+    let cmd = if v6 { "ip6tables" } else { "iptables" };
+    for line in fixture_lines(fixture_name)
+        .iter()
+        .filter(|l| l.starts_with("-A POSTROUTING "))
+    {
+        let mut args = vec!["-t".to_string(), "nat".to_string()];
+        args.extend(libcni::netfilter::iptables::split_tokens(line));
+        args[2] = "-D".into();
+        run_ok(ns.command(cmd).args(&args));
+    }
+    let chain = libcni::netfilter::go_chain_name("", "upfixm", CID);
+    run_ok(ns.command(cmd).args(["-t", "nat", "-F", &chain]));
+    run_ok(ns.command(cmd).args(["-t", "nat", "-X", &chain]));
+}
+
+/// ipMasq with no `ipMasqBackend`: our ADD writes upstream v1.9's default,
+/// its iptables rules line for line and nothing in nftables, which
+/// upstream's iptables teardown removes; our DEL then has nothing to do.
+#[test]
+fn upstream_ipmasq_no_backend_our_add_is_upstreams_default_and_its_del_removes_it() {
+    if !require_root(
+        "upstream_ipmasq_no_backend_our_add_is_upstreams_default_and_its_del_removes_it",
+    ) {
+        return;
+    }
+    for (name, tool) in tools() {
+        let node = Node::new(&format!("upfx-mnb-{name}"));
+        let pod = Netns::new("upfx-mnb-pod");
+        let data = TempDir::new("upfx-mnb-ipam");
+        node.write_conf(
+            "10-upfixm.conflist",
+            &chain_conf("upfixm", &data, json!({"ipMasq": true}), None),
+        );
+        let path = pod.path();
+        let out = run_tool(
+            &node,
+            name,
+            &tool,
+            &["add", "upfixm", path.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+        assert_eq!(
+            nat_of(&node.ns, false),
+            fixture_lines("ipmasq-iptables.v4"),
+            "{name}"
+        );
+        assert_eq!(
+            nat_of(&node.ns, true),
+            fixture_lines("ipmasq-iptables.v6"),
+            "{name}"
+        );
+        let ruleset = nft_ruleset(&node.ns);
+        assert!(
+            !ruleset.contains("cni_plugins_masquerade"),
+            "{name}: nothing in upstream's nftables table:\n{ruleset}"
+        );
+        upstream_masq_ipt_teardown(&node.ns, "ipmasq-iptables.v4", false);
+        upstream_masq_ipt_teardown(&node.ns, "ipmasq-iptables.v6", true);
+        for v6 in [false, true] {
+            assert_eq!(nat_of(&node.ns, v6), Vec::<String>::new(), "{name} v6={v6}");
+        }
+        let out = run_tool(
+            &node,
+            name,
+            &tool,
+            &["del", "upfixm", path.to_str().unwrap()],
+            None,
+        );
+        assert_eq!(out.exit_code, 0, "{name}: {out:?}");
+    }
+}
+
 // ---- our previous release ----------------------------------------------------
 
 /// The old tables' lines naming `cid`.

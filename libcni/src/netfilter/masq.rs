@@ -37,6 +37,15 @@
 //! `name: "<net>" id: "<cid>"`. Teardown finds the chain by its hashed name
 //! and every rule jumping to it, so it works without addresses too (the Go
 //! plugin needs them and leaks without); GC reads the comments.
+//!
+//! The iptables backend is the default, as the Go plugins' (v1.9) is,
+//! wherever the node has an `iptables` ([`super::default_backend`]). On
+//! iptables-nft its rules are written and read over netlink
+//! ([`super::xt_nat`], no process): ADD reads `POSTROUTING` only when the
+//! container's chain already exists, and keeps the handles of its
+//! `POSTROUTING` jumps in a ledger (`ipmasq-iptables/<net>/<cid>`), so DEL
+//! reads them back instead of listing `POSTROUTING`. Elsewhere one
+//! `iptables-save` and one `iptables-restore` per family and operation.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -45,7 +54,10 @@ use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
 use super::ledger::{self, Entry, Ledger};
 use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_SRCNAT};
-use super::{go_chain_name, open_nft_for_teardown, parse_go_comment, Backend, Owner};
+use super::{
+    go_chain_name, node_iptables, open_nft_for_teardown, parse_go_comment, xt_nat, Backend,
+    NodeIptables, Owner,
+};
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, ErrorList, Result};
 
@@ -65,9 +77,15 @@ const LEDGER: &str = "ipmasq";
 /// Masquerades traffic of `owner`'s addresses on `ifname` (with their
 /// prefix, which gives the subnet left alone) on `backend`, in the calling
 /// thread's namespace. Idempotent.
+/// The iptables backend is written over netlink where the node's
+/// iptables is iptables-nft ([`ipt_setup_native`]), by `iptables-restore`
+/// elsewhere.
 pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
         Backend::Nftables => nft_setup(&mut Nft::open()?, owner, ifname, addrs),
+        Backend::Iptables if node_iptables() == NodeIptables::Nft => {
+            ipt_setup_native(&mut Nft::open()?, owner, addrs)
+        }
         Backend::Iptables => per_family(addrs, |fam, v6| ipt_setup(owner, fam, v6)),
     }
 }
@@ -89,15 +107,20 @@ fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], bool) -> Result<()>) -
 }
 
 /// Removes `owner`'s masquerade on `ifname` on both backends, as the Go
-/// plugins do (the iptables side only runs a process when iptables-nft
-/// shows the container's chain, or when `backend` is iptables). Needs no
-/// address: DEL works after the namespace is gone. Best effort: every step
-/// runs, the first error is returned.
+/// plugins do: on iptables-nft the iptables side is read and written over
+/// netlink; elsewhere it runs a process only when iptables-nft shows the
+/// container's chain, or when `backend` is iptables. Needs no address:
+/// DEL works after the namespace is gone. Best effort: every step runs,
+/// the first error is returned.
 pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut errors = ErrorList::new();
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
         errors.record(nft_teardown(n, owner, ifname));
+        if node_iptables() == NodeIptables::Nft {
+            errors.record(ipt_teardown_native(n, owner));
+            return errors.finish_first();
+        }
     }
     let chain = ipt_chain(owner);
     for v6 in [false, true] {
@@ -120,6 +143,10 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
         errors.record(nft_gc(n, network, valid));
+        if node_iptables() == NodeIptables::Nft {
+            errors.record(ipt_gc_native(n, network, valid));
+            return errors.finish_first();
+        }
     }
     if backend == Backend::Iptables {
         for v6 in [false, true] {
@@ -133,6 +160,9 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
 pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
         Backend::Nftables => nft_check(&mut Nft::open()?, owner, ifname, addrs),
+        Backend::Iptables if node_iptables() == NodeIptables::Nft => {
+            ipt_check_native(&mut Nft::open()?, owner, addrs)
+        }
         Backend::Iptables => per_family(addrs, |fam, v6| ipt_check(owner, fam, v6)),
     }
 }
@@ -552,12 +582,17 @@ fn ipt_rules(owner: &Owner, a: &IpPrefix, fam: IptFamily) -> (String, String, St
     (accept, masq, entry)
 }
 
-/// iptables setup for the addresses of one family: one save, one restore.
-pub fn ipt_setup(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save(fam, IptTable::Nat)?;
+/// The changes of an iptables setup for the addresses of one family,
+/// against what `saved` holds: the chain where missing, and the rules
+/// missing from it.
+fn ipt_setup_changes(
+    owner: &Owner,
+    addrs: &[IpPrefix],
+    fam: IptFamily,
+    saved: &SavedTable,
+    r: &mut Restore,
+) {
     let chain = ipt_chain(owner);
-    let mut r = Restore::new(IptTable::Nat);
     if !saved.has_chain(&chain) {
         r.declare(&chain);
     }
@@ -570,6 +605,14 @@ pub fn ipt_setup(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
             }
         }
     }
+}
+
+/// iptables setup for the addresses of one family: one save, one restore.
+pub fn ipt_setup(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
+    ipt_setup_changes(owner, addrs, fam, &saved, &mut r);
     iptables::restore(fam, &r)
 }
 
@@ -595,12 +638,9 @@ pub fn ipt_teardown(owner: &Owner, v6: bool) -> Result<()> {
     iptables::restore(fam, &r)
 }
 
-/// iptables GC for one family: POSTROUTING rules whose comment names a
-/// container of `network` not in `valid` lose their chain.
-pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
+/// The changes of an iptables GC for one family: POSTROUTING rules whose
+/// comment names a container of `network` not in `valid` lose their chain.
+fn ipt_gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut Restore) {
     let mut done = BTreeSet::new();
     for line in saved.rules_of("POSTROUTING") {
         let (Some(comment), Some(target)) =
@@ -619,16 +659,23 @@ pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
             continue;
         }
         if done.insert(target.clone()) {
-            ipt_remove(&saved, &mut r, &target);
+            ipt_remove(saved, r, &target);
         }
     }
+}
+
+/// iptables GC for one family (one save, one restore).
+pub fn ipt_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
+    ipt_gc_changes(network, valid, &saved, &mut r);
     iptables::restore(fam, &r)
 }
 
-/// iptables CHECK for the addresses of one family.
-pub fn ipt_check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
+/// Whether `saved` holds the rules of `addrs` (of one family).
+fn ipt_check_saved(owner: &Owner, addrs: &[IpPrefix], v6: bool, saved: &SavedTable) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
-    let saved = iptables::save(fam, IptTable::Nat)?;
     for a in addrs {
         let (accept, masq, entry) = ipt_rules(owner, a, fam);
         for line in [accept, masq, entry] {
@@ -639,6 +686,221 @@ pub fn ipt_check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// iptables CHECK for the addresses of one family.
+pub fn ipt_check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
+    let saved = iptables::save(IptFamily::of_v6(v6), IptTable::Nat)?;
+    ipt_check_saved(owner, addrs, v6, &saved)
+}
+
+// ---- iptables rules on iptables-nft, natively -------------------------------
+
+/// The ledger feature of the iptables rules written natively: the
+/// handles of a container's jumps in `POSTROUTING`.
+const IPT_LEDGER: &str = "ipmasq-iptables";
+const POSTROUTING: &str = "POSTROUTING";
+
+fn ipt_ledger(owner: &Owner) -> Option<Ledger> {
+    Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
+}
+
+fn ipt_family(v6: bool) -> Family {
+    if v6 {
+        Family::Ip6
+    } else {
+        Family::Ip
+    }
+}
+
+/// iptables setup on iptables-nft with no process: the same changes as
+/// [`ipt_setup`], one batch per family. `POSTROUTING` is read only when
+/// the container's chain already exists (jumps to it exist only with it);
+/// the handles of the new jumps go to the container's ledger, which DEL
+/// reads instead of listing `POSTROUTING`. A setup that finds the chain
+/// (a repeated ADD) drops the ledger, so DEL lists.
+pub fn ipt_setup_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+    let chain = ipt_chain(owner);
+    let mut entries = Vec::new();
+    let mut fresh = true;
+    for v6 in [false, true] {
+        let fam: Vec<IpPrefix> = addrs
+            .iter()
+            .filter(|a| a.is_ipv4() != v6)
+            .copied()
+            .collect();
+        if fam.is_empty() {
+            continue;
+        }
+        let rules_of = |found: &BTreeSet<String>| {
+            if found.contains(&chain) {
+                vec![chain.clone(), POSTROUTING.to_string()]
+            } else {
+                Vec::new()
+            }
+        };
+        let plan = xt_nat::ReadPlan {
+            chains: vec![chain.clone(), POSTROUTING.to_string()],
+            rules_of: &rules_of,
+        };
+        let added = xt_nat::apply(
+            nft,
+            v6,
+            &mut |n| xt_nat::read(n, v6, &plan),
+            &mut |saved, r| {
+                if saved.has_chain(&chain) {
+                    fresh = false;
+                }
+                ipt_setup_changes(owner, &fam, IptFamily::of_v6(v6), saved, r)
+            },
+            &|c| c == POSTROUTING,
+        )?;
+        entries.extend(added.into_iter().map(|(_, c, handle)| Entry {
+            family: ipt_family(v6),
+            table: xt_nat::TABLE.to_string(),
+            chain: c,
+            handle,
+            note: chain.clone(),
+        }));
+    }
+    let Some(ledger) = ipt_ledger(owner) else {
+        return Ok(());
+    };
+    let stored = if fresh {
+        ledger.store(&entries)
+    } else {
+        ledger.remove()
+    };
+    if let Err(e) = stored {
+        // A failed ADD leaves nothing.
+        let _ = ipt_teardown_native(nft, owner);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What a native teardown reads of one family: the container's chain and
+/// its rules, and the jumps to it, from the ledger when each of its
+/// entries of the family reads back as such a jump, else by listing
+/// `POSTROUTING`. One lookup when the family has no such chain.
+fn ipt_read_container(
+    nft: &mut Nft,
+    v6: bool,
+    owner: &Owner,
+    entries: &[Entry],
+) -> Result<(SavedTable, xt_nat::Handles)> {
+    let own = ipt_chain(owner);
+    let plan = xt_nat::ReadPlan {
+        chains: vec![own.clone()],
+        rules_of: &|found| found.iter().cloned().collect(),
+    };
+    let (mut saved, mut handles) = xt_nat::read(nft, v6, &plan)?;
+    if !saved.has_chain(&own) {
+        return Ok((saved, handles));
+    }
+    let fam = ipt_family(v6);
+    let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
+    let mut found = Vec::new();
+    for e in &mine {
+        match nft.get_rule_raw(fam, xt_nat::TABLE, &e.chain, e.handle)? {
+            Some(r)
+                if iptables::rule_target(&xt_nat::render(&r, v6)).as_deref()
+                    == Some(own.as_str()) =>
+            {
+                found.push(r)
+            }
+            _ => break,
+        }
+    }
+    let rules = if !mine.is_empty() && found.len() == mine.len() {
+        found
+    } else {
+        nft.rules_raw(fam, xt_nat::TABLE, Some(POSTROUTING))?
+    };
+    for r in &rules {
+        xt_nat::push_rule(&mut saved, &mut handles, r, v6);
+    }
+    Ok((saved, handles))
+}
+
+/// iptables teardown on iptables-nft, both families, with no process: the
+/// same changes as [`ipt_teardown`] (the Go plugins' rules go too).
+pub fn ipt_teardown_native(nft: &mut Nft, owner: &Owner) -> Result<()> {
+    let ledger = ipt_ledger(owner);
+    let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
+    let own = ipt_chain(owner);
+    for v6 in [false, true] {
+        xt_nat::apply(
+            nft,
+            v6,
+            &mut |n| ipt_read_container(n, v6, owner, &entries),
+            &mut |saved, r| ipt_remove(saved, r, &own),
+            &|_| false,
+        )?;
+    }
+    match ledger {
+        Some(l) => l.remove(),
+        None => Ok(()),
+    }
+}
+
+/// iptables GC on iptables-nft, both families, with no process (lists the
+/// table's chains and `POSTROUTING`, as the Go plugins' GC does).
+pub fn ipt_gc_native(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
+    for v6 in [false, true] {
+        xt_nat::apply(
+            nft,
+            v6,
+            &mut |n| {
+                let fam = ipt_family(v6);
+                if !n.has_table(fam, xt_nat::TABLE)? {
+                    return Ok((SavedTable::default(), xt_nat::Handles::new()));
+                }
+                let chains = n.chain_names(fam, xt_nat::TABLE)?;
+                let plan = xt_nat::ReadPlan {
+                    chains,
+                    rules_of: &|_| vec![POSTROUTING.to_string()],
+                };
+                xt_nat::read(n, v6, &plan)
+            },
+            &mut |saved, r| ipt_gc_changes(network, valid, saved, r),
+            &|_| false,
+        )?;
+    }
+    for (l, _) in ledger::list(IPT_LEDGER, network) {
+        let cid = l
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        if !valid.iter().any(|a| a.container_id == cid) {
+            l.remove()?;
+        }
+    }
+    Ok(())
+}
+
+/// iptables CHECK on iptables-nft, read over netlink.
+pub fn ipt_check_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+    let own = ipt_chain(owner);
+    for v6 in [false, true] {
+        let fam: Vec<IpPrefix> = addrs
+            .iter()
+            .filter(|a| a.is_ipv4() != v6)
+            .copied()
+            .collect();
+        if fam.is_empty() {
+            continue;
+        }
+        let plan = xt_nat::ReadPlan {
+            chains: vec![own.clone(), POSTROUTING.to_string()],
+            rules_of: &|found| found.iter().cloned().collect(),
+        };
+        let (saved, _) = xt_nat::read(nft, v6, &plan)?;
+        ipt_check_saved(owner, &fam, v6, &saved)?;
     }
     Ok(())
 }
@@ -838,5 +1100,84 @@ mod tests {
         let saved = run_in(&node, "iptables-save", &["-t", "nat"]);
         assert!(saved.contains(&chain), "{saved}");
         assert!(!saved.contains(&ipt_chain(&b)), "{saved}");
+    }
+
+    /// The nat table as `iptables-save` prints it, without the header,
+    /// counters and comments lines that differ between two namespaces.
+    fn nat_text(node: &crate::netns::NetNs, save: &str) -> String {
+        run_in(node, save, &["-t", "nat"])
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(" [").next().unwrap_or(l).to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// On iptables-nft the iptables backend is written over netlink; its
+    /// rules are those `iptables-restore` writes (as `iptables-save` prints
+    /// both), and each side's teardown removes the other's rules.
+    #[test]
+    fn netfilter_masq_iptables_native_equals_iptables_restore() {
+        if !privileged("netfilter_masq_iptables_native_equals_iptables_restore") {
+            return;
+        }
+        assert_eq!(
+            node_iptables(),
+            NodeIptables::Nft,
+            "this test needs iptables-nft"
+        );
+        let owner = Owner::new("cbr0", "ctr-n");
+        let addrs = [prefix("10.1.17.5/24"), prefix("fd00:1::5/64")];
+        let native = crate::netns::testing::new_netns();
+        let process = crate::netns::testing::new_netns();
+        native
+            .run(|| ipt_setup_native(&mut Nft::open()?, &owner, &addrs))
+            .unwrap()
+            .unwrap();
+        process
+            .run(|| per_family(&addrs, |fam, v6| ipt_setup(&owner, fam, v6)))
+            .unwrap()
+            .unwrap();
+        for save in ["iptables-save", "ip6tables-save"] {
+            let (a, b) = (nat_text(&native, save), nat_text(&process, save));
+            assert_eq!(a, b);
+            assert!(a.contains(&ipt_chain(&owner)), "{a}");
+        }
+        // The ledger holds the two POSTROUTING jumps.
+        let entries = native
+            .run(|| ipt_ledger(&owner).unwrap().load())
+            .unwrap()
+            .unwrap();
+        assert_eq!(entries.len(), 2, "{entries:?}");
+        assert!(entries.iter().all(|e| e.chain == POSTROUTING));
+        // Each side's teardown removes the other's rules.
+        native
+            .run(|| per_family(&addrs, |_, v6| ipt_teardown(&owner, v6)))
+            .unwrap()
+            .unwrap();
+        process
+            .run(|| ipt_teardown_native(&mut Nft::open()?, &owner))
+            .unwrap()
+            .unwrap();
+        for node in [&native, &process] {
+            for save in ["iptables-save", "ip6tables-save"] {
+                let t = nat_text(node, save);
+                assert!(!t.contains("CNI-"), "{t}");
+            }
+        }
+        // A teardown whose ledger is stale lists POSTROUTING.
+        native
+            .run(|| {
+                ipt_setup_native(&mut Nft::open()?, &owner, &addrs)?;
+                let l = ipt_ledger(&owner).unwrap();
+                let mut e = l.load().unwrap();
+                e[0].handle += 1000;
+                l.store(&e)?;
+                ipt_teardown_native(&mut Nft::open()?, &owner)
+            })
+            .unwrap()
+            .unwrap();
+        let t = nat_text(&native, "iptables-save");
+        assert!(!t.contains("CNI-"), "{t}");
     }
 }

@@ -88,6 +88,61 @@ impl Backend {
     }
 }
 
+/// Which `iptables` the node runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeIptables {
+    /// iptables-nft: its rules are nf_tables rules, which we write
+    /// ourselves ([`super::xt_nat`]).
+    Nft,
+    /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
+    Legacy,
+    /// No `iptables` command.
+    Absent,
+}
+
+/// The `PATH` the Go plugin's iptables library searches when none is set.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Which `iptables` the node runs, from where the first executable
+/// `iptables` on `PATH` leads (the alternatives symlinks end at
+/// `xtables-nft-multi` or `xtables-legacy-multi`); no process is run.
+pub fn node_iptables() -> NodeIptables {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
+    for dir in std::env::split_paths(&path) {
+        let p = dir.join("iptables");
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            continue;
+        }
+        let real = std::fs::canonicalize(&p).unwrap_or(p);
+        let name = real
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        return if name.contains("nft") {
+            NodeIptables::Nft
+        } else {
+            NodeIptables::Legacy
+        };
+    }
+    NodeIptables::Absent
+}
+
+/// The Go plugins' default backend (v1.9 portmap's `ensureBackend`, and
+/// ipMasq's `SetupIPMasqForNetworks`): iptables
+/// wherever the node has it, nftables only where it has no `iptables` and
+/// the kernel speaks nf_tables.
+pub fn default_backend() -> Backend {
+    if node_iptables() == NodeIptables::Absent && Backend::detect() == Backend::Nftables {
+        Backend::Nftables
+    } else {
+        Backend::Iptables
+    }
+}
+
 /// For a teardown that covers both backends: nf_tables, or `None` when it
 /// cannot be opened. That is an error, kept in `errors`, unless `backend`
 /// is iptables: then nf_tables is only looked at to spare iptables

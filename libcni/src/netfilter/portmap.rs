@@ -46,7 +46,7 @@
 //! [`super::xt_nat`] (`ipt_*_native`), with the handles of a container's
 //! `CNI-HOSTPORT-DNAT` rules in a ledger so that neither ADD nor DEL lists
 //! that chain. With no `backend` key the default is the Go plugin's:
-//! iptables wherever the node has it ([`default_backend`]).
+//! iptables wherever the node has it ([`super::default_backend`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -1072,62 +1072,6 @@ fn ipt_check_saved(spec: &PortMapSpec, v6: bool, saved: &SavedTable) -> Result<(
 }
 
 // ---- iptables rules on iptables-nft, natively -------------------------------
-
-/// Which `iptables` the node runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeIptables {
-    /// iptables-nft: its rules are nf_tables rules, which we write
-    /// ourselves ([`super::xt_nat`]).
-    Nft,
-    /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
-    Legacy,
-    /// No `iptables` command.
-    Absent,
-}
-
-/// The `PATH` the Go plugin's iptables library searches when none is set.
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// Which `iptables` the node runs, from where the first executable
-/// `iptables` on `PATH` leads (the alternatives symlinks end at
-/// `xtables-nft-multi` or `xtables-legacy-multi`); no process is run.
-pub fn node_iptables() -> NodeIptables {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
-    for dir in std::env::split_paths(&path) {
-        let p = dir.join("iptables");
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-            continue;
-        }
-        let real = std::fs::canonicalize(&p).unwrap_or(p);
-        let name = real
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        return if name.contains("nft") {
-            NodeIptables::Nft
-        } else {
-            NodeIptables::Legacy
-        };
-    }
-    NodeIptables::Absent
-}
-
-/// The Go plugin's default backend (v1.9 `ensureBackend`): iptables
-/// wherever the node has it, nftables only where it has no `iptables` and
-/// the kernel speaks nf_tables.
-pub fn default_backend() -> super::Backend {
-    if node_iptables() == NodeIptables::Absent
-        && super::Backend::detect() == super::Backend::Nftables
-    {
-        super::Backend::Nftables
-    } else {
-        super::Backend::Iptables
-    }
-}
 
 /// The ledger feature of the iptables rules written natively: the
 /// handles of a container's jumps in `CNI-HOSTPORT-DNAT`.

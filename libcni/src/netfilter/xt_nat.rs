@@ -1,6 +1,6 @@
 //! iptables-nft's `nat` table (`ip nat`, `ip6 nat`) spoken over netlink:
-//! the Go portmap plugin's iptables rules written and read in the
-//! encoding iptables-nft 1.8 itself uses, with no process.
+//! the Go portmap plugin's and ipMasq's iptables rules written and read in
+//! the encoding iptables-nft 1.8 itself uses, with no process.
 //!
 //! As [`super::firewall::native`] does for the filter table: the chains a
 //! decision needs are read (their existence, and the rules of a few), each
@@ -14,7 +14,8 @@
 //! expressions read back with those of the same rules written by
 //! `iptables`): `-p` a `meta l4proto` compare; `-s`/`-d` a payload load
 //! of the address (only the prefix's bytes when it ends on a byte, else
-//! masked); `-m tcp|udp --dport` a transport payload load and compare;
+//! masked) and an equal compare, `! -s`/`! -d` the same with a not-equal
+//! one; `-m tcp|udp --dport` a transport payload load and compare;
 //! `-m mark --mark v/m` a `meta mark` load, mask and compare; `-m comment`,
 //! `-m multiport`, `-m addrtype`, `-m sctp` xtables matches through
 //! `nft_compat`; a `counter`; the verdict, or the xtables targets `DNAT`
@@ -191,8 +192,13 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
     let mut addrs = Vec::new();
     let mut matches = Vec::new();
     let mut target = None;
+    let mut negate = false;
     while let Some(t) = it.next() {
+        if negate && t != "-s" && t != "-d" {
+            return None;
+        }
         match t {
+            "!" => negate = true,
             "-s" | "-d" => {
                 let (host, len) = it.next()?.split_once('/')?;
                 let a: IpAddr = host.parse().ok()?;
@@ -200,14 +206,14 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
                 if a.is_ipv6() != v6 || u32::from(len) > addr_field(v6, true).1 * 8 {
                     return None;
                 }
-                if len > 0 {
-                    addrs.extend(super::nft::expr::match_prefix_nft(
-                        t == "-s",
-                        CmpOp::Eq,
-                        a,
-                        len,
-                    ));
+                let op = if negate { CmpOp::Neq } else { CmpOp::Eq };
+                if len == 0 && negate {
+                    return None;
                 }
+                if len > 0 {
+                    addrs.extend(super::nft::expr::match_prefix_nft(t == "-s", op, a, len));
+                }
+                negate = false;
             }
             "-p" => proto = proto_number(it.next()?)?,
             "-m" => match it.next()? {
@@ -502,13 +508,18 @@ fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
                     mask_len = m.iter().map(|b| b.count_ones()).sum();
                     next = exprs.next()?;
                 }
-                if next.name != "cmp" || be32(&next.data, 2)? != CmpOp::Eq as u32 || len > full {
+                if next.name != "cmp" || len > full {
                     return None;
                 }
+                let neg = match be32(&next.data, 2)? {
+                    op if op == CmpOp::Eq as u32 => "",
+                    op if op == CmpOp::Neq as u32 => "! ",
+                    _ => return None,
+                };
                 let mut v = data_value(&next.data, 3)?;
                 v.resize(full as usize, 0);
                 let a = ip_of(&v, v6)?;
-                let s = format!("{a}/{mask_len}");
+                let s = format!("{neg}{} {a}/{mask_len}", if source { "-s" } else { "-d" });
                 if source {
                     src = Some(s);
                 } else {
@@ -597,10 +608,9 @@ fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
         }
     }
     let mut s = format!("-A {}", rule.chain);
-    for (opt, v) in [("-s", src), ("-d", dst)] {
-        if let Some(v) = v {
-            s.push_str(&format!(" {opt} {v}"));
-        }
+    for v in [src, dst].into_iter().flatten() {
+        s.push(' ');
+        s.push_str(&v);
     }
     if let Some(p) = proto {
         s.push_str(&format!(" -p {p}"));
@@ -711,7 +721,7 @@ pub fn translate(
             b.add_chain(fam, TABLE, c, None);
         }
     }
-    let unsupported = |l: &str| Error::Internal(format!("portmap nat: cannot encode {l:?}"));
+    let unsupported = |l: &str| Error::Internal(format!("iptables nat: cannot encode {l:?}"));
     for l in r.lines() {
         let (cmd, rest) = l.split_once(' ').unwrap_or((l.as_str(), ""));
         match cmd {
@@ -804,14 +814,15 @@ mod tests {
     use crate::netfilter::testing::run_in;
     use crate::netns::testing::{new_netns, privileged};
 
-    const CHAINS: [&str; 4] = [
+    const CHAINS: [&str; 5] = [
         "CNI-HOSTPORT-SETMARK",
         "CNI-HOSTPORT-MASQ",
         "CNI-HOSTPORT-DNAT",
         "CNI-DN-abc",
+        "CNI-abc",
     ];
 
-    const V4: [&str; 13] = [
+    const V4: [&str; 17] = [
         "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
@@ -825,9 +836,14 @@ mod tests {
         "-A CNI-DN-abc -p tcp -m tcp --dport 8080 -j DNAT --to-destination 10.0.0.5:80",
         "-A CNI-DN-abc -p sctp -m sctp --dport 9 -j DNAT --to-destination 10.0.0.5:90",
         "-A CNI-DN-abc -j RETURN",
+        // ipMasq's (the Go plugins' iptables masquerade).
+        "-A POSTROUTING -s 10.1.17.5/32 -m comment --comment \"name: \\\"cbr0\\\" id: \\\"c\\\"\" -j CNI-abc",
+        "-A CNI-abc -d 10.1.17.0/24 -m comment --comment \"name: \\\"cbr0\\\" id: \\\"c\\\"\" -j ACCEPT",
+        "-A CNI-abc ! -d 224.0.0.0/4 -m comment --comment \"name: \\\"cbr0\\\" id: \\\"c\\\"\" -j MASQUERADE",
+        "-A CNI-abc ! -s 10.2.0.0/16 -d 10.3.0.0/16 -j ACCEPT",
     ];
 
-    const V6: [&str; 9] = [
+    const V6: [&str; 12] = [
         "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
         "-A CNI-HOSTPORT-SETMARK -m comment --comment \"CNI portfwd masquerade mark\" -j MARK --set-xmark 0x2000/0x2000",
@@ -837,6 +853,9 @@ mod tests {
         "-A CNI-DN-abc -s fd00:1:2::/56 -p tcp -m tcp --dport 80 -j CNI-HOSTPORT-SETMARK",
         "-A CNI-DN-abc -p udp -m udp --dport 53 -j DNAT --to-destination [fd00::5]:5353",
         "-A CNI-DN-abc -p sctp -m sctp --dport 9 -j DNAT --to-destination [fd00::5]:90",
+        "-A POSTROUTING -s fd00:1::5/128 -m comment --comment x -j CNI-abc",
+        "-A CNI-abc -d fd00:1::/64 -m comment --comment x -j ACCEPT",
+        "-A CNI-abc ! -d ff00::/8 -m comment --comment x -j MASQUERADE",
     ];
 
     fn all_chains() -> Vec<String> {
@@ -877,6 +896,8 @@ mod tests {
             "-A X -m multiport --dports 1 -j X",
             "-A X -p tcp -m udp --dport 1 -j X",
             "-A X -s fd00::/64 -j ACCEPT",
+            "-A X ! -p tcp -j ACCEPT",
+            "-A X ! -d 0.0.0.0/0 -j ACCEPT",
             "-A X -m addrtype --dst-type UNICAST -j X",
             "-A X -j SNAT --to-source 1.2.3.4",
             "-N X",

@@ -84,10 +84,11 @@ impl Conf {
         })
     }
 
-    /// The backend of `ipMasq`: `ipMasqBackend`, or nftables where the
-    /// kernel of the plugin's namespace has nf_tables (iptables otherwise).
+    /// The backend of `ipMasq`: `ipMasqBackend`, or the Go plugins' default
+    /// (iptables wherever the node has it, nftables otherwise).
     pub fn masq_backend(&self) -> Backend {
-        self.ip_masq_backend.unwrap_or_else(Backend::detect)
+        self.ip_masq_backend
+            .unwrap_or_else(libcni::netfilter::default_backend)
     }
 }
 
@@ -128,9 +129,11 @@ impl MasqKeys {
         }
     }
 
-    /// `ipMasqBackend`, or what this kernel speaks.
+    /// `ipMasqBackend`, or the Go plugins' default (iptables wherever the
+    /// node has it).
     pub fn masq_backend(&self) -> Backend {
-        self.backend.unwrap_or_else(Backend::detect)
+        self.backend
+            .unwrap_or_else(libcni::netfilter::default_backend)
     }
 }
 
