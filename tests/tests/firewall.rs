@@ -1107,12 +1107,63 @@ fn firewall_nft_runs_no_process_at_all() {
         .assert_error(100, "run iptables-save");
 }
 
+/// The iptables backend, named or the default (no firewalld here), on a
+/// node whose `iptables` is iptables-nft: the Go plugin's rules written
+/// over netlink, with no program reachable on `PATH` but `iptables`
+/// itself (whose link only tells which iptables the node runs).
+#[test]
+fn firewall_iptables_and_default_run_no_process_on_iptables_nft() {
+    if !require_root("firewall_iptables_and_default_run_no_process_on_iptables_nft") {
+        return;
+    }
+    let node = fw_node("fwipnp");
+    let a = Peer::attach(&node, "fwipnp-a", 1);
+    let dir = TempDir::new("fw-nft-path");
+    // `iptables` leads to xtables-nft-multi, as on Debian, RHEL and
+    // Fedora; nothing else is on PATH, so a program run would fail.
+    std::os::unix::fs::symlink("/usr/sbin/xtables-nft-multi", dir.path().join("iptables")).unwrap();
+    let path = dir.path().to_str().unwrap().to_string();
+    for backend in [json!({"backend": "iptables"}), json!({})] {
+        let c = conf("fwnet", backend.clone(), Some(&a.prev_result()));
+        assert_ok(&call_with_path(
+            &node,
+            &path,
+            "ADD",
+            "ctr-a",
+            &a.netns(),
+            &c,
+        ));
+        let v4 = rules(&node, false);
+        assert!(v4.iter().any(|r| r.contains(&a.v4())), "{backend}: {v4:?}");
+        assert!(
+            rules(&node, true).iter().any(|r| r.contains(&a.v6())),
+            "{backend}"
+        );
+        assert_ok(&call_with_path(
+            &node,
+            &path,
+            "CHECK",
+            "ctr-a",
+            &a.netns(),
+            &c,
+        ));
+        let bare = conf("fwnet", backend.clone(), None);
+        assert_ok(&call_with_path(&node, &path, "DEL", "ctr-a", "", &bare));
+        no_address_left(&node, &a);
+    }
+}
+
 /// A directory of shims that log each run of the iptables programs to
 /// `log` before running the real one.
 fn counting_shims(dir: &TempDir) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let log = dir.path().join("runs.log");
+    // An `iptables` that does not lead to xtables-nft-multi is what a
+    // legacy node has: the iptables backend then runs the programs. The
+    // shims still run this machine's (iptables-nft) programs, so the rules
+    // can be compared with what the nftables backend sees.
     for prog in [
+        "iptables",
         "iptables-save",
         "iptables-restore",
         "ip6tables-save",

@@ -6,8 +6,10 @@
 //! IPv4 and IPv6, three backends:
 //!
 //! - iptables ([`ipt`]): the Go plugin's iptables chains and rules, byte
-//!   for byte (one `iptables-save` and one `iptables-restore` per family
-//!   and operation);
+//!   for byte; where the node's iptables is iptables-nft they are written
+//!   as the nftables backend writes them (no process), on legacy iptables
+//!   with one `iptables-save` and one `iptables-restore` per family and
+//!   operation;
 //! - nftables ([`native`]): the same rules, written over netlink in
 //!   iptables-nft's encoding, no process (upstream has no nftables
 //!   backend for the firewall: on an iptables-nft node its rules are these);
@@ -34,7 +36,7 @@ use std::net::IpAddr;
 
 use self::ipt::Transport;
 use self::records::{Record, Records};
-use super::{open_nft_for_teardown, Backend, Owner};
+use super::{node_iptables, open_nft_for_teardown, Backend, NodeIptables, Owner};
 use crate::fault;
 use crate::types::Attachment;
 use crate::{Error, ErrorList, Result};
@@ -102,14 +104,25 @@ pub enum TeardownHint {
     },
 }
 
+/// How the iptables backend reaches the node's iptables: where that is
+/// iptables-nft, over netlink in its own encoding ([`native`]: the same
+/// rules, no process); on legacy iptables, with the programs.
+fn iptables_transport() -> Transport {
+    if node_iptables() == NodeIptables::Nft {
+        Transport::Netlink
+    } else {
+        Transport::Programs
+    }
+}
+
 impl TeardownHint {
     /// How the iptables rules are removed: over netlink for `nftables`
-    /// (iptables-nft's tables, no process), with the programs otherwise
-    /// (they also reach iptables-legacy).
+    /// (iptables-nft's tables, no process), else as the iptables backend
+    /// reaches the node's iptables ([`iptables_transport`]).
     fn transport(&self) -> Transport {
         match self {
             TeardownHint::Nftables => Transport::Netlink,
-            _ => Transport::Programs,
+            _ => iptables_transport(),
         }
     }
 
@@ -246,7 +259,7 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
     }
     let done = match backend {
         FwBackend::Nftables => ipt_add(spec, false, Transport::Netlink),
-        FwBackend::Iptables => ipt_add(spec, false, Transport::Programs),
+        FwBackend::Iptables => ipt_add(spec, false, iptables_transport()),
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
     };
     if let Err(e) = done {
@@ -289,7 +302,7 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
         fw.add_source(zone, *a)?;
     }
     if spec.isolate.is_some() {
-        ipt_add(spec, true, Transport::Programs)?;
+        ipt_add(spec, true, iptables_transport())?;
     }
     Ok(())
 }
@@ -299,7 +312,7 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
         FwBackend::Nftables => ipt_check(spec, false, Transport::Netlink),
-        FwBackend::Iptables => ipt_check(spec, false, Transport::Programs),
+        FwBackend::Iptables => ipt_check(spec, false, iptables_transport()),
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
             for a in &spec.addrs {
@@ -310,7 +323,7 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
                     )));
                 }
             }
-            ipt_check(spec, true, Transport::Programs)
+            ipt_check(spec, true, iptables_transport())
         }
     }
 }
