@@ -26,6 +26,7 @@ pub mod conditions;
 pub mod conntrack;
 pub mod firewall;
 pub mod iptables;
+pub mod iptables_nft;
 pub mod ledger;
 pub mod masq;
 pub mod nfnetlink;

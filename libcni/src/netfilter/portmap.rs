@@ -1174,24 +1174,7 @@ fn ipt_read_container(
         for r in nft.rules_raw(fam, xt_nat::TABLE, Some(&own))? {
             xt_nat::push_rule(&mut saved, &mut handles, &r, v6);
         }
-        let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
-        let mut found = Vec::new();
-        for e in &mine {
-            match nft.get_rule_raw(fam, xt_nat::TABLE, &e.chain, e.handle)? {
-                Some(r)
-                    if iptables::rule_target(&xt_nat::render(&r, v6)).as_deref()
-                        == Some(own.as_str()) =>
-                {
-                    found.push(r)
-                }
-                _ => break,
-            }
-        }
-        let rules = if !mine.is_empty() && found.len() == mine.len() {
-            found
-        } else {
-            nft.rules_raw(fam, xt_nat::TABLE, Some(IPT_DNAT_CHAIN))?
-        };
+        let rules = xt_nat::jumps_by_ledger(nft, v6, entries, &own, IPT_DNAT_CHAIN)?;
         for r in &rules {
             xt_nat::push_rule(&mut saved, &mut handles, r, v6);
         }

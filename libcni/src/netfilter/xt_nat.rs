@@ -26,16 +26,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use super::iptables::{self, IptTable, Restore, SavedTable};
+use super::iptables_nft::{be32, comment_info, data_value, family, is_changed, ATTEMPTS};
+use super::ledger::Entry;
 use super::nft::expr::{CmpOp, Expr, MetaKey, PayloadBase, Verdict, REG_1};
 use super::nft::wire::AttrIter;
-use super::nft::{BaseChain, Batch, Family, Hook, Nft, RawExpr, RawRule, XtPlacement};
+use super::nft::{BaseChain, Batch, Hook, Nft, RawExpr, RawRule, XtPlacement};
 use crate::{Error, Result};
 
 /// iptables-nft's table.
 pub const TABLE: &str = "nat";
-/// How often a batch is retried when the table changed between our read
-/// and our batch.
-const ATTEMPTS: usize = 3;
 /// The base chains of iptables-nft's nat table: name, hook, priority.
 const BASE_CHAINS: [(&str, Hook, i32); 4] = [
     ("PREROUTING", Hook::Prerouting, -100),
@@ -44,8 +43,6 @@ const BASE_CHAINS: [(&str, Hook, i32); 4] = [
     ("POSTROUTING", Hook::Postrouting, 100),
 ];
 
-/// `sizeof(struct xt_comment_info)`.
-const COMMENT_LEN: usize = 256;
 /// `sizeof(struct xt_multiport_v1)`: flags, count, ports[15], pflags[15],
 /// invert.
 const MULTIPORT_LEN: usize = 48;
@@ -72,14 +69,6 @@ const NAT_MAP_IPS_PROTO: u32 = 1 | 2;
 const MASQ_V4_LEN: usize = 24;
 const MASQ_V6_LEN: usize = 40;
 
-fn family(v6: bool) -> Family {
-    if v6 {
-        Family::Ip6
-    } else {
-        Family::Ip
-    }
-}
-
 fn addr_field(v6: bool, source: bool) -> (u32, u32) {
     super::nft::expr::ip_addr_offset(v6, source)
 }
@@ -95,14 +84,6 @@ fn proto_name(n: u8) -> Option<&'static str> {
         132 => Some("sctp"),
         _ => None,
     }
-}
-
-fn comment_info(c: &str) -> Vec<u8> {
-    let mut info = vec![0u8; COMMENT_LEN];
-    let b = c.as_bytes();
-    let n = b.len().min(COMMENT_LEN - 1);
-    info[..n].copy_from_slice(&b[..n]);
-    info
 }
 
 fn multiport_info(ports: &[u16]) -> Vec<u8> {
@@ -378,16 +359,6 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
         exprs,
         proto,
     })
-}
-
-/// The value of a nested `NFTA_DATA_VALUE` (in attribute `ty` of `data`).
-fn data_value(data: &[u8], ty: u16) -> Option<Vec<u8>> {
-    let a = AttrIter::new(data).find(ty)?;
-    Some(a.nested().find(1)?.data.to_vec())
-}
-
-fn be32(data: &[u8], ty: u16) -> Option<u32> {
-    AttrIter::new(data).find(ty)?.be32()
 }
 
 fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
@@ -671,6 +642,36 @@ pub fn push_rule(saved: &mut SavedTable, handles: &mut Handles, rule: &RawRule, 
     saved.rules.push(line);
 }
 
+/// The rules of `shared` that jump to `target`, as a DEL needs them: the
+/// ledger's handles (`entries`, this family's), each read back alone and
+/// checked to still jump there; when one is missing or another rule now
+/// sits at its handle, or there is no ledger, the whole of `shared`, once
+/// (rules the Go plugin wrote, an ADD killed before its ledger).
+pub fn jumps_by_ledger(
+    nft: &mut Nft,
+    v6: bool,
+    entries: &[Entry],
+    target: &str,
+    shared: &str,
+) -> Result<Vec<RawRule>> {
+    let fam = family(v6);
+    let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
+    let mut found = Vec::new();
+    for e in &mine {
+        match nft.get_rule_raw(fam, TABLE, &e.chain, e.handle)? {
+            Some(r) if iptables::rule_target(&render(&r, v6)).as_deref() == Some(target) => {
+                found.push(r)
+            }
+            _ => break,
+        }
+    }
+    if !mine.is_empty() && found.len() == mine.len() {
+        Ok(found)
+    } else {
+        nft.rules_raw(fam, TABLE, Some(shared))
+    }
+}
+
 /// The batch of a change list against what `read` found, and the batch
 /// index of each rule line appended with `echo` (those whose chain `echo`
 /// accepts). The table and the base chains the list writes to are created
@@ -801,11 +802,6 @@ pub fn apply(
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Whether a batch failed because the table changed after our read.
-fn is_changed(e: &Error) -> bool {
-    crate::netlink::is_not_found(e) || e.to_string().contains("File exists")
 }
 
 #[cfg(test)]

@@ -29,16 +29,16 @@ use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
 use crate::netfilter::iptables::{self, IptTable, Restore, SavedTable};
+use crate::netfilter::iptables_nft::{
+    be32, comment_info, data_value, family, is_changed, ATTEMPTS,
+};
 use crate::netfilter::nft::expr::{CmpOp, Expr, MetaKey, PayloadBase, Verdict, REG_1};
 use crate::netfilter::nft::wire::AttrIter;
-use crate::netfilter::nft::{BaseChain, Batch, Family, Hook, Nft, RawExpr, RawRule};
+use crate::netfilter::nft::{BaseChain, Batch, Hook, Nft, RawExpr, RawRule};
 use crate::{Error, Result};
 
 /// iptables-nft's table.
 const TABLE: &str = "filter";
-/// How often a batch is retried when the table changed between our read
-/// and our batch (a chain created or a rule deleted meanwhile).
-const ATTEMPTS: usize = 3;
 
 /// `XT_CONNTRACK_STATE`: `match_flags` of `--ctstate`.
 const XT_CONNTRACK_STATE: u16 = 1;
@@ -50,16 +50,6 @@ const CONNTRACK_INFO_LEN: usize = 168;
 /// Offsets of `match_flags` and `state_mask` in `xt_conntrack_mtinfo3`.
 const CONNTRACK_MATCH_FLAGS: usize = 146;
 const CONNTRACK_STATE_MASK: usize = 150;
-/// `sizeof(struct xt_comment_info)`: `char comment[256]`.
-const COMMENT_INFO_LEN: usize = 256;
-
-fn family(v6: bool) -> Family {
-    if v6 {
-        Family::Ip6
-    } else {
-        Family::Ip
-    }
-}
 
 /// `-m conntrack --ctstate RELATED,ESTABLISHED`'s info.
 fn conntrack_info() -> Vec<u8> {
@@ -71,23 +61,9 @@ fn conntrack_info() -> Vec<u8> {
     info
 }
 
-/// `-m comment --comment <c>`'s info.
-fn comment_info(c: &str) -> Vec<u8> {
-    let mut info = vec![0u8; COMMENT_INFO_LEN];
-    let b = c.as_bytes();
-    let n = b.len().min(COMMENT_INFO_LEN - 1);
-    info[..n].copy_from_slice(&b[..n]);
-    info
-}
-
 /// Where an address field is in the IPv4 or IPv6 header.
 fn addr_field(v6: bool, source: bool) -> (u32, u32) {
-    match (v6, source) {
-        (false, true) => (12, 4),
-        (false, false) => (16, 4),
-        (true, true) => (8, 16),
-        (true, false) => (24, 16),
-    }
+    crate::netfilter::nft::expr::ip_addr_offset(v6, source)
 }
 
 fn addr_bytes(a: IpAddr) -> Vec<u8> {
@@ -200,16 +176,6 @@ pub fn encode(line: &str, v6: bool) -> Option<(String, Vec<Expr>)> {
         exprs.push(Expr::Immediate(v));
     }
     Some((chain, exprs))
-}
-
-/// The value of a nested `NFTA_DATA_VALUE` (in attribute `ty` of `data`).
-fn data_value(data: &[u8], ty: u16) -> Option<Vec<u8>> {
-    let a = AttrIter::new(data).find(ty)?;
-    Some(a.nested().find(1)?.data.to_vec())
-}
-
-fn be32(data: &[u8], ty: u16) -> Option<u32> {
-    AttrIter::new(data).find(ty)?.be32()
 }
 
 /// The `iptables-save` line of a rule read back, for the shapes
@@ -462,11 +428,6 @@ fn apply_with(nft: &mut Nft, v6: bool, build: &dyn Fn(&SavedTable, &mut Restore)
             Err(e) => return Err(e),
         }
     }
-}
-
-/// Whether a batch failed because the table changed after our read.
-fn is_changed(e: &Error) -> bool {
-    crate::netlink::is_not_found(e) || e.to_string().contains("File exists")
 }
 
 /// The family's filter table as `iptables-save` would print it, read over
