@@ -112,6 +112,11 @@ impl Ledger {
         Some(namespace_dir(feature)?.join(network))
     }
 
+    /// The attachment's name the ledger is kept under (its file name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     pub fn path(&self) -> PathBuf {
         self.dir.join(&self.name)
     }
@@ -224,6 +229,17 @@ pub fn list(feature: &str, network: &str) -> Vec<(Ledger, Vec<Entry>)> {
     }
     out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
     out
+}
+
+/// GC's last step: removes the ledgers of a network whose name `live`
+/// does not keep.
+pub fn remove_unlisted(feature: &str, network: &str, live: impl Fn(&str) -> bool) -> Result<()> {
+    for (l, _) in list(feature, network) {
+        if !live(l.name()) {
+            l.remove()?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -459,22 +459,13 @@ pub fn nft_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> 
     }
     old_teardown(nft, &mut b, &|c| Owner::is_stale_tag(c, network, valid))?;
     nft.commit(&b)?;
-    for (l, _) in ledger::list(LEDGER, network) {
-        let name = l
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
-        let live = name.split_once(':').is_some_and(|(cid, ifname)| {
+    ledger::remove_unlisted(LEDGER, network, |name| {
+        name.split_once(':').is_some_and(|(cid, ifname)| {
             valid
                 .iter()
                 .any(|a| a.container_id == cid && a.ifname == ifname)
-        });
-        if !live {
-            l.remove()?;
-        }
-    }
+        })
+    })?;
     Ok(())
 }
 
@@ -851,17 +842,9 @@ pub fn ipt_gc_native(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Resu
             &|_| false,
         )?;
     }
-    for (l, _) in ledger::list(IPT_LEDGER, network) {
-        let cid = l
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
-        if !valid.iter().any(|a| a.container_id == cid) {
-            l.remove()?;
-        }
-    }
+    ledger::remove_unlisted(IPT_LEDGER, network, |cid| {
+        valid.iter().any(|a| a.container_id == cid)
+    })?;
     Ok(())
 }
 

@@ -637,12 +637,7 @@ pub fn nft_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<Vec<
     let mut removed = Vec::new();
     let mut stale = Vec::new();
     for (l, entries) in ledger::list(LEDGER, network) {
-        let cid = l
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
+        let cid = l.name().to_string();
         if valid.iter().any(|a| a.container_id == cid) {
             continue;
         }
@@ -1250,17 +1245,9 @@ pub fn ipt_gc_native(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Resu
             &|_| false,
         )?;
     }
-    for (l, _) in ledger::list(IPT_LEDGER, network) {
-        let cid = l
-            .path()
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
-        if !valid.iter().any(|a| a.container_id == cid) {
-            l.remove()?;
-        }
-    }
+    ledger::remove_unlisted(IPT_LEDGER, network, |cid| {
+        valid.iter().any(|a| a.container_id == cid)
+    })?;
     Ok(())
 }
 
