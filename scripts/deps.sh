@@ -30,36 +30,100 @@ ensure_runtime_deps() {
   [ -x /usr/sbin/dnsmasq ] || apt_install dnsmasq-base
 }
 
+# CNI_TEST_SKIP: the one way to leave a step of the suite out on purpose, a
+# comma-separated list of step names:
+#   fullkernel   the full-kernel VM step (scripts/vm/run.sh)
+#   containerd   the tests that start a real containerd (tests/tests/containerd.rs)
+#   go-clients   the tests' calls through go-cni-cri and go-cnitool
+# A skipped step says SKIPPED in the last lines of scripts/test.sh. Under
+# CI=true it is refused: CI runs every step. Anything else a step needs and
+# cannot get fails the run, saying what is missing.
+skip_step() {
+  case ",${CNI_TEST_SKIP:-}," in *",$1,"*) return 0 ;; esac
+  return 1
+}
+check_skip_setting() {
+  local step
+  [ -n "${CNI_TEST_SKIP:-}" ] || return 0
+  if [ "${CI:-}" = true ]; then
+    echo "error: CNI_TEST_SKIP=$CNI_TEST_SKIP is set under CI=true: CI runs every step" >&2
+    exit 1
+  fi
+  for step in ${CNI_TEST_SKIP//,/ }; do
+    case $step in fullkernel | containerd | go-clients) ;;
+    *)
+      echo "error: CNI_TEST_SKIP: unknown step '$step' (fullkernel, containerd, go-clients)" >&2
+      exit 1
+      ;;
+    esac
+  done
+}
+
 # The Go reference plugins (Debian's containernetworking-plugins, under
-# /usr/lib/cni) and go-cnitool (the upstream Go libcni, as containerd and
-# CRI-O call plugins), the yardsticks of the compatibility tests.
+# /usr/lib/cni), the yardstick of the compatibility tests.
 ensure_reference_tools() {
   [ -x /usr/lib/cni/bridge ] || apt_install containernetworking-plugins
-  if ! command -v go-cnitool >/dev/null 2>&1; then
-    local build
-    for build in "$repo/../shared/tools/go-cnitool/build.sh" "${GO_CNITOOL_BUILD:-}"; do
-      if [ -n "$build" ] && [ -f "$build" ]; then
-        sh "$build" /usr/local/bin >&2
-        break
-      fi
-    done
+}
+
+# The Go clients of tests/go/, built from this repository into
+# target/go-clients/ (where the tests look for them) when missing or older
+# than their source:
+#   go-cni-cri  containerd's go-cni, called as containerd 1.6's CRI calls it
+#   go-cnitool  a cnitool on the upstream Go libcni (CRI-O, podman, multus)
+#   vercheck    Go libcni's VERSION exchange with a plugin
+# With Debian's Go and the libraries' Debian packages, in GOPATH mode: no
+# module download.
+ensure_go_clients() {
+  skip_step go-clients && return 0
+  if ! command -v go >/dev/null 2>&1 ||
+    [ ! -d /usr/share/gocode/src/github.com/containerd/go-cni ] ||
+    [ ! -d /usr/share/gocode/src/github.com/containernetworking/cni/libcni ]; then
+    apt_install golang-go golang-github-containerd-go-cni-dev golang-github-appc-cni-dev
   fi
-  if ! command -v go-cnitool >/dev/null 2>&1; then
-    echo "warning: go-cnitool is not available (../shared/tools/go-cnitool missing): its tests will say SKIPPED" >&2
+  local out=$repo/target/go-clients src name work
+  mkdir -p "$out"
+  for src in "$repo"/tests/go/*/main.go; do
+    name=$(basename "$(dirname "$src")")
+    [ "$out/$name" -nt "$src" ] && continue
+    work=$(mktemp -d)
+    mkdir -p "$work/src/$name"
+    cp "$src" "$work/src/$name/"
+    if ! (cd "$work/src/$name" && GO111MODULE=off GOFLAGS= GOPATH="$work:/usr/share/gocode" \
+      GOCACHE="$out/.cache" go build -o "$out/$name.new" .); then
+      rm -rf "$work"
+      echo "error: building the Go client $name (tests/go/$name) failed" >&2
+      return 1
+    fi
+    mv -f "$out/$name.new" "$out/$name"
+    rm -rf "$work"
+    echo "built target/go-clients/$name" >&2
+  done
+}
+
+# containerd 1.6 and runc (Debian's), for tests/tests/containerd.rs, which
+# starts its own containerd in throwaway namespaces, never the machine's;
+# busybox-static, from which that test builds its sandbox image. Installing
+# must not start the machine's containerd: a policy-rc.d refuses service
+# starts meanwhile.
+ensure_containerd() {
+  skip_step containerd && return 0
+  command -v containerd >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 &&
+    [ -x /bin/busybox ] && return 0
+  with_services_held apt_install --no-install-recommends containerd runc busybox-static
+}
+
+# Runs "$@" with a policy-rc.d that refuses every service start, unless one
+# is there already.
+with_services_held() {
+  local guard= rc=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    guard=1
   fi
-  # go-cni-cri: containerd's go-cni, called as containerd 1.6's CRI calls it.
-  if ! command -v go-cni-cri >/dev/null 2>&1; then
-    local build
-    for build in "$repo/../shared/tools/go-cni-cri/build.sh" "${GO_CNI_CRI_BUILD:-}"; do
-      if [ -n "$build" ] && [ -f "$build" ]; then
-        sh "$build" /usr/local/bin >&2
-        break
-      fi
-    done
-  fi
-  if ! command -v go-cni-cri >/dev/null 2>&1; then
-    echo "warning: go-cni-cri is not available (../shared/tools/go-cni-cri missing): its tests will say SKIPPED" >&2
-  fi
+  "$@" || rc=$?
+  [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
+  return $rc
 }
 
 # What the release and install tests use (tests/tests/release.rs,
@@ -84,12 +148,5 @@ ensure_release_test_deps() {
 ensure_firewalld() {
   ensure_cmd dbus-daemon dbus-daemon
   command -v firewalld >/dev/null 2>&1 && return
-  local guard=
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod 755 /usr/sbin/policy-rc.d
-    guard=1
-  fi
-  apt_install --no-install-recommends firewalld
-  [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
+  with_services_held apt_install --no-install-recommends firewalld
 }

@@ -1,8 +1,8 @@
 # Sourced by scripts/test.sh: the full-kernel step. This machine's kernel
 # has no 802.1Q VLAN, ipvlan, dummy or VRF links and no bridge VLAN
-# filtering; ../shared/tools/fullkernel/run.sh boots Debian's full kernel in
-# a VM over this machine's own filesystem, so what is built here runs there.
-# A boot costs about 11 s (more on a loaded machine), so the whole step is
+# filtering; scripts/vm/run.sh boots Debian's full kernel in a VM over this
+# machine's own filesystem, so what is built here runs there. A boot costs
+# about 6 s (more on a loaded machine), so the whole step is
 # ONE VM call that runs a queue of commands, in order:
 #
 #   fullkernel_add CMD [ARG...]     queue one command (run from the repo
@@ -23,14 +23,8 @@
 # Inside the VM FULLKERNEL_GUEST=1 is set; tests named fullkernel_* run
 # for real there, and say on other kernels that this step runs them.
 
-# The tool: FULLKERNEL_TOOL, else ../shared/tools/fullkernel/run.sh beside
-# the checkout (or beside the directory of worktrees it is in).
-if [ -z "${FULLKERNEL_TOOL:-}" ]; then
-  for FULLKERNEL_TOOL in "$repo/../shared/tools/fullkernel/run.sh" \
-    "$repo/../../shared/tools/fullkernel/run.sh"; do
-    [ -x "$FULLKERNEL_TOOL" ] && break
-  done
-fi
+# The runner: FULLKERNEL_TOOL, else this repository's scripts/vm/run.sh.
+FULLKERNEL_TOOL=${FULLKERNEL_TOOL:-$repo/scripts/vm/run.sh}
 fullkernel_queue=()
 
 fullkernel_add() {

@@ -110,53 +110,65 @@ pub fn bin(name: &str) -> PathBuf {
 /// Where the Go reference plugins are (Debian's containernetworking-plugins).
 pub const GO_PLUGIN_DIR: &str = "/usr/lib/cni";
 
-/// The Go reference plugin `name`, or `None` (said loudly) when not
-/// installed; under `CI=true` a missing reference is a failure.
+/// The Go reference plugin `name` (Debian's package, which the test script
+/// installs); a missing one fails the test.
 pub fn go_plugin(name: &str) -> Option<PathBuf> {
     let p = Path::new(GO_PLUGIN_DIR).join(name);
-    if p.is_file() {
-        return Some(p);
-    }
-    required_tool_missing(&format!("Go reference plugin {}", p.display()));
-    None
+    assert!(
+        p.is_file(),
+        "the Go reference plugin {} is missing: install containernetworking-plugins \
+         (scripts/test.sh does)",
+        p.display()
+    );
+    Some(p)
 }
 
-/// The `go-cnitool` built on the upstream Go libcni, or `None` (loudly).
-pub fn go_cnitool() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("GO_CNITOOL").map(PathBuf::from),
-        Some(PathBuf::from("/usr/local/bin/go-cnitool")),
-    ];
-    for c in candidates.into_iter().flatten() {
-        if c.is_file() {
-            return Some(c);
-        }
+/// Whether `CNI_TEST_SKIP` (a comma-separated list, see `scripts/deps.sh`)
+/// names `step`: the one way to leave a step out on purpose. Says so
+/// loudly; under `CI=true` it is a failure, since CI runs every step.
+pub fn step_skipped(step: &str) -> bool {
+    let skipped = std::env::var("CNI_TEST_SKIP")
+        .is_ok_and(|v| v.split(',').any(|s| s.trim() == step));
+    if skipped {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CNI_TEST_SKIP names {step} under CI=true: CI runs every step"
+        );
+        eprintln!("!!! SKIPPED part of this test: CNI_TEST_SKIP names {step} !!!");
     }
-    required_tool_missing("go-cnitool (../shared/tools/go-cnitool/build.sh)");
-    None
+    skipped
+}
+
+/// The Go client `name` built from `tests/go/<name>` by
+/// `scripts/deps.sh` (`ensure_go_clients`) into `target/go-clients/`, or
+/// `None` when `CNI_TEST_SKIP` names `go-clients`. Missing otherwise, the
+/// test fails saying how to build it.
+pub fn go_client(name: &str) -> Option<PathBuf> {
+    if step_skipped("go-clients") {
+        return None;
+    }
+    let dir = std::env::var_os("CNI_TEST_GO_CLIENTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target/go-clients"));
+    let p = dir.join(name);
+    assert!(
+        p.is_file(),
+        "the Go client {} is not built: run ./scripts/test.sh, or build it alone with \
+         `bash -c '. scripts/deps.sh; repo=$PWD ensure_go_clients'`",
+        p.display()
+    );
+    Some(p)
+}
+
+/// `go-cnitool`: a cnitool on the upstream Go libcni (`tests/go/go-cnitool`).
+pub fn go_cnitool() -> Option<PathBuf> {
+    go_client("go-cnitool")
 }
 
 /// `go-cni-cri`: containerd's go-cni library driven as containerd 1.6's CRI
-/// plugin drives it for kubelet, or `None` (loudly).
+/// plugin drives it for kubelet (`tests/go/go-cni-cri`).
 pub fn go_cni_cri() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("GO_CNI_CRI").map(PathBuf::from),
-        Some(PathBuf::from("/usr/local/bin/go-cni-cri")),
-    ];
-    for c in candidates.into_iter().flatten() {
-        if c.is_file() {
-            return Some(c);
-        }
-    }
-    required_tool_missing("go-cni-cri (../shared/tools/go-cni-cri/build.sh)");
-    None
-}
-
-fn required_tool_missing(what: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{what} is missing; the test script installs it in CI");
-    }
-    eprintln!("!!! SKIPPED part of this test: {what} is not installed !!!");
+    go_client("go-cni-cri")
 }
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

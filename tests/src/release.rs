@@ -1,7 +1,7 @@
 //! Release artifacts and node installs: the suite as `scripts/suite.sh`
 //! derives it from the workspace, copies of the source tree for
 //! reproducibility builds, and running one test inside the full-kernel VM
-//! (`../shared/tools/fullkernel/run.sh`), whose root is a throwaway
+//! (`scripts/vm/run.sh`), whose root is a throwaway
 //! copy-on-write overlay of this machine's: what a test does to dpkg's
 //! database or `/usr/lib/cni` there never reaches the host.
 
@@ -77,24 +77,13 @@ pub fn in_vm() -> bool {
     std::env::var_os("FULLKERNEL_GUEST").is_some_and(|v| v == "1")
 }
 
-/// `shared/tools/fullkernel/run.sh` beside the repository (CI's layout) or
-/// beside the directory of work trees, or `None` (said loudly; a failure
-/// under `CI=true`).
+/// The full-kernel VM runner of this repository (`scripts/vm/run.sh`), or
+/// `None` when `CNI_TEST_SKIP` names `fullkernel`.
 pub fn fullkernel_runner() -> Option<PathBuf> {
-    let root = workspace_root();
-    let candidates = [
-        root.join("../shared/tools/fullkernel/run.sh"),
-        root.join("../../shared/tools/fullkernel/run.sh"),
-    ];
-    if let Some(p) = candidates.iter().find(|p| p.is_file()) {
-        return Some(p.clone());
+    if crate::step_skipped("fullkernel") {
+        return None;
     }
-    let shown = candidates[0].display();
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{shown} is missing; CI has it beside the repository");
-    }
-    eprintln!("!!! SKIPPED part of this test: {shown} is missing !!!");
-    None
+    Some(workspace_root().join("scripts/vm/run.sh"))
 }
 
 /// Runs the test `name` of this test binary again, alone, inside the VM

@@ -1663,24 +1663,6 @@ fn sriov_network_through_our_cnitool() {
 
 // ---- a physical NIC, under Debian's full kernel -----------------------------
 
-/// The fullkernel tool (`../shared/tools/fullkernel/run.sh`), or `None`
-/// said loudly (a failure under CI).
-fn fullkernel() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("FULLKERNEL_RUN").map(PathBuf::from),
-        Some(workspace_root().join("../shared/tools/fullkernel/run.sh")),
-        Some(PathBuf::from("/work/shared/tools/fullkernel/run.sh")),
-    ];
-    if let Some(p) = candidates.into_iter().flatten().find(|p| p.is_file()) {
-        return Some(p);
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("../shared/tools/fullkernel/run.sh is missing");
-    }
-    eprintln!("!!! SKIPPED part of this test: ../shared/tools/fullkernel/run.sh is not there !!!");
-    None
-}
-
 /// The same test, run again inside a VM with Debian's kernel (11 s of
 /// boot and more: one call for the whole scenario), where it takes the
 /// other branch: see [`usb_nic_in_the_vm`].
@@ -1694,7 +1676,7 @@ fn a_usb_nic_under_debians_full_kernel() {
     if !require_root(NAME) {
         return;
     }
-    let Some(run) = fullkernel() else {
+    let Some(run) = tests::release::fullkernel_runner() else {
         return;
     };
     let out = std::process::Command::new(run)
@@ -1702,7 +1684,7 @@ fn a_usb_nic_under_debians_full_kernel() {
         .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
         .env("CNI_TEST_BIN_DIR", bin_dir())
         .output()
-        .expect("fullkernel run.sh");
+        .expect("scripts/vm/run.sh");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
