@@ -7,6 +7,7 @@
 //! it. Names carry a per-run prefix and a counter, so tests run in
 //! parallel; a guard deletes each namespace on drop, after a panic too.
 
+pub mod containerd;
 pub mod firewalld;
 pub mod release;
 pub mod topology;
@@ -127,8 +128,8 @@ pub fn go_plugin(name: &str) -> Option<PathBuf> {
 /// names `step`: the one way to leave a step out on purpose. Says so
 /// loudly; under `CI=true` it is a failure, since CI runs every step.
 pub fn step_skipped(step: &str) -> bool {
-    let skipped = std::env::var("CNI_TEST_SKIP")
-        .is_ok_and(|v| v.split(',').any(|s| s.trim() == step));
+    let skipped =
+        std::env::var("CNI_TEST_SKIP").is_ok_and(|v| v.split(',').any(|s| s.trim() == step));
     if skipped {
         assert!(
             !std::env::var("CI").is_ok_and(|v| v == "true"),

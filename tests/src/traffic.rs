@@ -71,3 +71,21 @@ pub fn ping_ok(from: &Netns, ip: &str) -> bool {
         .status
         .success()
 }
+
+/// `GET /` over HTTP/1.0 from `from` to `ip:port` (one try, 3 s): the
+/// response body, or `None` when nothing answered.
+pub fn http_get(from: &Netns, ip: &str, port: u16) -> Option<String> {
+    const CLIENT: &str = r#"
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
+s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+data = b""
+while True:
+    chunk = s.recv(4096)
+    if not chunk:
+        break
+    data += chunk
+print(data.split(b"\r\n\r\n", 1)[-1].decode().strip())
+"#;
+    python_client(from, CLIENT, &[ip, &port.to_string()])
+}
