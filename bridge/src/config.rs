@@ -6,7 +6,7 @@ use libcni::mac::{self, MacSource};
 use libcni::netfilter::Backend;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{Dns, IpamConf};
+use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -56,7 +56,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 /// `runtimeConfig`: the capabilities the bridge reads.
@@ -118,7 +118,8 @@ pub struct Conf {
     pub mac: Option<[u8; 6]>,
     /// `ipam.type`; `None` for `"ipam": {}` (layer 2 only).
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -222,7 +223,7 @@ impl Conf {
             port_isolation: raw.port_isolation,
             mac,
             ipam,
-            dns: dns.filter(|d| !d.is_empty()),
+            dns: dns.and_then(DnsConf::into_set),
         })
     }
 

@@ -111,6 +111,88 @@ pub fn lookup_in(map: &Map<String, Value>, name: &str) -> Option<Value> {
     })
 }
 
+/// The first key that appears twice among the objects under the top-level
+/// key `field` of JSON text `bytes` (every top-level key equal to `field`
+/// or folding to it, as they all land on one Go struct field whose map Go
+/// fills key by key), or `None`. For maps whose Go key type refuses a key
+/// it has already seen (upstream tuning's `sysctl`), which the decoded
+/// [`Value`] cannot show: it keeps the later value. Text that is not a
+/// JSON object, or a `field` that is not an object, is `None`: the decode
+/// proper reports those.
+pub fn repeated_key_under(bytes: &[u8], field: &str) -> Option<String> {
+    struct Top<'f>(&'f str);
+    struct Keys<'s>(&'s mut Vec<String>, &'s mut Option<String>);
+
+    impl<'de> Visitor<'de> for Top<'_> {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            let (mut seen, mut repeated) = (Vec::new(), None);
+            while let Some(key) = map.next_key::<String>()? {
+                if key == self.0 || key_folds_to(&key, self.0) {
+                    map.next_value_seed(Keys(&mut seen, &mut repeated))?;
+                } else {
+                    map.next_value::<de::IgnoredAny>()?;
+                }
+            }
+            Ok(repeated)
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Keys<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Keys<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                map.next_value::<de::IgnoredAny>()?;
+                if self.1.is_none() && self.0.contains(&key) {
+                    *self.1 = Some(key.clone());
+                }
+                self.0.push(key);
+            }
+            Ok(())
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            while seq.next_element::<de::IgnoredAny>()?.is_some() {}
+            Ok(())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<(), E> {
+            Ok(())
+        }
+        fn visit_unit<E>(self) -> Result<(), E> {
+            Ok(())
+        }
+    }
+
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    de::Deserializer::deserialize_map(&mut de, Top(field))
+        .ok()
+        .flatten()
+}
+
 /// A config key read for a teardown (DEL, GC): a value that cannot be
 /// decoded does not fail the whole parse but is kept as the reason, so a
 /// teardown goes on without it. Under a config unchanged since ADD (the
@@ -770,6 +852,25 @@ mod tests {
             "invalid network config: runtimeConfig.portMappings[3]: missing field `containerPort`"
         );
         assert_eq!(from_slice::<Conf>(b"{").unwrap_err().code(), 6);
+    }
+
+    #[test]
+    fn a_key_repeated_under_a_field_is_found_in_the_text() {
+        let find = |t: &str| repeated_key_under(t.as_bytes(), "sysctl");
+        assert_eq!(find(r#"{"sysctl": {"a": "1", "b": "2"}}"#), None);
+        assert_eq!(
+            find(r#"{"sysctl": {"a": "1", "b": "2", "a": "3"}}"#),
+            Some("a".into())
+        );
+        // Two keys landing on the field fill one map.
+        assert_eq!(
+            find(r#"{"sysctl": {"a": "1"}, "SYSCTL": {"a": "2"}}"#),
+            Some("a".into())
+        );
+        // Elsewhere, or not an object: not this function's business.
+        assert_eq!(find(r#"{"args": {"sysctl": {"a": "1", "a": "2"}}}"#), None);
+        assert_eq!(find(r#"{"sysctl": "a"}"#), None);
+        assert_eq!(find("[1]"), None);
     }
 
     #[test]

@@ -1201,3 +1201,53 @@ fn ipmasq_on_nftables() {
         masquerade_on("nftables");
     }
 }
+
+/// The config's `dns` replaces IPAM's (host-local's `resolvConf`) when it
+/// sets anything, a present but empty list included, as upstream's
+/// `dnsConfSet` counts it; an absent `dns`, `{}` or lists that are `null`
+/// keep IPAM's.
+#[test]
+fn dns_lists_present_but_empty_replace_ipams() {
+    if !require_root("dns_lists_present_but_empty_replace_ipams") {
+        return;
+    }
+    let site = Site::new("ptp-dns");
+    let resolv = site.leases.write(
+        "resolv.conf",
+        "nameserver 10.96.0.10\nsearch svc.cluster.local\n",
+    );
+    let ipams = json!({"nameservers": ["10.96.0.10"], "search": ["svc.cluster.local"]});
+    for (i, (dns, want)) in [
+        (None, ipams.clone()),
+        (Some(json!({})), ipams.clone()),
+        (
+            Some(json!({"nameservers": null, "search": null})),
+            ipams.clone(),
+        ),
+        (Some(json!({"domain": ""})), ipams.clone()),
+        (Some(json!({"nameservers": []})), json!({})),
+        (Some(json!({"search": [], "options": []})), json!({})),
+        (
+            Some(json!({"domain": "cluster.local"})),
+            json!({"domain": "cluster.local"}),
+        ),
+        (
+            Some(json!({"nameservers": ["10.0.0.53"], "search": []})),
+            json!({"nameservers": ["10.0.0.53"]}),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut conf = site.conf("dnsnet", json!({}));
+        conf["ipam"]["resolvConf"] = json!(resolv);
+        if let Some(dns) = &dns {
+            conf["dns"] = dns.clone();
+        }
+        let pod = Netns::new("pod-dns");
+        let cid = format!("ctr-dns-{i}");
+        let r = site.add(&pod, &cid, &conf);
+        assert_eq!(r["dns"], want, "dns {dns:?}");
+        site.del(Some(&pod), &cid, &conf);
+    }
+}

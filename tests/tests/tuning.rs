@@ -822,3 +822,52 @@ fn the_sysctl_allowlist_refuses_what_it_does_not_match() {
         assert!(p.link("eth0").is_none(), "{name}");
     }
 }
+
+/// A sysctl key written twice in the config: upstream (since v1.2.0)
+/// refuses the config on ADD and CHECK, and so do we, naming the key; the
+/// pod is left as it was and DEL still succeeds.
+#[test]
+fn a_sysctl_key_given_twice_is_refused() {
+    if !require_root("a_sysctl_key_given_twice_is_refused") {
+        return;
+    }
+    let net = Net::new("tun-dup");
+    let (pod, prev) = net.pod("pod-tun-dup", "vdup", 9);
+    let before = state(&pod);
+    let conf = net.conf(&prev, json!({"sysctl": "PLACEHOLDER"}));
+    // Duplicate keys cannot be built as a Value: write the text.
+    let stdin = serde_json::to_string(&conf).expect("json").replace(
+        "\"PLACEHOLDER\"",
+        r#"{"net.core.somaxconn": "1000", "net.ipv4.conf.eth0.arp_ignore": "1", "net.core.somaxconn": "2000"}"#,
+    );
+    let path = net.path.path().display().to_string();
+    let netns = pod.path().display().to_string();
+    for cmd in ["ADD", "CHECK"] {
+        let env = [
+            ("CNI_COMMAND", cmd),
+            ("CNI_CONTAINERID", "ctr-dup"),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", path.as_str()),
+        ];
+        let out = call_plugin(Some(&net.node.ns), &bin("tuning"), &env, &stdin);
+        out.assert_error(7, "sysctl");
+        assert!(
+            out.stdout.contains("net.core.somaxconn") && out.stdout.contains("twice"),
+            "{cmd}: {out:?}"
+        );
+        assert_eq!(state(&pod), before, "{cmd} changed the pod");
+    }
+    assert!(
+        !net.backup_dir().exists() || tree(&net.backup_dir()).is_empty(),
+        "no backup is written"
+    );
+    let env = [
+        ("CNI_COMMAND", "DEL"),
+        ("CNI_CONTAINERID", "ctr-dup"),
+        ("CNI_NETNS", netns.as_str()),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", path.as_str()),
+    ];
+    call_plugin(Some(&net.node.ns), &bin("tuning"), &env, &stdin).assert_silent_ok();
+}

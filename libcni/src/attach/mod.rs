@@ -470,11 +470,12 @@ impl<'a> Add<'a> {
     }
 }
 
-/// The config's `dns` replaces the IPAM plugin's in the result when it has
-/// any field (`dns` is what the plugin's config parser kept: `None` for an
-/// absent or empty one), as the reference plugins do.
+/// The config's `dns` replaces the IPAM plugin's in the result when it
+/// sets any of it (`dns` is what [`crate::types::DnsConf::into_set`] kept:
+/// a list present, even empty, or a domain), as the reference's bridge and
+/// ptp do.
 pub fn apply_dns(result: &mut CniResult, dns: Option<&Dns>) {
-    if let Some(dns) = dns.filter(|d| !d.is_empty()) {
+    if let Some(dns) = dns {
         result.dns = dns.clone();
     }
 }

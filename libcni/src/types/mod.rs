@@ -7,4 +7,4 @@ pub mod route_conf;
 
 pub use config::{Attachment, IpamConf, NetConf};
 pub use net::IpPrefix;
-pub use result::{CniResult, Dns, Interface, IpConfig, Route};
+pub use result::{CniResult, Dns, DnsConf, Interface, IpConfig, Route};

@@ -102,6 +102,38 @@ impl Dns {
     }
 }
 
+/// A config's `dns` key as written: which lists are present (an empty
+/// list `[]` is present, `null` or a missing key is not).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct DnsConf {
+    #[serde(default)]
+    pub nameservers: Option<Vec<String>>,
+    #[serde(default)]
+    pub domain: Option<String>,
+    #[serde(default)]
+    pub search: Option<Vec<String>>,
+    #[serde(default)]
+    pub options: Option<Vec<String>>,
+}
+
+impl DnsConf {
+    /// The DNS that replaces the IPAM plugin's in a result, when the
+    /// config sets any of it: a list present, even empty, or a non-empty
+    /// domain (upstream's `dnsConfSet`). `None`: IPAM's DNS stays.
+    pub fn into_set(self) -> Option<Dns> {
+        let set = self.nameservers.is_some()
+            || self.search.is_some()
+            || self.options.is_some()
+            || self.domain.as_deref().is_some_and(|d| !d.is_empty());
+        set.then(|| Dns {
+            nameservers: self.nameservers.unwrap_or_default(),
+            domain: self.domain.unwrap_or_default(),
+            search: self.search.unwrap_or_default(),
+            options: self.options.unwrap_or_default(),
+        })
+    }
+}
+
 // ---- wire shapes ----------------------------------------------------------
 
 /// 0.3.0 / 0.3.1 / 0.4.0, and 1.0.0 / 1.1.0 (where `version` is absent and
@@ -454,6 +486,27 @@ mod tests {
         assert_eq!(e.unwrap_err().code(), 1);
         let e = CniResult::from_json(&json!({"ips": [{"address": "10.1.0.5"}]}), Version::V1_0_0);
         assert_eq!(e.unwrap_err().code(), 6);
+    }
+
+    #[test]
+    fn a_config_dns_is_set_by_any_list_present_even_empty_or_a_domain() {
+        let set = |v: serde_json::Value| {
+            crate::gojson::from_value_at::<DnsConf>(&v, "dns")
+                .unwrap()
+                .into_set()
+        };
+        assert_eq!(set(json!({})), None);
+        assert_eq!(set(json!({"nameservers": null, "domain": ""})), None);
+        assert_eq!(set(json!({"nameservers": []})), Some(Dns::default()));
+        assert_eq!(set(json!({"Options": []})), Some(Dns::default()));
+        assert_eq!(
+            set(json!({"domain": "d", "search": ["s"]})),
+            Some(Dns {
+                domain: "d".into(),
+                search: vec!["s".into()],
+                ..Dns::default()
+            })
+        );
     }
 
     #[test]

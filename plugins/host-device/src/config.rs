@@ -12,7 +12,7 @@ use libcni::gojson::Lenient;
 use libcni::mac::parse_hardware_addr;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{Dns, IpamConf};
+use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -38,7 +38,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 /// `runtimeConfig`: the `deviceID` capability (what an SR-IOV or DPDK
@@ -70,7 +70,8 @@ pub struct Conf {
     pub dpdk_mode: bool,
     /// `ipam.type`; `None` for no IPAM (layer 2 only).
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -104,7 +105,7 @@ impl Conf {
             device_id,
             dpdk_mode: raw.dpdk_mode,
             ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
-            dns: raw.dns.filter(|d| !d.is_empty()),
+            dns: raw.dns.and_then(DnsConf::into_set),
         };
         if !conf.names_a_device() {
             return Err(Error::config(

@@ -6,7 +6,7 @@
 use libcni::netlink::link_kinds::IpvlanMode;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{CniResult, Dns, IpamConf};
+use libcni::types::{CniResult, Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -24,7 +24,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 /// Where the ipvlan's addresses come from.
@@ -51,7 +51,8 @@ pub struct Conf {
     pub link_in_container: bool,
     /// `ipam.type`; `None` when the addresses come from `prevResult`.
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -95,7 +96,7 @@ impl Conf {
             mtu,
             link_in_container: raw.link_in_container,
             ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
-            dns: raw.dns.filter(|d| !d.is_empty()),
+            dns: raw.dns.and_then(DnsConf::into_set),
         })
     }
 

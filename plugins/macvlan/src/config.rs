@@ -7,7 +7,7 @@ use libcni::mac::{self, MacSource};
 use libcni::netlink::link::MacvlanMode;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{Dns, IpamConf};
+use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -31,7 +31,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -57,7 +57,8 @@ pub struct Conf {
     pub bc_queue_len: Option<u32>,
     /// `ipam.type`; `None` for no IPAM (layer 2 only).
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -132,7 +133,7 @@ impl Conf {
             link_in_container: raw.link_in_container,
             bc_queue_len,
             ipam,
-            dns: dns.filter(|d| !d.is_empty()),
+            dns: dns.and_then(DnsConf::into_set),
         })
     }
 }

@@ -6,7 +6,7 @@
 use libcni::gojson::Lenient;
 use libcni::netfilter::{Backend, Owner};
 use libcni::skel::CmdArgs;
-use libcni::types::{Dns, IpamConf};
+use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -22,7 +22,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 /// A validated ptp config.
@@ -38,7 +38,8 @@ pub struct Conf {
     /// `ipam.type`: ptp routes through the gateway IPAM gives, so it needs
     /// one.
     pub ipam: String,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -80,7 +81,7 @@ impl Conf {
             ip_masq_backend,
             mtu,
             ipam,
-            dns: raw.dns.filter(|d| !d.is_empty()),
+            dns: raw.dns.and_then(DnsConf::into_set),
         })
     }
 

@@ -10,7 +10,7 @@ use std::path::Path;
 use libcni::mac::{self, MacSource};
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{Dns, IpamConf};
+use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -41,7 +41,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 /// `runtimeConfig` (capability `mac`) and `args.cni`: a `mac`.
@@ -77,7 +77,8 @@ pub struct Conf {
     pub bridge: Option<String>,
     /// `ipam.type`; `None` for layer 2 only.
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -124,7 +125,7 @@ impl Conf {
             group: raw.group,
             bridge,
             ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
-            dns: raw.dns.filter(|d| !d.is_empty()),
+            dns: raw.dns.and_then(DnsConf::into_set),
         })
     }
 }

@@ -24,7 +24,8 @@ use serde::{Deserialize, Deserializer};
 pub const DEFAULT_DATA_DIR: &str = "/run/cni/tuning";
 
 /// A sysctl map as given: its entries in order (a key given twice keeps
-/// its later value, as Go's map does).
+/// its later value, as Go's map would; [`Conf::parse`] refuses the config
+/// first, as upstream does).
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SysctlMap(pub Vec<(String, String)>);
 
@@ -145,6 +146,14 @@ impl Conf {
 
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
+        // A sysctl key written twice: upstream (since v1.2.0) refuses the
+        // config on ADD and CHECK rather than pick one of the values.
+        if let Some(key) = libcni::gojson::repeated_key_under(&args.stdin, "sysctl") {
+            return Err(Error::config(
+                "sysctl",
+                format!("{key:?} is given twice: duplicated sysctl keys are not allowed"),
+            ));
+        }
         let raw: Raw = args.config()?;
         let cni_args = args.cni_args()?;
         cni_args.check_known(&["MAC"])?;

@@ -5,7 +5,7 @@
 
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{Dns, IpamConf};
+use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
@@ -23,7 +23,7 @@ struct Raw {
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
-    dns: Option<Dns>,
+    dns: Option<DnsConf>,
 }
 
 /// A validated vlan config.
@@ -39,7 +39,8 @@ pub struct Conf {
     pub link_in_container: bool,
     /// `ipam.type` (required: the VLAN interface gets its addresses there).
     pub ipam: String,
-    /// `dns`, which replaces the IPAM plugin's when it has any field.
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
 }
 
@@ -92,7 +93,7 @@ impl Conf {
             mtu,
             link_in_container: raw.link_in_container,
             ipam,
-            dns: raw.dns.filter(|d| !d.is_empty()),
+            dns: raw.dns.and_then(DnsConf::into_set),
         })
     }
 }
