@@ -271,6 +271,12 @@ struct RawRuntime {
 
 #[derive(Deserialize)]
 struct RawIpam {
+    /// Go's untagged `IPAMConfig.Name` (host-local copies the network's
+    /// name over it): a key of that name, or one folding to it (`name`),
+    /// must be a string, and is otherwise unused.
+    #[serde(rename = "Name", default)]
+    #[allow(dead_code)]
+    name: Option<String>,
     #[serde(default)]
     ranges: Option<Vec<Vec<RawRange>>>,
     #[serde(default)]

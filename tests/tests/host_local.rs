@@ -1232,3 +1232,33 @@ fn bench_verbs_with_ten_thousand_leases() {
         }
     }
 }
+
+/// Go's `IPAMConfig` has an untagged `Name` string field: `Name` or `name`
+/// in the ipam object goes there (and is then overwritten by the network's
+/// name), so a string is accepted and anything else refused, by both.
+#[test]
+fn the_untagged_ipam_name_is_a_string_as_in_go() {
+    let Some(go) = go_plugin("host-local") else {
+        return;
+    };
+    for (key, value, ok) in [
+        ("Name", json!("anything"), true),
+        ("name", json!("anything"), true),
+        ("Name", json!(5), false),
+        ("NAME", json!(["x"]), false),
+    ] {
+        let mut ipam = json!({"ranges": [[{"subnet": "10.33.0.0/24"}]]});
+        ipam[key] = value.clone();
+        let net = Net::new("hl-name", ipam);
+        let conf = net.conf();
+        let theirs = call(&go, "ADD", "c-go", "eth0", &conf, &[]);
+        let mine = call(&ours(), "ADD", "c-rs", "eth0", &conf, &[]);
+        assert_eq!(theirs.exit_code == 0, ok, "Go, {key}: {value}: {theirs:?}");
+        if ok {
+            assert_eq!(addrs(&mine.result()), ["10.33.0.3/24"], "{key}: {value}");
+        } else {
+            // The path names the field (Go's name for it), whatever the case.
+            mine.assert_error(7, "ipam.Name");
+        }
+    }
+}

@@ -123,6 +123,44 @@ fn same_as_go_cases() -> Vec<(&'static str, Value, &'static str)> {
             "",
         ),
         ("capitalised args", caps, ""),
+        // Go's own `Address` struct marshalled: the tagged `address` and
+        // `gateway`, and the untagged `Address` (a net.IPNet) and `Version`.
+        (
+            "Go's Address struct as Go marshals it",
+            net(
+                "1.0.0",
+                json!({"type": "static", "Name": "set over by the network's name",
+                       "addresses": [
+                    {"address": "10.10.0.5/24", "gateway": "10.10.0.1",
+                     "Address": {"IP": "10.10.0.5", "Mask": "////AA=="}, "Version": "4"},
+                    {"address": "3ffe:ffff:0:1ff::5/64",
+                     "Address": {"IP": "3ffe:ffff:0:1ff::5", "Mask": "//////////8AAAAAAAAAAA=="},
+                     "Version": "6"}
+                ]}),
+            ),
+            "",
+        ),
+        (
+            "an IPNet with an IP wins over address, which is then never read",
+            net(
+                "1.0.0",
+                json!({"type": "static", "addresses": [
+                    {"address": "not an address", "gateway": "10.10.0.1",
+                     "Address": {"IP": "10.10.0.7", "Mask": "//8AAA=="}}
+                ]}),
+            ),
+            "",
+        ),
+        (
+            "an IPNet without an IP leaves address to be read",
+            net(
+                "1.0.0",
+                json!({"type": "static", "addresses": [
+                    {"address": "10.10.0.5/24", "Address": {"IP": null, "Mask": null}}
+                ]}),
+            ),
+            "",
+        ),
     ]
 }
 
@@ -181,6 +219,36 @@ fn errors_go_refuses_too_name_the_key() {
     };
     let two_v4 = json!({"addresses": [{"address": "10.10.0.5/24"}, {"address": "10.20.0.5/24"}]});
     let cases: Vec<(&str, Value, &str, u64, &str)> = vec![
+        (
+            "an untagged Version that is no string",
+            net(
+                "1.0.0",
+                json!({"addresses": [{"address": "10.10.0.5/24", "Version": 4}]}),
+            ),
+            "",
+            7,
+            "ipam.addresses[0].Version",
+        ),
+        (
+            "an untagged IPAM Name that is no string",
+            net(
+                "1.0.0",
+                json!({"Name": 5, "addresses": [{"address": "10.10.0.5/24"}]}),
+            ),
+            "",
+            7,
+            "ipam.Name",
+        ),
+        (
+            "an IPNet whose IP is no address",
+            net(
+                "1.0.0",
+                json!({"addresses": [{"Address": {"IP": "ten", "Mask": "////AA=="}}]}),
+            ),
+            "",
+            7,
+            "ipam.addresses[0].Address.IP: \"ten\" is not an IP address",
+        ),
         (
             "an address without a prefix",
             net("1.0.0", json!({"addresses": [{"address": "10.10.0.5"}]})),

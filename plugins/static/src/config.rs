@@ -145,6 +145,12 @@ struct RawNet {
 
 #[derive(Deserialize)]
 struct RawIpam {
+    /// Go's untagged `IPAMConfig.Name` (the network's name is copied over
+    /// it): decoded, so a key of that name is checked as a string, and
+    /// otherwise unused.
+    #[serde(rename = "Name", default)]
+    #[allow(dead_code)]
+    name: Option<String>,
     #[serde(default)]
     addresses: Option<Vec<Value>>,
     #[serde(default)]
@@ -153,18 +159,87 @@ struct RawIpam {
     dns: Option<Dns>,
 }
 
-/// One `ipam.addresses` entry. Go's struct also has a `version` string
-/// field that it never reads; it is decoded (so a number there is refused,
-/// as Go refuses it) and ignored.
+/// One `ipam.addresses` entry, with Go's struct's fields in its order: the
+/// tagged `address` and `gateway`, then the untagged `Address` (a
+/// `net.IPNet`: `{"IP": "10.1.1.1", "Mask": "////AA=="}`, what Go writes
+/// when it marshals its own struct) and `Version`. A key goes to the field
+/// it names exactly first (`Address` to the `net.IPNet`), else to the
+/// first that folds to it (`ADDRESS` to `address`), as in Go. When
+/// `Address` carries an IP, Go uses it and never reads `address`; so do
+/// we. `Version` is decoded (a number there is refused, as Go refuses it)
+/// and ignored.
 #[derive(Deserialize)]
 struct RawAddress {
     #[serde(default)]
     address: Option<String>,
     #[serde(default)]
     gateway: Option<String>,
-    #[serde(default)]
+    #[serde(rename = "Address", default)]
+    ip_net: Option<GoIpNet>,
+    #[serde(rename = "Version", default)]
     #[allow(dead_code)]
     version: Option<String>,
+}
+
+/// Go's `net.IPNet` as `encoding/json` writes it: `IP` as text, `Mask` as
+/// base64 bytes.
+#[derive(Deserialize)]
+struct GoIpNet {
+    #[serde(rename = "IP", default)]
+    ip: Option<String>,
+    #[serde(rename = "Mask", default)]
+    mask: Option<String>,
+}
+
+impl GoIpNet {
+    /// The address with its prefix length, or `None` when it has no IP
+    /// (Go's `IP == nil`: then `address` is read instead).
+    fn prefix(&self, key: &str) -> Result<Option<IpPrefix>, Error> {
+        use base64::Engine;
+        let Some(ip_text) = self.ip.as_deref().filter(|s| !s.is_empty()) else {
+            return Ok(None);
+        };
+        let ip = ip(ip_text).ok_or_else(|| {
+            Error::config(
+                format!("{key}.IP"),
+                format!("{ip_text:?} is not an IP address"),
+            )
+        })?;
+        let mask_text = self.mask.as_deref().unwrap_or("");
+        let mask = base64::engine::general_purpose::STANDARD
+            .decode(mask_text)
+            .map_err(|_| {
+                Error::config(
+                    format!("{key}.Mask"),
+                    format!("{mask_text:?} is not base64"),
+                )
+            })?;
+        let want = if ip.is_ipv4() { 4 } else { 16 };
+        let ones: u32 = mask.iter().map(|b| b.count_ones()).sum();
+        let canonical = mask.len() == want
+            && mask
+                .iter()
+                .enumerate()
+                .all(|(i, b)| *b == mask_byte(ones, i as u32));
+        if !canonical {
+            return Err(Error::config(
+                format!("{key}.Mask"),
+                format!("{mask_text:?} is not a prefix mask of {want} bytes for {ip}"),
+            ));
+        }
+        IpPrefix::new(ip, ones as u8)
+            .map(Some)
+            .ok_or_else(|| Error::config(format!("{key}.Mask"), "not a prefix length"))
+    }
+}
+
+/// Byte `i` of the mask of `ones` leading one bits.
+fn mask_byte(ones: u32, i: u32) -> u8 {
+    match ones.saturating_sub(i * 8) {
+        0 => 0,
+        n if n >= 8 => 0xff,
+        n => 0xffu8 << (8 - n),
+    }
 }
 
 #[derive(Deserialize)]
@@ -222,14 +297,19 @@ fn config_address(key: &str, v: Value) -> Result<StaticAddress, Error> {
         ));
     }
     let raw: RawAddress = gojson::from_value_at(&v, key)?;
-    let address = match raw.address.as_deref() {
-        None | Some("") => {
+    let from_ip_net = match &raw.ip_net {
+        Some(n) => n.prefix(&format!("{key}.Address"))?,
+        None => None,
+    };
+    let address = match (from_ip_net, raw.address.as_deref()) {
+        (Some(p), _) => p,
+        (None, None | Some("")) => {
             return Err(Error::config(
                 format!("{key}.address"),
                 "missing: an address in CIDR notation (a.b.c.d/n)",
             ))
         }
-        Some(s) => cidr(s).map_err(|m| Error::config(format!("{key}.address"), m))?,
+        (None, Some(s)) => cidr(s).map_err(|m| Error::config(format!("{key}.address"), m))?,
     };
     let gateway = match raw.gateway.as_deref() {
         None | Some("") => None,
