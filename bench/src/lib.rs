@@ -7,7 +7,7 @@
 //! daemons),
 //! [`process`] (one plugin process: timed, or traced for peak RSS),
 //! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
-//! [`measure`] (the main table), [`sweep`] (the scaling sweep),
+//! [`measure`] (the main table), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
 //! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
 //! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
 
@@ -25,4 +25,5 @@ pub mod report;
 pub mod runner;
 pub mod scratch;
 pub mod stats;
+pub mod status;
 pub mod sweep;

@@ -211,6 +211,23 @@ fn run() -> Result<(), String> {
         });
     }
 
+    // STATUS of each plugin of each chain that ran (ours), while the dhcp
+    // daemon is still up.
+    eprintln!(
+        "[{:>4.0}s] STATUS per plugin",
+        started.elapsed().as_secs_f64()
+    );
+    let mut status_costs = Vec::new();
+    for o in &outcomes {
+        if let ChainOutcome::Measured { chain, .. } = o {
+            status_costs.extend(bench::status::chain_costs(
+                &ours_dir,
+                chain,
+                opts.iterations,
+            ));
+        }
+    }
+
     let mut notes = Vec::new();
     if let Some(Ok(l)) = &dhcp_lan {
         let mib = |k: Option<u64>| {
@@ -402,6 +419,7 @@ fn run() -> Result<(), String> {
         starts: starts.as_ref(),
         floor: floor.as_ref(),
         nft_floor: nft_floor.as_ref(),
+        status: &status_costs,
         syscalls: &syscalls,
         sweeps: &sweeps,
         sweep_errors: &sweep_errors,

@@ -277,6 +277,9 @@ impl Plugin for Flannel {
         let conf = FlannelConf::parse(&args.stdin)?;
         let env = SubnetEnv::load(&conf.subnet_file)
             .map_err(|e| Error::NotAvailable(format!("flannel is not ready: {e}")))?;
+        libcni::files::check_writable_dir(&conf.data_dir).map_err(|why| {
+            Error::NotAvailable(format!("delegate configs cannot be saved: {why}"))
+        })?;
         let delegate = delegate_conf::render(&conf, &env);
         invoke::delegate_status(conf.delegate_type(), &delegate_conf::to_bytes(&delegate))
     }

@@ -365,24 +365,32 @@ pub fn gc(store: &Store, valid: &[Attachment]) -> Result<(), Error> {
     }
 }
 
-/// STATUS: code 50 naming the first range set with no free address.
-pub fn status(store: Option<&Store>, conf: &IpamConfig) -> Result<(), Error> {
-    let taken: HashSet<IpAddr> = match store {
-        Some(s) => s
-            .scan(&|_, _| false)?
-            .leases
-            .iter()
-            .map(|l| l.addr)
-            .collect(),
-        None => HashSet::new(),
-    };
+/// STATUS: whether an ADD could be served on this node. Code 50 when it
+/// never could until the node or config changes: a range set with no
+/// address to hand out at all (nothing but its gateway), or a lease
+/// directory that cannot be written (a file in the way, read-only, a
+/// symlink, which ADD refuses). A pool whose addresses are all taken is
+/// not one: ADD reports it (code 11) and STATUS succeeds, since runtimes
+/// (containerd 2.x) turn a STATUS failure into NetworkReady=false, and
+/// kubelet a NotReady node into evicted pods: a capacity problem must not
+/// become an outage. Reads no lease (STATUS runs every few seconds).
+pub fn status(conf: &IpamConfig) -> Result<(), Error> {
+    let nothing_taken = HashSet::new();
     for (i, sc) in conf.sets.iter().enumerate() {
-        if sc.set.free_count(&taken) == 0 {
+        if sc.set.free_count(&nothing_taken) == 0 {
             return Err(Error::NotAvailable(format!(
-                "no free address in {}",
+                "{} holds no address to hand out",
                 sc.describe(i)
             )));
         }
     }
-    Ok(())
+    let dir = conf.location.dir();
+    if std::fs::symlink_metadata(&dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(Error::NotAvailable(format!(
+            "the lease directory {} is a symlink, which host-local refuses",
+            dir.display()
+        )));
+    }
+    libcni::files::check_writable_dir(&dir)
+        .map_err(|why| Error::NotAvailable(format!("leases cannot be written: {why}")))
 }

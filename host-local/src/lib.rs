@@ -104,8 +104,6 @@ impl Plugin for HostLocal {
     }
 
     fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        let conf = IpamConfig::from_args(args)?;
-        let store = Store::open_unlocked(&conf.location)?;
-        alloc::status(store.as_ref(), &conf)
+        alloc::status(&IpamConfig::from_args(args)?)
     }
 }

@@ -17,6 +17,8 @@
 //!   blocking on a FIFO, and only when it is a regular file of sane size.
 //! - [`lock_exclusive`]: a node-wide lock file (`flock`), as Go's plugins
 //!   lock theirs.
+//! - [`check_writable_dir`]: STATUS's question, whether ADD could write
+//!   under a data directory, answered without creating it.
 //! - [`create_dir_all`], [`open_dir`], [`open_nofollow_at`],
 //!   [`entry_kind_at`], [`remove_if_present`]: the building blocks.
 //!
@@ -105,6 +107,37 @@ pub fn create_dir_all(path: &Path, mode: u32) -> io::Result<()> {
         .recursive(true)
         .mode(mode)
         .create(path)
+}
+
+/// Whether an ADD could create files under directory `path`, without
+/// creating anything (STATUS): `path`, or else its nearest existing
+/// ancestor (the ADD creates the rest), must be a directory this process
+/// may write in, on a writable filesystem. The error says which path is
+/// not and why. Two syscalls per existing level, at most.
+pub fn check_writable_dir(path: &Path) -> Result<(), String> {
+    let mut at = path;
+    loop {
+        match std::fs::metadata(at) {
+            Ok(m) if m.is_dir() => {
+                return nix::unistd::access(at, nix::unistd::AccessFlags::W_OK)
+                    .map_err(|e| format!("{} is not writable: {}", at.display(), e.desc()));
+            }
+            Ok(_) => return Err(format!("{} is not a directory", at.display())),
+            // ENOTDIR: a file on the way, which the level above shows.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                match at.parent() {
+                    Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+                    _ => return Err(format!("no part of {} exists", path.display())),
+                }
+            }
+            Err(e) => return Err(format!("{}: {e}", at.display())),
+        }
+    }
 }
 
 /// Opens directory `path` (following symlinks on the way, as a data

@@ -1248,3 +1248,55 @@ fn gc_forwards_and_removes_the_configs_of_attachments_gone() {
     assert!(site.leases().is_empty());
     assert_eq!(site.saved_names(), ["c-other@eth0"]);
 }
+
+/// STATUS is the node's readiness (containerd 2.x reports NetworkReady
+/// from it, and kubelet evicts a NotReady node's pods): it fails only for
+/// what no ADD can get past until the node is mended (subnet.env, above;
+/// a dataDir that cannot be written, here), never for a full pool, which
+/// ADD reports (11) while STATUS stays green, through flannel, bridge and
+/// host-local and through our cnitool's conflist STATUS.
+#[test]
+fn status_fails_for_the_node_not_for_a_full_pool() {
+    if !require_root("status_fails_for_the_node_not_for_a_full_pool") {
+        return;
+    }
+    let Some(site) = Site::new("fl-status") else {
+        return;
+    };
+    if !site.delegates.speak_1_1() {
+        eprintln!("!!! STATUS not checked: the delegates are Go 1.1.1's !!!");
+        return;
+    }
+    // A /30: one address for pods beside the gateway.
+    site.write_subnet_env(
+        "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.7.1/30\nFLANNEL_MTU=1400\nFLANNEL_IPMASQ=true\n",
+    );
+    let conf = site.conf("1.1.0");
+    site.call("STATUS", "", "", "", &conf, &[])
+        .assert_silent_ok();
+    let pod = Netns::new("pod-status");
+    site.add(&pod, "c-one", &conf);
+    let other = Netns::new("pod-status2");
+    site.call("ADD", &ns_path(&other), "c-two", "eth0", &conf, &[])
+        .assert_error(11, "no IP addresses available");
+    site.call("STATUS", "", "", "", &conf, &[])
+        .assert_silent_ok();
+    site.write_conflist("1.1.0");
+    let out = site
+        .node
+        .cnitool_with(&bin("cnitool"), &["status", NET], &[]);
+    assert_eq!(out.exit_code, 0, "cnitool status with a full pool: {out:?}");
+
+    // flannel's dataDir with a file in its place: no ADD can save its
+    // delegate config, STATUS says so.
+    let data = site.data_dir();
+    std::fs::remove_dir_all(&data).ok();
+    std::fs::write(&data, "in the way").expect("write");
+    site.call("STATUS", "", "", "", &conf, &[])
+        .assert_error(50, "delegate configs cannot be saved");
+    std::fs::remove_file(&data).expect("rm");
+    site.call("STATUS", "", "", "", &conf, &[])
+        .assert_silent_ok();
+    site.call("DEL", &ns_path(&pod), "c-one", "eth0", &conf, &[])
+        .assert_silent_ok();
+}

@@ -248,7 +248,7 @@ fn sixty_four_parallel_adds_get_distinct_addresses_and_parallel_dels_leave_only_
 }
 
 #[test]
-fn exhaustion_is_a_clear_error_status_50_and_releases_what_it_took() {
+fn exhaustion_is_a_clear_error_status_stays_ok_and_releases_what_it_took() {
     let net = Net::new(
         "exhaust",
         json!({"ranges": [
@@ -279,10 +279,9 @@ fn exhaustion_is_a_clear_error_status_50_and_releases_what_it_took() {
         after.keys().collect::<Vec<_>>(),
         before.keys().collect::<Vec<_>>()
     );
-    call(&ours(), "STATUS", "", "", &status_conf, &[]).assert_error(
-        50,
-        "no free address in range set 1 (ipam.ranges[1]: 10.13.0.10-10.13.0.11)",
-    );
+    // A full pool is capacity, not a broken node: ADD says so (11) and
+    // STATUS, the node's readiness under containerd 2.x, stays green.
+    ok(call(&ours(), "STATUS", "", "", &status_conf, &[]));
     ok(call(&ours(), "DEL", "a", "eth0", &conf, &[]));
     ok(call(&ours(), "STATUS", "", "", &status_conf, &[]));
     // Round robin: set 0 goes on after .12 (reserved by the failed ADD),
@@ -302,7 +301,7 @@ fn status_counts_the_gateway_and_range_bounds() {
     );
     call(&ours(), "STATUS", "", "", &net.conf_v("1.1.0"), &[]).assert_error(
         50,
-        "no free address in range set 0 (ipam.subnet: 10.14.0.1-10.14.0.1)",
+        "range set 0 (ipam.subnet: 10.14.0.1-10.14.0.1) holds no address to hand out",
     );
     assert!(!net.dir().exists(), "STATUS creates nothing");
     call(&ours(), "ADD", "a", "eth0", &net.conf(), &[])
@@ -1261,4 +1260,32 @@ fn the_untagged_ipam_name_is_a_string_as_in_go() {
             mine.assert_error(7, "ipam.Name");
         }
     }
+}
+
+/// STATUS fails (50, naming the path) when the lease directory cannot be
+/// written, as no ADD could succeed until the node is mended; it creates
+/// nothing and reads no lease.
+#[test]
+fn status_fails_when_leases_cannot_be_written() {
+    let net = Net::new("status-dir", json!({"subnet": "10.16.0.0/24"}));
+    let conf = net.conf_v("1.1.0");
+    ok(call(&ours(), "STATUS", "", "", &conf, &[]));
+    assert!(!net.dir().exists(), "STATUS creates nothing");
+
+    // A file where the data dir should be.
+    std::fs::remove_dir(net.data.path()).expect("rmdir");
+    std::fs::write(net.data.path(), "not a dir").expect("write");
+    call(&ours(), "STATUS", "", "", &conf, &[]).assert_error(
+        50,
+        &format!("{} is not a directory", net.data.path().display()),
+    );
+    std::fs::remove_file(net.data.path()).expect("rm");
+
+    // The lease directory a symlink, which ADD refuses.
+    std::fs::create_dir_all(net.data.path()).expect("mkdir");
+    let elsewhere = TempDir::new("status-elsewhere");
+    std::os::unix::fs::symlink(elsewhere.path(), net.dir()).expect("symlink");
+    call(&ours(), "STATUS", "", "", &conf, &[]).assert_error(50, "is a symlink");
+    std::fs::remove_file(net.dir()).expect("rm");
+    ok(call(&ours(), "STATUS", "", "", &conf, &[]));
 }

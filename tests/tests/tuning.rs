@@ -871,3 +871,25 @@ fn a_sysctl_key_given_twice_is_refused() {
     ];
     call_plugin(Some(&net.node.ns), &bin("tuning"), &env, &stdin).assert_silent_ok();
 }
+
+/// STATUS: fails (50, naming the path) only when backups cannot be
+/// written under `dataDir`, which no ADD could get past; a config whose
+/// sysctls name the interface (which STATUS has none of) is fine.
+#[test]
+fn status_checks_the_backup_dir() {
+    let net = Net::new("tun-status");
+    let conf = net.conf(
+        &json!({}),
+        json!({"cniVersion": "1.1.0", "sysctl": {"net.ipv4.conf.IFNAME.arp_ignore": "1"}}),
+    );
+    let env = [("CNI_COMMAND", "STATUS"), ("CNI_PATH", "/nonexistent")];
+    call_plugin(None, &bin("tuning"), &env, &conf.to_string()).assert_silent_ok();
+    std::fs::write(net.backup_dir(), "in the way").expect("write");
+    call_plugin(None, &bin("tuning"), &env, &conf.to_string()).assert_error(
+        50,
+        &format!(
+            "backups cannot be written: {} is not a directory",
+            net.backup_dir().display()
+        ),
+    );
+}

@@ -41,6 +41,22 @@ impl Plugin for Tuning {
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
         check(args)
     }
+
+    /// STATUS: backups can be written under `dataDir` (code 50 naming the
+    /// path otherwise), since no ADD can succeed until that is mended. The
+    /// sysctls are ADD's to judge: they name the interface, which STATUS
+    /// has none of.
+    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
+        #[derive(serde::Deserialize, Default)]
+        struct StatusKeys {
+            #[serde(rename = "dataDir", default)]
+            data_dir: Option<String>,
+        }
+        let keys: StatusKeys = args.config()?;
+        let dir = config::data_dir(keys.data_dir.as_deref())?;
+        libcni::files::check_writable_dir(&dir)
+            .map_err(|why| Error::NotAvailable(format!("backups cannot be written: {why}")))
+    }
 }
 
 fn prev_result(args: &CmdArgs) -> Result<CniResult, Error> {
