@@ -1289,3 +1289,51 @@ fn status_fails_when_leases_cannot_be_written() {
     std::fs::remove_file(net.dir()).expect("rm");
     ok(call(&ours(), "STATUS", "", "", &conf, &[]));
 }
+
+/// Upstream v1.10's host-local validation, already ours: an explicit
+/// gateway must be of the subnet's family and inside it (upstream #1303),
+/// and a range whose bounds end up reversed once the defaults are filled
+/// in is refused (upstream #1293: a `rangeStart` past the default
+/// `rangeEnd` handed out the broadcast address). Each refusal is code 7
+/// naming the key, before any lease exists.
+#[test]
+fn v1_10_gateway_and_range_bounds_are_validated() {
+    for (what, ipam, key, needle) in [
+        (
+            "a gateway outside the subnet",
+            json!({"subnet": "10.0.0.0/24", "gateway": "192.168.1.1"}),
+            "ipam.gateway",
+            "192.168.1.1 is not in subnet 10.0.0.0/24",
+        ),
+        (
+            "an IPv6 gateway for an IPv4 subnet",
+            json!({"ranges": [[{"subnet": "10.0.0.0/24", "gateway": "fd00::1"}]]}),
+            "ipam.ranges[0][0].gateway",
+            "is not of the same address family as subnet 10.0.0.0/24",
+        ),
+        (
+            "an IPv4 gateway for an IPv6 subnet",
+            json!({"ranges": [[{"subnet": "fd00::/64", "gateway": "10.0.0.1"}]]}),
+            "ipam.ranges[0][0].gateway",
+            "is not of the same address family as subnet fd00::/64",
+        ),
+        (
+            "rangeStart past the default rangeEnd (the broadcast address)",
+            json!({"subnet": "10.0.0.0/30", "rangeStart": "10.0.0.3"}),
+            "ipam.rangeEnd",
+            "10.0.0.2 is before rangeStart 10.0.0.3",
+        ),
+        (
+            "rangeEnd before rangeStart",
+            json!({"ranges": [[{"subnet": "10.0.0.0/24", "rangeStart": "10.0.0.200", "rangeEnd": "10.0.0.100"}]]}),
+            "ipam.ranges[0][0].rangeEnd",
+            "10.0.0.100 is before rangeStart 10.0.0.200",
+        ),
+    ] {
+        let net = Net::new("v110", ipam);
+        let out = call(&ours(), "ADD", "c-v110", "eth0", &net.conf(), &[]);
+        out.assert_error(7, &format!("{key}: "));
+        out.assert_error(7, needle);
+        assert!(!net.dir().exists(), "{what}: no lease directory");
+    }
+}

@@ -1427,3 +1427,106 @@ fn portmap_default_backend_follows_the_nodes_iptables() {
     let log = std::fs::read_to_string(none.path().join("trap.log")).unwrap_or_default();
     assert_eq!(log, "", "nftables runs no program");
 }
+
+/// `masqAll` on nftables, as upstream v1.10 writes it (#1235): one
+/// masquerading rule per family from any source (`ip saddr 0.0.0.0/0`,
+/// `ip6 saddr ::/0`) to the container, and no separate 127.0.0.1 rule,
+/// which that one covers. The rules are encoded as `nft` encodes
+/// upstream's text (netlink expressions compared), CHECK passes on them,
+/// and DEL removes them.
+#[test]
+fn portmap_nft_masq_all_masquerades_every_source_as_upstream() {
+    if !require_root("portmap_nft_masq_all_masquerades_every_source_as_upstream") {
+        return;
+    }
+    let pod = Netns::new("pmall-pod");
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.1.0.2/24", "interface": 0}, {"address": "fd00:1::2/64", "interface": 0}]
+    });
+    let netns = pod.path().to_str().unwrap().to_string();
+    let node = forwarding_node("pmall");
+    let c = conf(
+        "pmall",
+        json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]),
+        json!({"backend": "nftables", "masqAll": true}),
+        Some(&prev),
+    );
+    assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-all", &netns, &c));
+    let masq_v4 = rules(&node, "ip", "masquerading");
+    let masq_v6 = rules(&node, "ip6", "masquerading");
+    assert_eq!(masq_v4.len(), 1, "{masq_v4:?}");
+    assert_eq!(masq_v6.len(), 1, "{masq_v6:?}");
+    assert!(
+        masq_v4[0].contains("ip daddr 10.1.0.2 masquerade") && !masq_v4[0].contains("127.0.0.1"),
+        "{masq_v4:?}"
+    );
+    assert!(
+        masq_v6[0].contains("ip6 daddr fd00:1::2 masquerade"),
+        "{masq_v6:?}"
+    );
+
+    // What nft makes of upstream's text, expression by expression.
+    let exprs = |ns: &Netns, fam: &str| -> Vec<String> {
+        let out = run_ok(ns.command("nft").args([
+            "--debug=netlink",
+            "list",
+            "chain",
+            fam,
+            "cni_hostport",
+            "masquerading",
+        ]));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .chain(String::from_utf8_lossy(&out.stderr).lines())
+            .filter(|l| l.trim_start().starts_with('['))
+            .map(str::to_string)
+            .collect()
+    };
+    let reference = Netns::new("pmall-ref");
+    let text = "add table ip cni_hostport\nadd chain ip cni_hostport masquerading\n\
+         add rule ip cni_hostport masquerading ip saddr 0.0.0.0/0 ip daddr 10.1.0.2 masquerade comment \"ctr-all\"\n\
+         add table ip6 cni_hostport\nadd chain ip6 cni_hostport masquerading\n\
+         add rule ip6 cni_hostport masquerading ip6 saddr ::/0 ip6 daddr fd00:1::2 masquerade comment \"ctr-all\"\n";
+    let mut child = reference
+        .command("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("nft");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "{text}");
+    for fam in ["ip", "ip6"] {
+        let ours_exprs = exprs(&node, fam);
+        assert!(!ours_exprs.is_empty(), "{fam}");
+        assert_eq!(ours_exprs, exprs(&reference, fam), "{fam}");
+    }
+
+    let mut check: Value = serde_json::from_str(&c).unwrap();
+    check["prevResult"] = prev.clone();
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "CHECK",
+        "ctr-all",
+        &netns,
+        &check.to_string(),
+    ));
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "DEL",
+        "ctr-all",
+        "",
+        &conf("pmall", json!([]), json!({"backend": "nftables"}), None),
+    ));
+    assert_eq!(rules(&node, "ip", "masquerading"), Vec::<String>::new());
+    assert_eq!(rules(&node, "ip6", "masquerading"), Vec::<String>::new());
+}
