@@ -457,7 +457,7 @@ pub fn plugin_config(data: &[u8]) {
     match vlan::config::Conf::parse(&args) {
         Ok(c) => {
             assert!(c.vlan_id <= 4094);
-            assert!(!c.ipam.is_empty());
+            assert!(c.ipam.as_deref().is_none_or(|t| !t.is_empty()));
             assert!(c.mtu.is_none_or(|m| m > 0));
         }
         Err(e) => assert_spec_code(&e, "vlan"),

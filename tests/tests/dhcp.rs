@@ -402,7 +402,9 @@ fn assert_bound(
 }
 
 /// dnsmasq drops the lease of `addr` (it handles the RELEASE after the
-/// DEL returned).
+/// DEL returned). dnsmasq finds the lease a DHCPRELEASE names by its client
+/// address (`ciaddr`): upstream's daemon sends it since v1.10 (#1279), ours
+/// always has, and this is the proof.
 fn assert_released(lan: &Lan, addr: &str) {
     wait_for(&format!("dnsmasq to drop its lease of {addr}"), || {
         lan.server_lease_of(ip_of(addr)).is_none()

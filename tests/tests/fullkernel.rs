@@ -1559,3 +1559,63 @@ fn fullkernel_links_named_like_a_node_link_are_made_in_the_pod() {
     }
     assert_eq!(NetSnapshot::take_with(n, false), before);
 }
+
+/// vlan without IPAM (upstream v1.10, #1302): an omitted or empty `ipam`
+/// gives a VLAN interface that is up with no address (the workload
+/// addresses it: SLAAC in a router namespace), through the three clients;
+/// CHECK passes, STATUS answers, DEL removes it.
+#[test]
+fn fullkernel_vlan_without_ipam_is_layer_2_only() {
+    if !full_kernel("fullkernel_vlan_without_ipam_is_layer_2_only") {
+        return;
+    }
+    for (client, ipam) in [
+        (Client::Cri, None),
+        (Client::GoCnitool, Some(json!({}))),
+        (Client::Cnitool, None),
+    ] {
+        let tag = format!("vl2-{client:?}").to_lowercase();
+        let node = Node::new(&tag);
+        node.ns.ip(&["link", "add", "trunk0", "type", "dummy"]);
+        node.ns.ip(&["link", "set", "trunk0", "up"]);
+        let mut plugin = json!({"type": "vlan", "master": "trunk0", "vlanId": 42});
+        if let Some(ipam) = &ipam {
+            plugin["ipam"] = ipam.clone();
+        }
+        node.write_conf(
+            "10-vl2.conflist",
+            &json!({"cniVersion": "1.1.0", "name": "vl2", "plugins": [plugin]}),
+        );
+        let pod = Netns::new(&format!("{tag}-pod"));
+        let out = run_ok(client, &node, "vl2", "add", &pod, "vl2-a");
+        if client == Client::Cnitool {
+            let r: Value = serde_json::from_str(&out.stdout).unwrap();
+            assert_eq!(
+                r,
+                json!({"cniVersion": "1.1.0",
+                       "interfaces": [{"name": "eth0", "mac": mac_of(&pod, "eth0"), "mtu": 1500,
+                                       "sandbox": pod.path().display().to_string()}],
+                       "dns": {}}),
+                "{r}"
+            );
+        }
+        let link = link_of(&pod, "eth0");
+        assert_eq!(link["linkinfo"]["info_kind"], "vlan", "{client:?}");
+        assert_eq!(link["linkinfo"]["info_data"]["id"], 42, "{client:?}");
+        assert!(pod.link_is_up("eth0"), "{client:?}");
+        assert_eq!(
+            global_addrs(&pod, "eth0"),
+            Vec::<String>::new(),
+            "{client:?}"
+        );
+        if client != Client::Cri {
+            run_ok(client, &node, "vl2", "check", &pod, "vl2-a");
+        }
+        if client == Client::Cnitool {
+            let out = node.cnitool_with(&bin("cnitool"), &["status", "vl2"], &[]);
+            assert_eq!(out.exit_code, 0, "{out:?}");
+        }
+        run_ok(client, &node, "vl2", "del", &pod, "vl2-a");
+        assert_eq!(pod_links(&pod), Vec::<String>::new(), "{client:?}");
+    }
+}

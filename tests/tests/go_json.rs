@@ -383,7 +383,7 @@ fn host_device_keys() {
         base("host-device"),
         json!({"device": "ens1f0v3", "hwaddr": "0a:58:0a:46:01:01",
                "kernelpath": "/sys/devices/pci0000:3a/0000:3a:00.0/0000:3b:02.1",
-               "pciBusID": "0000:3b:02.1", "DPDKMode": true,
+               "pciBusID": "0000:3b:02.1", "DPDKMode": true, "useInterfaceNetwork": true,
                "runtimeConfig": {"deviceID": "0000:3b:02.2"},
                "ipam": {"type": "host-local"}, "dns": {"nameservers": ["10.0.0.10"]}}),
     );

@@ -653,6 +653,14 @@ fn dpdk_devices_are_reported_not_moved() {
             NetSnapshot::take_with(&pod, false),
         );
         assert_eq!(now, before, "{keys}: DPDK moved something");
+        // A DPDK device has no kernel network to carry along.
+        let mut own = c.clone();
+        own["useInterfaceNetwork"] = json!(true);
+        site.call_with(&plugin, &path, "ADD", Some(&pod), "net1", "c-dpdk2", &own)
+            .assert_error(
+                7,
+                "useInterfaceNetwork: not supported for a DPDK-bound device",
+            );
         site.call_with(
             &plugin,
             &path,
@@ -1960,4 +1968,128 @@ fn two_adds_racing_for_one_device() {
         dev_is(&site.node.ns, "hd0", "veth", mac, None, false);
     }
     eprintln!("losers' codes: {codes:?}");
+}
+
+/// `useInterfaceNetwork` (upstream v1.10, #1257), as a cloud's secondary
+/// NIC is set up: the device comes with its own address (IPv4 and IPv6,
+/// static), a route to a remote network through the LAN's router and a
+/// default route in a table of its own. ADD takes them from the node
+/// before the move and applies them in the pod (the kernel would drop
+/// them), reporting them after IPAM's addresses; addresses with a lifetime
+/// (SLAAC-style) and the kernel's own routes are not taken. The pod reaches
+/// the LAN and the remote network; CHECK passes; DEL moves the device back
+/// (without them: the node's network manager sets it up again there).
+/// A DPDK-bound device cannot use it (code 7, before anything happens).
+#[test]
+fn use_interface_network_carries_the_devices_own_addresses_and_routes() {
+    if !require_root("use_interface_network_carries_the_devices_own_addresses_and_routes") {
+        return;
+    }
+    let site = Site::new("uin");
+    let mac = "0a:58:0a:46:00:07";
+    site.veth("hd0", mac, "lan0", Some(LAN_IP));
+    site.lan
+        .ip(&["-6", "addr", "add", "fd70::1/64", "dev", "lan0", "nodad"]);
+    site.lan.ip(&["addr", "add", "192.0.2.1/32", "dev", "lo"]);
+    let n = &site.node.ns;
+    n.ip(&["link", "set", "hd0", "up"]);
+    n.ip(&["addr", "add", "10.70.0.50/24", "dev", "hd0"]);
+    n.ip(&["-6", "addr", "add", "fd70::50/64", "dev", "hd0", "nodad"]);
+    // A dynamic address, as SLAAC leaves one: not taken.
+    n.ip(&[
+        "-6",
+        "addr",
+        "add",
+        "fd70::99/64",
+        "dev",
+        "hd0",
+        "nodad",
+        "valid_lft",
+        "3600",
+        "preferred_lft",
+        "3600",
+    ]);
+    n.ip(&[
+        "route",
+        "add",
+        "192.0.2.0/24",
+        "via",
+        LAN_IP,
+        "dev",
+        "hd0",
+        "metric",
+        "50",
+    ]);
+    n.ip(&[
+        "route", "add", "default", "via", LAN_IP, "dev", "hd0", "table", "77",
+    ]);
+    let pod = Netns::new("pod-uin");
+    let c = conf(
+        "cloud",
+        json!({"device": "hd0", "useInterfaceNetwork": true,
+               "ipam": {"type": "static", "addresses": [{"address": "10.71.0.5/24"}]}}),
+    );
+    let result = site.call("ADD", Some(&pod), "eth1", &c).result();
+    assert_eq!(
+        result,
+        json!({"cniVersion": "1.1.0",
+               "interfaces": [{"name": "eth1", "mac": mac, "mtu": 1500, "sandbox": pod.path()}],
+               "ips": [{"interface": 0, "address": "10.71.0.5/24"},
+                       {"interface": 0, "address": "10.70.0.50/24"},
+                       {"interface": 0, "address": "fd70::50/64"}],
+               // In the kernel's listing order (table 77 comes first).
+               "routes": [{"dst": "0.0.0.0/0", "gw": LAN_IP, "table": 77},
+                          {"dst": "192.0.2.0/24", "gw": LAN_IP, "priority": 50, "table": 254}],
+               "dns": {}})
+    );
+    let mut addrs = global_addrs(&pod, "eth1");
+    addrs.sort();
+    assert_eq!(addrs, ["10.70.0.50/24", "10.71.0.5/24", "fd70::50/64"]);
+    let routes = pod.ip(&["route", "show"]);
+    assert!(
+        routes.contains(&format!("192.0.2.0/24 via {LAN_IP} dev eth1 metric 50")),
+        "{routes}"
+    );
+    let table = pod.ip(&["route", "show", "table", "77"]);
+    assert!(
+        table.contains(&format!("default via {LAN_IP} dev eth1")),
+        "{table}"
+    );
+    ping(&pod, LAN_IP);
+    ping(&pod, "192.0.2.1");
+    ping(&pod, "fd70::1");
+    site.call("CHECK", Some(&pod), "eth1", &with_prev(&c, &result))
+        .assert_silent_ok();
+
+    site.call("DEL", Some(&pod), "eth1", &c).assert_silent_ok();
+    assert!(pod.link("eth1").is_none());
+    dev_is(&site.node.ns, "hd0", "veth", mac, None, false);
+    assert_eq!(global_addrs(&site.node.ns, "hd0"), Vec::<String>::new());
+
+    // Layer 2 with the device's own network only, at 1.0.0: the same
+    // addresses, nothing from IPAM.
+    n.ip(&["addr", "add", "10.70.0.50/24", "dev", "hd0"]);
+    n.ip(&["link", "set", "hd0", "up"]);
+    let only = conf(
+        "cloud",
+        json!({"device": "hd0", "useInterfaceNetwork": true}),
+    );
+    let mut only10 = only.clone();
+    only10["cniVersion"] = json!("1.0.0");
+    let pod2 = Netns::new("pod-uin2");
+    let r = site.call("ADD", Some(&pod2), "eth1", &only10).result();
+    assert_eq!(
+        r["ips"],
+        json!([{"interface": 0, "address": "10.70.0.50/24"}]),
+        "{r}"
+    );
+    ping(&pod2, LAN_IP);
+    site.call("DEL", Some(&pod2), "eth1", &only10)
+        .assert_silent_ok();
+
+    // Without the key, a device with addresses is refused as before.
+    n.ip(&["addr", "add", "10.70.0.50/24", "dev", "hd0"]);
+    let plain = conf("cloud", json!({"device": "hd0"}));
+    site.call("ADD", Some(&pod2), "eth1", &plain)
+        .assert_error(7, "is in use on the node");
 }

@@ -4,7 +4,9 @@
 //! name kept as its alias), then IPAM and the container's addresses and
 //! routes, or just the link up without IPAM. In DPDK mode (a PCI device
 //! bound to a userspace driver) nothing is moved: IPAM's addresses are
-//! only reported. A failure after the move puts the device back on the
+//! only reported. With `useInterfaceNetwork` the device's own addresses
+//! and routes are read before the move and applied after it, after IPAM's
+//! (`crate::interface_network`). A failure after the move puts the device back on the
 //! node under its name, with its alias and up state, and a failure after
 //! IPAM was called releases the address: a failed ADD leaves the node as
 //! it was.
@@ -20,12 +22,19 @@ use libcni::Error;
 
 use crate::config::Conf;
 use crate::device;
+use crate::interface_network;
 use crate::sysfs::{Plan, Sysfs};
 
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
     let sys = Sysfs::node();
     let plan = Plan::resolve(&conf, &sys)?;
+    if plan.dpdk && conf.use_interface_network {
+        return Err(Error::config(
+            "useInterfaceNetwork",
+            "not supported for a DPDK-bound device: it has no kernel addresses or routes to take",
+        ));
+    }
     attach::add(args, "host-device", conf.ipam.as_deref(), |a| {
         steps(a, &conf, &plan, &sys)
     })
@@ -47,12 +56,18 @@ fn steps(a: &mut Add<'_>, conf: &Conf, plan: &Plan, sys: &Sysfs) -> Result<CniRe
     } else {
         let key = plan.pick.key();
         let dev = device::find(a.host()?, plan, sys)?;
-        device::ensure_free(a.host()?, &dev, key)?;
+        device::ensure_free(a.host()?, &dev, key, conf.use_interface_network)?;
+        // Read before the move: the kernel drops them when it moves.
+        let own = if conf.use_interface_network {
+            Some(interface_network::capture(a.host()?, &dev)?)
+        } else {
+            None
+        };
         let link = device::move_in(a, &dev, key)?;
         fault::point("host-device/moved");
         iface.mac = format_hardware_addr(&link.hw_addr);
         iface.mtu = Some(link.mtu);
-        Some(link)
+        Some((link, own))
     };
     let mut result = CniResult {
         interfaces: vec![iface],
@@ -70,12 +85,17 @@ fn steps(a: &mut Add<'_>, conf: &Conf, plan: &Plan, sys: &Sysfs) -> Result<CniRe
                 fault::point("host-device/configure");
             }
         }
-        (None, Some(link)) => {
-            // Layer 2 only: the device just comes up.
+        (None, Some((link, _))) => {
+            // Layer 2 only (or the device's own network only): it comes up.
             a.container().set_link_up(link.index)?;
             fault::point("host-device/up");
         }
         (None, None) => {}
+    }
+    if let Some((link, Some(own))) = &moved {
+        own.apply(a.container(), link.index)?;
+        result.ips.extend(own.result_ips());
+        result.routes.extend(own.result_routes());
     }
     attach::apply_dns(&mut result, conf.dns.as_ref());
     Ok(result)

@@ -33,6 +33,8 @@ struct Raw {
     /// Go's `NetConf.DPDKMode` has no JSON tag, so it is a key of that name.
     #[serde(rename = "DPDKMode", default)]
     dpdk_mode: bool,
+    #[serde(rename = "useInterfaceNetwork", default)]
+    use_interface_network: bool,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: RawRuntimeConfig,
     #[serde(default)]
@@ -68,6 +70,9 @@ pub struct Conf {
     /// `DPDKMode`: no kernel device to move (set from the PCI device's
     /// driver whenever a PCI address is given).
     pub dpdk_mode: bool,
+    /// `useInterfaceNetwork`: the device's own addresses and routes go
+    /// into the container with it (`crate::interface_network`).
+    pub use_interface_network: bool,
     /// `ipam.type`; `None` for no IPAM (layer 2 only).
     pub ipam: Option<String>,
     /// `dns`, which replaces the IPAM plugin's when it sets anything
@@ -104,6 +109,7 @@ impl Conf {
             pci_bus_id,
             device_id,
             dpdk_mode: raw.dpdk_mode,
+            use_interface_network: raw.use_interface_network,
             ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
             dns: raw.dns.and_then(DnsConf::into_set),
         };
@@ -170,6 +176,9 @@ impl Conf {
             pci_bus_id,
             device_id,
             dpdk_mode: raw.dpdk_mode.usable("DPDKMode").unwrap_or(false),
+            // DEL moves the device back as always; what was copied goes with
+            // the container's namespace.
+            use_interface_network: false,
             ipam: args.teardown_ipam_type(),
             dns: None,
         }
@@ -271,7 +280,8 @@ mod tests {
             "kernelpath": "/sys/devices/pci0000:3a/0000:3a:00.0/./0000:3b:02.1/",
             "PCIBusID": "0000:3b:02.1", "dpdkmode": true,
             "RuntimeConfig": {"DeviceID": "0000:3b:02.2"},
-            "IPAM": {"type": "static"}, "dns": {"nameservers": ["10.0.0.10"]}
+            "IPAM": {"type": "static"}, "dns": {"nameservers": ["10.0.0.10"]},
+            "UseInterfaceNetwork": true
         }))
         .unwrap();
         assert_eq!(
@@ -283,6 +293,7 @@ mod tests {
                 pci_bus_id: Some("0000:3b:02.1".into()),
                 device_id: Some("0000:3b:02.2".into()),
                 dpdk_mode: true,
+                use_interface_network: true,
                 ipam: Some("static".into()),
                 dns: Some(Dns {
                     nameservers: vec!["10.0.0.10".into()],

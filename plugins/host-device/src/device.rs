@@ -64,9 +64,15 @@ pub fn find(nl: &mut Netlink, plan: &Plan, sys: &Sysfs) -> Result<Link, Error> {
 /// The device is not in use on the node: not a port of a bridge, bond or
 /// any other master (moving it would take it out), and without addresses
 /// other than IPv6 link-local ones (the node's traffic would stop; the
-/// kernel drops a device's addresses when it changes namespace). Code 7
-/// naming `key`, the key that picked it.
-pub fn ensure_free(nl: &mut Netlink, dev: &Link, key: &str) -> Result<(), Error> {
+/// kernel drops a device's addresses when it changes namespace), unless
+/// `addresses_go_along` (`useInterfaceNetwork`: they are the pod's). Code
+/// 7 naming `key`, the key that picked it.
+pub fn ensure_free(
+    nl: &mut Netlink,
+    dev: &Link,
+    key: &str,
+    addresses_go_along: bool,
+) -> Result<(), Error> {
     if let Some(m) = dev.master {
         let master = nl
             .link_by_index(m)?
@@ -80,6 +86,9 @@ pub fn ensure_free(nl: &mut Netlink, dev: &Link, key: &str) -> Result<(), Error>
                 dev.name
             ),
         ));
+    }
+    if addresses_go_along {
+        return Ok(());
     }
     // ENODEV: another ADD moved it out between the lookup and this look.
     let addrs = nl.addresses(Some(dev.index), None).map_err(|e| {

@@ -11,6 +11,7 @@ pub mod add;
 pub mod check;
 pub mod config;
 pub mod device;
+pub mod interface_network;
 pub mod sysfs;
 
 use libcni::attach;
@@ -88,7 +89,8 @@ impl Plugin for HostDevice {
         if !plan.dpdk {
             let mut nl = Netlink::open()?;
             let dev = device::find(&mut nl, &plan, &sys).map_err(unavailable)?;
-            device::ensure_free(&mut nl, &dev, plan.pick.key()).map_err(unavailable)?;
+            device::ensure_free(&mut nl, &dev, plan.pick.key(), conf.use_interface_network)
+                .map_err(unavailable)?;
         }
         attach::status(args)
     }

@@ -2,8 +2,9 @@
 //! the VLAN sub-interface created directly in the container's namespace
 //! under `CNI_IFNAME` (a kernel without 802.1Q VLANs refuses it before
 //! anything exists: code 2 naming the module), IPAM, the container's
-//! addresses and routes. A failure after the link exists deletes it again,
-//! and a failure after IPAM was called releases the address.
+//! addresses and routes; without IPAM (layer 2 only, as macvlan) the link
+//! just comes up. A failure after the link exists deletes it again, and a
+//! failure after IPAM was called releases the address.
 
 use libcni::attach::{self, Add};
 use libcni::ipam::IfaceOptions;
@@ -16,7 +17,7 @@ use crate::config::Conf;
 
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
-    attach::add(args, "vlan", Some(&conf.ipam), |a| steps(a, &conf))
+    attach::add(args, "vlan", conf.ipam.as_deref(), |a| steps(a, &conf))
 }
 
 fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
@@ -26,8 +27,20 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         id: conf.vlan_id,
     };
     let link = a.create_kind(kind, conf.mtu, conf.link_in_container, &VLAN_SUPPORT)?;
-    let allocated = a.ipam_add(&conf.ipam, 0)?;
-    let mut result = a.configure_single(&link, allocated, IfaceOptions::default())?;
+    let mut result = match &conf.ipam {
+        Some(plugin) => {
+            let allocated = a.ipam_add(plugin, 0)?;
+            a.configure_single(&link, allocated, IfaceOptions::default())?
+        }
+        None => {
+            // Layer 2 only: the link comes up, the workload addresses it.
+            a.container().set_link_up(link.index)?;
+            CniResult {
+                interfaces: vec![attach::interface_of(&link, &a.args().netns)],
+                ..CniResult::default()
+            }
+        }
+    };
     attach::apply_dns(&mut result, conf.dns.as_ref());
     Ok(result)
 }

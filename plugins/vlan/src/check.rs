@@ -13,7 +13,7 @@ use crate::config::Conf;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
-    let mut c = Check::begin(args, Some(&conf.ipam))?;
+    let mut c = Check::begin(args, conf.ipam.as_deref())?;
     let ifname = &args.ifname;
     let failed = |msg: String| Err(Error::CheckFailed(msg));
 

@@ -37,8 +37,9 @@ pub struct Conf {
     pub mtu: Option<u32>,
     /// `linkInContainer`: the master is in the container's namespace.
     pub link_in_container: bool,
-    /// `ipam.type` (required: the VLAN interface gets its addresses there).
-    pub ipam: String,
+    /// `ipam.type`; `None` (no `ipam`, or no type) for layer 2 only: the
+    /// interface comes up without addresses (upstream v1.10, #1302).
+    pub ipam: Option<String>,
     /// `dns`, which replaces the IPAM plugin's when it sets anything
     /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
     pub dns: Option<Dns>,
@@ -77,16 +78,7 @@ impl Conf {
                 ))
             }
         };
-        let ipam = raw
-            .ipam
-            .map(|i| i.plugin_type)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Error::config(
-                    "ipam.type",
-                    "missing: the VLAN interface gets its addresses from an IPAM plugin",
-                )
-            })?;
+        let ipam = raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty());
         Ok(Conf {
             master,
             vlan_id,
@@ -120,7 +112,7 @@ mod tests {
                 vlan_id: 0,
                 mtu: None,
                 link_in_container: false,
-                ipam: "host-local".into(),
+                ipam: Some("host-local".into()),
                 dns: None,
             }
         );
@@ -155,8 +147,6 @@ mod tests {
                 json!({"linkInContainer": 1}),
                 "linkInContainer: invalid type",
             ),
-            (json!({"ipam": {}}), "ipam.type: missing"),
-            (json!({"ipam": {"type": ""}}), "ipam.type: missing"),
         ] {
             let e = conf(v).unwrap_err();
             assert_eq!(e.code(), 7, "{e}");
@@ -165,6 +155,24 @@ mod tests {
                     .starts_with(&format!("invalid network config: {needle}")),
                 "{e}"
             );
+        }
+    }
+
+    /// Without an IPAM type the VLAN is layer 2 only (upstream v1.10,
+    /// #1302): an omitted `ipam` (which the test helper fills in unless
+    /// given), an empty one and an empty type alike.
+    #[test]
+    fn ipam_is_optional() {
+        let raw = |v: Value| -> Conf {
+            let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes()).unwrap();
+            Conf::from_raw(raw).unwrap()
+        };
+        for v in [
+            json!({"master": "eth1"}),
+            json!({"master": "eth1", "ipam": {}}),
+            json!({"master": "eth1", "ipam": {"type": ""}}),
+        ] {
+            assert_eq!(raw(v.clone()).ipam, None, "{v}");
         }
     }
 
