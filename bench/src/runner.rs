@@ -11,7 +11,7 @@
 
 use crate::chains::Side;
 use crate::process::{self, Exit, Invocation, ProcessPeak};
-use libcni::runtime::{conf_list_from_file, CniConfig, NetworkConfigList, RuntimeConf};
+use cnitool::{conf_list_from_file, CniConfig, NetworkConfigList, RuntimeConf};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -298,7 +298,7 @@ mod tests {
             {"type": "portmap", "name": "x", "capabilities": {"portMappings": true, "bandwidth": false},
              "runtimeConfig": {"static": 1}}]}))
         .unwrap();
-        let list = libcni::runtime::conf_list_from_bytes(&bytes).unwrap();
+        let list = cnitool::conf_list_from_bytes(&bytes).unwrap();
         let caps = json!({"portMappings": [{"hostPort": 1}], "bandwidth": {"ingressRate": 1}});
         let rt = runtime_conf("c".into(), "p", "eth0", caps.as_object().unwrap());
         let prev = json!({"cniVersion": "1.0.0", "ips": []});

@@ -83,8 +83,8 @@ pub fn netconf(data: &[u8]) {
         Err(e) => assert!(matches!(e.code(), 6 | 7), "{e}"),
     }
     for (single, parsed) in [
-        (false, libcni::runtime::conf::conf_list_from_bytes(data)),
-        (true, libcni::runtime::conf::conf_from_single_bytes(data)),
+        (false, cnitool::conf::conf_list_from_bytes(data)),
+        (true, cnitool::conf::conf_from_single_bytes(data)),
     ] {
         match parsed {
             Ok(list) => {

@@ -4,8 +4,9 @@
 //! ([`invoke`]), network namespaces ([`netns`]), a synchronous netlink
 //! client ([`netlink`]), MAC addresses ([`mac`]), the files kept on disk
 //! ([`files`]), the shared flow of a main plugin ([`attach`]) and tap
-//! devices ([`tuntap`]). Runtime side: [`runtime`] (conflist loading, chain
-//! execution, result cache) behind the `cnitool` binary.
+//! devices ([`tuntap`]). The runtime side (conflist loading, chain
+//! execution, the result cache, `cnitool`) is the `cnitool` crate: no
+//! plugin needs it.
 
 pub mod args;
 pub mod attach;
@@ -20,7 +21,6 @@ pub mod mac;
 pub mod netfilter;
 pub mod netlink;
 pub mod netns;
-pub mod runtime;
 pub mod skel;
 pub mod sysctl;
 pub mod tuntap;

@@ -5,7 +5,7 @@
 //! no `plugins` key; `loadOnlyInlinedPlugins` (a bool, or "true"/"false" in
 //! any case) ignores the folder. What Go's `libcni/conf.go` does at v1.3
 //! (Debian's libcni predates it, so the rules are read from upstream's
-//! code); the parser's own cases are unit tests of `libcni::runtime::conf`.
+//! code); the parser's own cases are unit tests of `cnitool::conf`.
 
 use serde_json::{json, Value};
 use tests::*;

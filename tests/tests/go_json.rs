@@ -499,15 +499,14 @@ fn runtime_reads_plugin_keys_as_go_libcni() {
     let list = json!({"cniVersion": "1.0.0", "name": "n", "plugins": [
         {"Type": "portmap", "Capabilities": {"portMappings": true}}
     ]});
-    let l = libcni::runtime::conf::conf_list_from_bytes(list.to_string().as_bytes()).unwrap();
-    let keys = libcni::runtime::conf::PluginKeys::of(&l.plugins[0], "plugins[0]").unwrap();
+    let l = cnitool::conf::conf_list_from_bytes(list.to_string().as_bytes()).unwrap();
+    let keys = cnitool::conf::PluginKeys::of(&l.plugins[0], "plugins[0]").unwrap();
     assert_eq!(keys.plugin_type, "portmap");
     assert_eq!(keys.capabilities.get("portMappings"), Some(&true));
     // List keys are map keys in Go libcni: "Name" is not the name.
-    let e = libcni::runtime::conf::conf_list_from_bytes(
-        br#"{"Name": "n", "plugins": [{"type": "bridge"}]}"#,
-    )
-    .unwrap_err();
+    let e =
+        cnitool::conf::conf_list_from_bytes(br#"{"Name": "n", "plugins": [{"type": "bridge"}]}"#)
+            .unwrap_err();
     assert!(e.to_string().contains("name"), "{e}");
 }
 

@@ -1,10 +1,10 @@
 //! `cnitool`: run a network configuration list against a network namespace,
 //! as the Go reference `cnitool` does. A thin command line over
-//! [`libcni::runtime`]: parse arguments and environment, load the list from
+//! the `cnitool` library: parse arguments and environment, load the list from
 //! `NETCONFPATH`, run the verb, print the ADD result.
 
+use cnitool::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR};
 use libcni::invoke::split_path_list;
-use libcni::runtime::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR};
 use libcni::types::Attachment;
 use libcni::{Error, Result};
 use serde::Serialize;

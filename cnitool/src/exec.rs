@@ -11,11 +11,11 @@
 
 use super::cache::{CacheEntry, CacheKey, Cached, ResultCache};
 use super::conf::{NetworkConfigList, PluginKeys};
-use crate::error::{Error, ErrorList, ErrorResult, Result};
-use crate::invoke::{exec_plugin, find_in_path};
-use crate::skel::Command;
-use crate::types::{Attachment, CniResult};
-use crate::version::Version;
+use libcni::error::{Error, ErrorList, ErrorResult, Result};
+use libcni::invoke::{exec_plugin, find_in_path};
+use libcni::skel::Command;
+use libcni::types::{Attachment, CniResult};
+use libcni::version::Version;
 use serde_json::{Map, Value};
 use std::path::PathBuf;
 
@@ -456,7 +456,7 @@ fn with_context(e: Error, context: &str) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::conf::conf_list_from_bytes;
+    use crate::conf::conf_list_from_bytes;
     use serde_json::json;
     use std::os::unix::fs::PermissionsExt;
 
@@ -523,7 +523,7 @@ exit 0
 
         fn stdin(&self, n: usize) -> Value {
             let bytes = std::fs::read(self.dir.join(format!("log/{n}.stdin"))).unwrap();
-            crate::gojson::parse_value(&bytes).unwrap()
+            libcni::gojson::parse_value(&bytes).unwrap()
         }
 
         fn env(&self, n: usize) -> String {
@@ -587,7 +587,7 @@ exit 0
     }
 
     fn json_of(s: &str) -> Value {
-        crate::gojson::parse_value(s.as_bytes()).unwrap()
+        libcni::gojson::parse_value(s.as_bytes()).unwrap()
     }
 
     /// RESULT_x as the runtime re-encodes it at 1.0.0 (`dns` always present).
@@ -635,9 +635,10 @@ exit 0
         assert_eq!(result.to_json(Version::V1_0_0).unwrap(), encoded(RESULT_B));
 
         // The cache holds the final result, the list bytes and the runtime args.
-        let cached: Value =
-            crate::gojson::parse_value(&std::fs::read(f.cache_file("net1", "c1", "eth0")).unwrap())
-                .unwrap();
+        let cached: Value = libcni::gojson::parse_value(
+            &std::fs::read(f.cache_file("net1", "c1", "eth0")).unwrap(),
+        )
+        .unwrap();
         assert_eq!(cached["kind"], "cniCacheV1");
         assert_eq!(cached["result"], encoded(RESULT_B));
         assert_eq!(cached["netns"], "/run/netns/p1");

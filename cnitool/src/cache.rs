@@ -10,10 +10,10 @@
 //! [`Cached::Corrupt`], never as an error, so a crash mid-write cannot make
 //! a later DEL fail.
 
-use crate::error::{Error, Result};
-use crate::files::{self, Contents, Durability, WriteStep};
-use crate::types::config::validate_ifname;
 use base64::Engine;
+use libcni::error::{Error, Result};
+use libcni::files::{self, Contents, Durability, WriteStep};
+use libcni::types::config::validate_ifname;
 use nix::dir::Dir;
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
@@ -45,8 +45,8 @@ impl CacheKey {
     /// Validates the parts: network name (code 7), container ID (3 or 4),
     /// interface name (4).
     pub fn new(network: &str, container_id: &str, ifname: &str) -> Result<CacheKey> {
-        crate::types::config::validate_network_name(network)?;
-        crate::types::config::validate_container_id(container_id)?;
+        libcni::types::config::validate_network_name(network)?;
+        libcni::types::config::validate_container_id(container_id)?;
         validate_ifname(ifname)?;
         Ok(CacheKey {
             network: network.into(),
@@ -271,7 +271,7 @@ impl ResultCache {
     /// `network` and whose name is the one its own fields give (so a DEL
     /// from it removes that very file). Others are skipped.
     pub fn attachments(&self, network: &str) -> Result<Vec<CacheEntry>> {
-        crate::types::config::validate_network_name(network)?;
+        libcni::types::config::validate_network_name(network)?;
         let dir = self.results_dir();
         let Some(fd) = self.open_results(false)? else {
             return Ok(Vec::new());
@@ -358,7 +358,7 @@ fn decode(bytes: &[u8]) -> Cached {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Cached::Corrupt("empty file".into());
     }
-    let value: Value = match crate::gojson::parse_value(bytes) {
+    let value: Value = match libcni::gojson::parse_value(bytes) {
         Ok(v) => v,
         Err(e) => return Cached::Corrupt(format!("not valid JSON: {e}")),
     };
@@ -366,15 +366,15 @@ fn decode(bytes: &[u8]) -> Cached {
         return Cached::Corrupt("not a JSON object".into());
     };
     // Go libcni decodes the cache into a struct: its rules apply.
-    match crate::gojson::lookup(&value, "kind") {
+    match libcni::gojson::lookup(&value, "kind") {
         Some(Value::String(k)) if k == CACHE_KIND_V1 => {}
         // Go's legacy cache: the bare result, which always has a cniVersion.
-        None if crate::gojson::lookup(&value, "cniVersion").is_some_and(|v| v.is_string()) => {
+        None if libcni::gojson::lookup(&value, "cniVersion").is_some_and(|v| v.is_string()) => {
             return Cached::Legacy(value)
         }
         _ => return Cached::Corrupt("unknown cache kind".into()),
     }
-    let file: CacheFile = match crate::gojson::decode(&value) {
+    let file: CacheFile = match libcni::gojson::decode(&value) {
         Ok(f) => f,
         Err((at, e)) => {
             return Cached::Corrupt(format!("invalid {CACHE_KIND_V1} entry at {at:?}: {e}"))

@@ -5,11 +5,11 @@
 //! Plugin objects are kept as JSON maps, key order and unknown keys intact:
 //! they go to the plugins unchanged apart from the keys the runtime inserts.
 
-use crate::error::{Error, Result};
-use crate::gojson;
-use crate::types::config::is_valid_name;
-use crate::types::{Dns, IpamConf};
-use crate::version::Version;
+use libcni::error::{Error, Result};
+use libcni::gojson;
+use libcni::types::config::is_valid_name;
+use libcni::types::{Dns, IpamConf};
+use libcni::version::Version;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -369,7 +369,7 @@ fn pick_version(raw: &Map<String, Value>) -> Result<Version> {
             details: format!(
                 "none of cniVersions {} is supported, runtime supports [{}]",
                 Value::Array(versions.clone()),
-                crate::version::ALL
+                libcni::version::ALL
                     .iter()
                     .map(|v| format!("{:?}", v.as_str()))
                     .collect::<Vec<_>>()
