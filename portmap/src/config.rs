@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use libcni::netfilter::portmap::{
+use crate::rules::{
     self as pm, conditions_are_iptables, Conditions, PortMapSpec, PortMapping, Protocol,
 };
 use libcni::netfilter::{Backend, Owner};

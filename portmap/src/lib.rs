@@ -2,18 +2,20 @@
 //! plugin after the one that gave the container its addresses.
 //!
 //! `runtimeConfig.portMappings` (capability `portMappings`) lists the
-//! mappings. The rules are built by `libcni::netfilter::portmap` on nftables
+//! mappings. The rules are built by [`rules`] (the conditions parsed by [`conditions`]) on nftables
 //! (the default where the kernel has nf_tables) or on iptables with the Go
 //! plugin's exact chains. Everything is validated before anything is
 //! touched; DEL and GC find a container's state by its ID alone.
 
+pub mod conditions;
 pub mod config;
+pub mod rules;
 
 use std::net::IpAddr;
 
+use crate::rules::{self as pm, PortMapSpec};
 use libcni::fault;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::portmap::{self as pm, PortMapSpec};
 use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
 use libcni::netfilter::{node_iptables, NodeIptables};
 use libcni::netlink::{Family, Netlink};

@@ -22,7 +22,6 @@
 //! Everything acts on the network namespace of the calling thread (the
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
 
-pub mod conditions;
 pub mod conntrack;
 pub mod firewall;
 pub mod iptables;
@@ -31,7 +30,6 @@ pub mod ledger;
 pub mod masq;
 pub mod nfnetlink;
 pub mod nft;
-pub mod portmap;
 pub mod spoofcheck;
 #[cfg(test)]
 pub(crate) mod testing;
@@ -41,6 +39,43 @@ use sha2::{Digest, Sha512};
 
 use crate::types::Attachment;
 use crate::{Error, ErrorList, Result};
+
+/// A transport protocol of a mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    /// Parses `tcp`, `udp` or `sctp` (any case, as the Go plugin lowercases).
+    pub fn parse(s: &str) -> Option<Protocol> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" => Some(Protocol::Tcp),
+            "udp" => Some(Protocol::Udp),
+            "sctp" => Some(Protocol::Sctp),
+            _ => None,
+        }
+    }
+
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "tcp",
+            Protocol::Udp => "udp",
+            Protocol::Sctp => "sctp",
+        }
+    }
+}
 
 /// Which firewall backend an operation uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -74,7 +74,7 @@ fn addr_field(v6: bool, source: bool) -> (u32, u32) {
 }
 
 fn proto_number(name: &str) -> Option<u8> {
-    super::portmap::Protocol::parse(name).map(super::portmap::Protocol::number)
+    super::Protocol::parse(name).map(super::Protocol::number)
 }
 
 fn proto_name(n: u8) -> Option<&'static str> {

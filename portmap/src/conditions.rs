@@ -20,11 +20,11 @@
 
 use std::net::IpAddr;
 
-use super::nft::expr::{self, CmpOp, Expr, MetaKey, REG_1};
-use super::nft::{
+use libcni::netfilter::nft::expr::{self, CmpOp, Expr, MetaKey, REG_1};
+use libcni::netfilter::nft::{
     types, Batch, Family, SetSpec, ELEM_INTERVAL_END, SET_ANONYMOUS_CONSTANT, SET_INTERVAL,
 };
-use crate::{Error, Result};
+use libcni::{Error, Result};
 
 /// What the parser understands, for the refusal message.
 pub const SUPPORTED: &str = "understood nft conditions: ip/ip6 saddr|daddr [==|!=] ADDR[/LEN] \

@@ -39,67 +39,32 @@
 //! Exactly the Go plugin's (nat table): `CNI-HOSTPORT-DNAT` jumped from
 //! PREROUTING and OUTPUT for local destinations, a `CNI-DN-<hash>` chain per
 //! container with the hairpin/localhost mark rules and the DNAT rules,
-//! `CNI-HOSTPORT-SETMARK` and `CNI-HOSTPORT-MASQ`; see [`super::iptables`].
+//! `CNI-HOSTPORT-SETMARK` and `CNI-HOSTPORT-MASQ`; see [`libcni::netfilter::iptables`].
 //! The decisions (what to add, what to delete) are made on the table as
 //! `iptables-save` shows it; they are applied by `iptables-restore`, or, on
 //! a node whose iptables is iptables-nft, written over netlink by
-//! [`super::xt_nat`] (`ipt_*_native`), with the handles of a container's
+//! [`libcni::netfilter::xt_nat`] (`ipt_*_native`), with the handles of a container's
 //! `CNI-HOSTPORT-DNAT` rules in a ledger so that neither ADD nor DEL lists
 //! that chain. With no `backend` key the default is the Go plugin's:
-//! iptables wherever the node has it ([`super::default_backend`]).
+//! iptables wherever the node has it ([`libcni::netfilter::default_backend`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
 use std::net::IpAddr;
 
-use super::conditions::{self, Condition};
-use super::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
-use super::ledger::{self, Entry, Ledger};
-use super::nft::expr::{self, CmpOp, Expr, Verdict};
-use super::nft::{
+use crate::conditions::{self, Condition};
+use libcni::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use libcni::netfilter::ledger::{self, Entry, Ledger};
+use libcni::netfilter::nft::expr::{self, CmpOp, Expr, Verdict};
+use libcni::netfilter::nft::{
     BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_DSTNAT, PRIORITY_SRCNAT,
 };
-use super::xt_nat;
-use super::Owner;
-use crate::types::{Attachment, IpPrefix};
-use crate::{Error, Result};
+use libcni::netfilter::xt_nat;
+use libcni::netfilter::Owner;
+use libcni::types::{Attachment, IpPrefix};
+use libcni::{Error, Result};
 
-/// A transport protocol of a mapping.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// Parses `tcp`, `udp` or `sctp` (any case, as the Go plugin lowercases).
-    pub fn parse(s: &str) -> Option<Protocol> {
-        match s.to_ascii_lowercase().as_str() {
-            "tcp" => Some(Protocol::Tcp),
-            "udp" => Some(Protocol::Udp),
-            "sctp" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// The IP protocol number.
-    pub fn number(self) -> u8 {
-        match self {
-            Protocol::Tcp => 6,
-            Protocol::Udp => 17,
-            Protocol::Sctp => 132,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-}
+pub use libcni::netfilter::Protocol;
 
 /// One validated port mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -238,7 +203,7 @@ fn family(v6: bool) -> Family {
 /// writes it (cut to what `nft` stores).
 pub fn rule_comment(owner: &Owner) -> String {
     let mut c = owner.container_id.clone();
-    c.truncate(super::nft::MAX_NFT_COMMENT_CHARS);
+    c.truncate(libcni::netfilter::nft::MAX_NFT_COMMENT_CHARS);
     c
 }
 
@@ -535,7 +500,7 @@ pub fn nft_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let echoed = match nft.commit_echo(&b) {
             Ok(e) => e,
             // A rule of the earlier ADD went meanwhile: read again.
-            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => {
+            Err(e) if libcni::netlink::is_not_found(&e) && attempt < ATTEMPTS => {
                 attempt += 1;
                 continue;
             }
@@ -617,7 +582,7 @@ pub fn nft_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
         removed.extend(old_teardown(nft, &mut b, &|c| c == tag)?);
         match nft.commit(&b) {
             Ok(()) => break removed,
-            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => attempt += 1,
+            Err(e) if libcni::netlink::is_not_found(&e) && attempt < ATTEMPTS => attempt += 1,
             Err(e) => return Err(e),
         }
     };
@@ -729,7 +694,7 @@ pub fn nft_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
 }
 
 /// Parses `conditionsV4`/`conditionsV6` written in nft syntax (see
-/// [`super::conditions`]): code 7 naming `key` for anything else.
+/// [`crate::conditions`]): code 7 naming `key` for anything else.
 pub fn parse_nft_conditions(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
     conditions::parse(key, conds, v6)
 }
@@ -747,7 +712,7 @@ const IPT_OLD_SNAT_CHAIN: &str = "CNI-HOSTPORT-SNAT";
 
 /// The per-container chain `CNI-DN-<21 hex>`.
 pub fn ipt_dnat_chain(owner: &Owner) -> String {
-    super::go_chain_name("DN-", &owner.network, &owner.container_id)
+    libcni::netfilter::go_chain_name("DN-", &owner.network, &owner.container_id)
 }
 
 fn mark_def(bit: u8) -> String {
@@ -980,7 +945,7 @@ fn ipt_remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
     for (chain, entry) in [
         (ipt_dnat_chain(owner), IPT_DNAT_CHAIN),
         (
-            super::go_chain_name("SN-", &owner.network, &owner.container_id),
+            libcni::netfilter::go_chain_name("SN-", &owner.network, &owner.container_id),
             IPT_OLD_SNAT_CHAIN,
         ),
     ] {
@@ -1015,7 +980,7 @@ fn ipt_gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &m
         let Some(tag) = comment.strip_prefix("dnat ") else {
             continue;
         };
-        let Some((net, cid)) = super::parse_go_comment(tag) else {
+        let Some((net, cid)) = libcni::netfilter::parse_go_comment(tag) else {
             continue;
         };
         if net != network || valid.iter().any(|a| a.container_id == cid) {
@@ -1153,7 +1118,7 @@ fn ipt_read_container(
     entries: &[Entry],
 ) -> Result<(SavedTable, xt_nat::Handles)> {
     let own = ipt_dnat_chain(owner);
-    let old = super::go_chain_name("SN-", &owner.network, &owner.container_id);
+    let old = libcni::netfilter::go_chain_name("SN-", &owner.network, &owner.container_id);
     let plan = xt_nat::ReadPlan {
         chains: vec![
             own.clone(),
