@@ -10,7 +10,6 @@
 
 pub mod args;
 pub mod attach;
-pub mod dbus;
 pub mod error;
 pub mod fault;
 pub mod files;

@@ -262,15 +262,15 @@ fn namespace_kind(nstype: libc::c_int) -> String {
 
 /// Helpers for privileged unit tests: throwaway namespaces and the
 /// root/CI skip policy. Shared with the netlink tests.
-#[cfg(test)]
-pub(crate) mod testing {
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
     use super::NetNs;
     use nix::sched::CloneFlags;
     use std::io::Write;
 
     /// Whether the test may use privileged operations. When not root it says
     /// so loudly and returns false; under `CI=true` it fails the test instead.
-    pub(crate) fn privileged(test: &str) -> bool {
+    pub fn privileged(test: &str) -> bool {
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
             return true;
@@ -289,7 +289,7 @@ pub(crate) mod testing {
     /// the full-kernel VM step of `scripts/test.sh` and returns false (not
     /// a failure, even under `CI=true`: that step runs it); inside the VM
     /// (`FULLKERNEL_GUEST=1`) missing support fails the test.
-    pub(crate) fn full_kernel(test: &str) -> bool {
+    pub fn full_kernel(test: &str) -> bool {
         use crate::netlink::Netlink;
         if !privileged(test) {
             return false;
@@ -318,7 +318,7 @@ pub(crate) mod testing {
     /// opens it; the returned handle keeps it alive after that thread ended,
     /// and dropping the handle destroys it (with the links inside). The
     /// calling thread never changes namespace.
-    pub(crate) fn new_netns() -> NetNs {
+    pub fn new_netns() -> NetNs {
         std::thread::spawn(|| {
             nix::sched::unshare(CloneFlags::CLONE_NEWNET).expect("unshare(CLONE_NEWNET)");
             NetNs::current().expect("open the new namespace")

@@ -39,6 +39,7 @@ const CRATES: &[&str] = &[
     "plugins/tap",
     "plugins/host-device",
     "plugins/tc-redirect-tap",
+    "plugins/firewall",
 ];
 
 /// The attachment that is crashed over and over.
@@ -887,9 +888,9 @@ fn crash_tc_redirect_tap_chain_at_every_fault_point() {
     assert_met(&met, &[]);
 }
 
-/// The firewall's fault points, which live in libcni's netfilter layer.
+/// The firewall's fault points (its rules module, `plugins/firewall`).
 fn firewall_points() -> Vec<String> {
-    fault_points_in("libcni")
+    fault_points_in("plugins/firewall")
         .into_iter()
         .filter(|p| p.starts_with("firewall/"))
         .collect()
@@ -978,7 +979,7 @@ fn every_fault_point_is_crashed_by_a_campaign() {
         Vec::<String>::new(),
         "fault points no crash campaign in tests/tests/crash.rs runs: add the plugin to a chain"
     );
-    // The firewall's points live in libcni; its campaign above covers them.
+    // The firewall's campaign above covers its points.
     assert!(
         firewall_points().len() >= 4,
         "firewall fault points: {:?}",

@@ -23,7 +23,6 @@
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
 
 pub mod conntrack;
-pub mod firewall;
 pub mod iptables;
 pub mod iptables_nft;
 pub mod ledger;
@@ -31,8 +30,8 @@ pub mod masq;
 pub mod nfnetlink;
 pub mod nft;
 pub mod spoofcheck;
-#[cfg(test)]
-pub(crate) mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod xt_nat;
 
 use sha2::{Digest, Sha512};
@@ -183,7 +182,7 @@ pub fn default_backend() -> Backend {
 /// cannot be opened. That is an error, kept in `errors`, unless `backend`
 /// is iptables: then nf_tables is only looked at to spare iptables
 /// processes, and `None` means running them.
-fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
+pub fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
     match nft::Nft::open() {
         Ok(n) => Some(n),
         Err(_) if backend == Backend::Iptables => None,

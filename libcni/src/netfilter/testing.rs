@@ -12,7 +12,7 @@ use crate::netns::testing::new_netns;
 use crate::netns::NetNs;
 
 /// Runs `prog args` with its thread inside `ns`; panics on failure.
-pub(crate) fn run_in(ns: &NetNs, prog: &str, args: &[&str]) -> String {
+pub fn run_in(ns: &NetNs, prog: &str, args: &[&str]) -> String {
     let out: Output = ns
         .run(|| Command::new(prog).args(args).output())
         .unwrap()
@@ -27,7 +27,7 @@ pub(crate) fn run_in(ns: &NetNs, prog: &str, args: &[&str]) -> String {
 
 /// A namespace joined to `node` by `v<idx>` (node) / `eth0` (peer), with
 /// 10.<idx>.0.0/24 and fd00:<idx>::/64, the node at .1 and ::1.
-pub(crate) fn attach(node: &NetNs, idx: u8, default_route: bool) -> NetNs {
+pub fn attach(node: &NetNs, idx: u8, default_route: bool) -> NetNs {
     let peer = new_netns();
     let nif = format!("v{idx}");
     Netlink::open_in(node)
@@ -96,7 +96,7 @@ pub(crate) fn attach(node: &NetNs, idx: u8, default_route: bool) -> NetNs {
 }
 
 /// A node namespace that forwards.
-pub(crate) fn forwarding_node() -> NetNs {
+pub fn forwarding_node() -> NetNs {
     let node = new_netns();
     run_in(&node, "ip", &["link", "set", "lo", "up"]);
     node.run(|| {
@@ -132,10 +132,10 @@ print(s.recv(100).decode().strip())
 "#;
 
 /// A TCP listener answering with the peer's address; killed on drop.
-pub(crate) struct Listener(Child);
+pub struct Listener(Child);
 
 impl Listener {
-    pub(crate) fn start(ns: &NetNs, port: u16) -> Listener {
+    pub fn start(ns: &NetNs, port: u16) -> Listener {
         let mut child = ns
             .run(|| {
                 Command::new("python3")
@@ -167,7 +167,7 @@ impl Drop for Listener {
 }
 
 /// The peer address a listener at `host:port` saw, or `None` (3 s bound).
-pub(crate) fn peer_seen(from: &NetNs, host: &str, port: u16) -> Option<String> {
+pub fn peer_seen(from: &NetNs, host: &str, port: u16) -> Option<String> {
     let out = from
         .run(|| {
             Command::new("python3")

@@ -5,11 +5,11 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use libcni::gojson::Lenient;
-use libcni::netfilter::firewall::records::{self, Records};
-use libcni::netfilter::firewall::{
+use crate::rules::records::{self, Records};
+use crate::rules::{
     self as fw, firewalld, FirewallSpec, FwBackend, Isolation, Policy, TeardownHint,
 };
+use libcni::gojson::Lenient;
 use libcni::netfilter::Owner;
 use libcni::skel::CmdArgs;
 use libcni::types::CniResult;

@@ -4,7 +4,7 @@
 //! still lets containers out. `ingressPolicy: same-bridge` isolates the
 //! bridge from other isolated bridges.
 //!
-//! The work is `libcni::netfilter::firewall`'s: on iptables (with the Go
+//! The work is [`rules`]': on iptables (with the Go
 //! plugin's exact chains and rules), on our own nf_tables table, or as
 //! sources of a firewalld zone over D-Bus (the default where firewalld
 //! runs, as in Go). Everything is validated before anything is touched;
@@ -12,8 +12,10 @@
 //! in `dataDir`) and never fail on a config value.
 
 pub mod config;
+pub mod dbus;
+pub mod rules;
 
-use libcni::netfilter::firewall as fw;
+use crate::rules as fw;
 use libcni::netfilter::Owner;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::CniResult;

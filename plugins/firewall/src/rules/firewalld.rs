@@ -11,7 +11,7 @@
 use std::net::IpAddr;
 
 use crate::dbus::{self, CallError, Connection, Value};
-use crate::{Error, Result};
+use libcni::{Error, Result};
 
 const FIREWALLD: &str = "org.fedoraproject.FirewallD1";
 const FIREWALLD_PATH: &str = "/org/fedoraproject/FirewallD1";

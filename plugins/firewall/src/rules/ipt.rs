@@ -40,9 +40,9 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use super::{FirewallSpec, Policy};
-use crate::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
-use crate::netfilter::{parse_go_comment, Owner};
-use crate::{Error, Result};
+use libcni::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use libcni::netfilter::{parse_go_comment, Owner};
+use libcni::{Error, Result};
 
 /// The Go plugin's chain of per-container accept rules.
 pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
@@ -455,7 +455,11 @@ pub fn check(
 }
 
 /// Whether a legacy record names a container of `network` not in `valid`.
-pub fn legacy_stale(rec: &LegacyRecord, network: &str, valid: &[crate::types::Attachment]) -> bool {
+pub fn legacy_stale(
+    rec: &LegacyRecord,
+    network: &str,
+    valid: &[libcni::types::Attachment],
+) -> bool {
     match rec.owner() {
         Some((net, cid)) => net == network && !valid.iter().any(|a| a.container_id == cid),
         None => false,

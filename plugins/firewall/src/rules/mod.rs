@@ -36,10 +36,10 @@ use std::net::IpAddr;
 
 use self::ipt::Transport;
 use self::records::{Record, Records};
-use super::{node_iptables, open_nft_for_teardown, Backend, NodeIptables, Owner};
-use crate::fault;
-use crate::types::Attachment;
-use crate::{Error, ErrorList, Result};
+use libcni::fault;
+use libcni::netfilter::{node_iptables, open_nft_for_teardown, Backend, NodeIptables, Owner};
+use libcni::types::Attachment;
+use libcni::{Error, ErrorList, Result};
 
 pub use self::ipt::DEFAULT_ADMIN_CHAIN as IPT_DEFAULT_ADMIN_CHAIN;
 
@@ -536,8 +536,8 @@ pub fn gc(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::testing::run_in;
-    use crate::netns::testing::{new_netns, privileged};
+    use libcni::netfilter::testing::run_in;
+    use libcni::netns::testing::{new_netns, privileged};
 
     fn spec(cid: &str, addrs: &[&str], isolate: Option<(&str, Policy)>) -> FirewallSpec {
         FirewallSpec {

@@ -28,14 +28,14 @@
 use std::collections::{BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use crate::netfilter::iptables::{self, IptTable, Restore, SavedTable};
-use crate::netfilter::iptables_nft::{
+use libcni::netfilter::iptables::{self, IptTable, Restore, SavedTable};
+use libcni::netfilter::iptables_nft::{
     be32, comment_info, data_value, family, is_changed, ATTEMPTS,
 };
-use crate::netfilter::nft::expr::{CmpOp, Expr, MetaKey, PayloadBase, Verdict, REG_1};
-use crate::netfilter::nft::wire::AttrIter;
-use crate::netfilter::nft::{BaseChain, Batch, Hook, Nft, RawExpr, RawRule};
-use crate::{Error, Result};
+use libcni::netfilter::nft::expr::{CmpOp, Expr, MetaKey, PayloadBase, Verdict, REG_1};
+use libcni::netfilter::nft::wire::AttrIter;
+use libcni::netfilter::nft::{BaseChain, Batch, Hook, Nft, RawExpr, RawRule};
+use libcni::{Error, Result};
 
 /// iptables-nft's table.
 const TABLE: &str = "filter";
@@ -63,7 +63,7 @@ fn conntrack_info() -> Vec<u8> {
 
 /// Where an address field is in the IPv4 or IPv6 header.
 fn addr_field(v6: bool, source: bool) -> (u32, u32) {
-    crate::netfilter::nft::expr::ip_addr_offset(v6, source)
+    libcni::netfilter::nft::expr::ip_addr_offset(v6, source)
 }
 
 fn addr_bytes(a: IpAddr) -> Vec<u8> {
@@ -439,8 +439,8 @@ pub fn saved(v6: bool) -> Result<SavedTable> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netfilter::testing::run_in;
-    use crate::netns::testing::{new_netns, privileged};
+    use libcni::netfilter::testing::run_in;
+    use libcni::netns::testing::{new_netns, privileged};
 
     const LINES: [&str; 6] = [
         "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD",

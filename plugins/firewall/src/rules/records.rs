@@ -24,8 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::files::{self, Contents, Durability};
-use crate::{Error, Result};
+use libcni::files::{self, Contents, Durability};
+use libcni::{Error, Result};
 
 /// `dataDir` when the config names none.
 pub const DEFAULT_DIR: &str = "/run/cni/firewall";
@@ -80,7 +80,7 @@ impl Records {
     /// (a corrupt record is as good as none: it is replaced or removed).
     pub fn get(&self, addr: IpAddr) -> Option<Record> {
         match files::read_regular(&self.dir.join(addr.to_string()), MAX_RECORD, "record") {
-            Contents::Bytes(b) => crate::gojson::from_slice(&b).ok(),
+            Contents::Bytes(b) => libcni::gojson::from_slice(&b).ok(),
             _ => None,
         }
     }

@@ -21,10 +21,10 @@
 
 use std::net::IpAddr;
 
-use crate::netfilter::nft::{addr_field, Batch, Family, Nft};
-use crate::netfilter::Owner;
-use crate::types::Attachment;
-use crate::Result;
+use libcni::netfilter::nft::{addr_field, Batch, Family, Nft};
+use libcni::netfilter::Owner;
+use libcni::types::Attachment;
+use libcni::Result;
 
 /// Our previous release's nf_tables table.
 pub const TABLE: &str = "cni_rs_firewall";
@@ -69,7 +69,7 @@ pub fn del(nft: &mut Nft, owner: &Owner, known: &[IpAddr]) -> Result<()> {
         match nft.commit(&b) {
             Ok(()) => return Ok(()),
             // Deleted meanwhile by a concurrent DEL or GC: read again.
-            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => attempt += 1,
+            Err(e) if libcni::netlink::is_not_found(&e) && attempt < ATTEMPTS => attempt += 1,
             Err(e) => return Err(e),
         }
     }
