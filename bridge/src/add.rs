@@ -14,7 +14,7 @@ use libcni::attach::{self, Add};
 use libcni::fault;
 use libcni::ipam::{self, IfaceOptions};
 use libcni::netfilter::{masq, spoofcheck};
-use libcni::netlink::link::{Notifications, RTNLGRP_LINK};
+use libcni::netlink::notify::{Notifications, RTNLGRP_LINK};
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
 use libcni::sysctl;

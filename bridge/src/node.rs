@@ -6,7 +6,8 @@
 use std::io;
 use std::time::{Duration, Instant};
 
-use libcni::netlink::link::{Link, Notifications, BR_STATE_DISABLED};
+use libcni::netlink::link::{Link, BR_STATE_DISABLED};
+use libcni::netlink::notify::Notifications;
 use libcni::netlink::{self, is_exists, Family, Netlink};
 use libcni::sysctl::{self, Key};
 use libcni::types::IpPrefix;

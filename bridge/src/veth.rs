@@ -7,7 +7,8 @@
 use std::io;
 
 use libcni::attach::veth::{random_name, NAME_ATTEMPTS};
-use libcni::netlink::link::{BridgeVlan, Link};
+use libcni::netlink::bridge_vlan::BridgeVlan;
+use libcni::netlink::link::Link;
 use libcni::netlink::{is_exists, BridgePortFlags, Netlink};
 use libcni::netns::NetNs;
 use libcni::Error;

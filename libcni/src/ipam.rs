@@ -17,7 +17,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use crate::invoke;
-use crate::netlink::link::{Notifications, RTNLGRP_IPV6_IFADDR};
+use crate::netlink::notify::{Notifications, RTNLGRP_IPV6_IFADDR};
 use crate::netlink::{self, Family, Link, Netlink};
 use crate::netns::NetNs;
 use crate::sysctl::{self, Key};
@@ -643,9 +643,9 @@ mod tests {
         let (node, pod) = (new_netns(), new_netns());
         let (_host, mut c) = pair(&node, &pod);
         let r = result("/pod");
-        let mut events = crate::netlink::link::Notifications::open_in(
+        let mut events = crate::netlink::notify::Notifications::open_in(
             &pod,
-            &[crate::netlink::link::RTNLGRP_IPV6_IFADDR],
+            &[crate::netlink::notify::RTNLGRP_IPV6_IFADDR],
         )
         .unwrap();
         configure_interface(&pod, &mut c, "eth0", &r, IfaceOptions::default()).unwrap();

@@ -1,8 +1,10 @@
-//! A small synchronous rtnetlink client: links ([`link`]), addresses
-//! ([`addr`]) and routes ([`route`]); policy routing rules ([`rule`]) and
-//! routes copied between tables with every attribute ([`kernel_route`]);
-//! the link kinds a kernel may lack: VLAN, ipvlan, dummy, VRF
-//! ([`link_kinds`]).
+//! A small synchronous rtnetlink client: links ([`link`]: lookup,
+//! creation, attributes, state and details), bridge VLANs
+//! ([`bridge_vlan`]), macvlans ([`macvlan`]), waiting on the kernel's
+//! notifications ([`notify`]), addresses ([`addr`]) and routes ([`route`]);
+//! policy routing rules ([`rule`]) and routes copied between tables with
+//! every attribute ([`kernel_route`]); the link kinds a kernel may lack:
+//! VLAN, ipvlan, dummy, VRF ([`link_kinds`]).
 //!
 //! This module owns the netlink socket and the request/reply exchange with
 //! the kernel: sequence numbers, multipart dumps, ACKs, and turning
@@ -20,10 +22,13 @@
 //! module's public API.
 
 pub mod addr;
+pub mod bridge_vlan;
 pub mod ifb;
 pub mod kernel_route;
 pub mod link;
 pub mod link_kinds;
+pub mod macvlan;
+pub mod notify;
 pub mod route;
 pub mod rule;
 pub mod tc;

@@ -9,7 +9,7 @@
 use libcni::attach::{self, Add};
 use libcni::fault;
 use libcni::ipam::IfaceOptions;
-use libcni::netlink::link::MacvlanSpec;
+use libcni::netlink::macvlan::MacvlanSpec;
 use libcni::skel::CmdArgs;
 use libcni::types::CniResult;
 use libcni::Error;

@@ -4,7 +4,7 @@
 //! MTU) is checked in [`crate::master`].
 
 use libcni::mac::{self, MacSource};
-use libcni::netlink::link::MacvlanMode;
+use libcni::netlink::macvlan::MacvlanMode;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
 use libcni::types::{Dns, DnsConf, IpamConf};

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use libcni::ipam;
-use libcni::netlink::link::{Notifications, RTNLGRP_IPV6_IFADDR};
+use libcni::netlink::notify::{Notifications, RTNLGRP_IPV6_IFADDR};
 use libcni::netlink::route::{RT_SCOPE_LINK, RT_TABLE_MAIN};
 use libcni::netlink::rule::RESERVED_TABLES;
 use libcni::netlink::{is_not_found, Family, KernelRoute, Netlink, Route, Rule};

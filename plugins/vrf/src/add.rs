@@ -24,7 +24,7 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use libcni::netlink::addr::IFA_F_NODAD;
-use libcni::netlink::link::Notifications;
+use libcni::netlink::notify::Notifications;
 use libcni::netlink::route::{RTNLGRP_IPV6_ROUTE, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
 use libcni::netlink::{is_exists, is_not_found, Address, Family, KernelRoute, Link, Netlink};
 use libcni::netns::{NetNs, NetnsLock};
