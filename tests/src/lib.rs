@@ -1109,6 +1109,48 @@ fn normalise_iptables_save(tool: &str, text: &str) -> String {
     all
 }
 
+/// Feeds `input` to `prog args` in `ns` (`nft -f -`, `iptables-restore
+/// --noflush`); panics, with the program's stderr, on failure.
+pub fn feed(ns: &Netns, prog: &str, args: &[&str], input: &str) {
+    use std::io::Write;
+    let mut child = ns
+        .command(prog)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{prog}: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("wait");
+    assert!(
+        out.status.success(),
+        "{prog} {args:?}: {}\n{input}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The netlink expressions of every rule of chain `family table chain` in
+/// `ns` (`nft --debug=netlink list chain`, the `[ ... ]` lines): what the
+/// kernel holds, to compare our encoding with `nft`'s byte for byte.
+pub fn nft_exprs(ns: &Netns, family: &str, table: &str, chain: &str) -> Vec<String> {
+    let out =
+        run_ok(
+            ns.command("nft")
+                .args(["--debug=netlink", "list", "chain", family, table, chain]),
+        );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stderr).lines())
+        .filter(|l| l.trim_start().starts_with('['))
+        .map(str::to_string)
+        .collect()
+}
+
 /// `nft list ruleset` inside `ns`, with `counter packets N bytes M` and
 /// empty lines dropped.
 pub fn nft_ruleset(ns: &Netns) -> String {

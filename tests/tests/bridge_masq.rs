@@ -209,20 +209,7 @@ fn peer_seen(from: &Netns, host: &str) -> String {
 
 /// Feeds `input` to `tool` (`ip6tables-restore`) with `--noflush` in `ns`.
 fn restore_in(ns: &Netns, tool: &str, input: &str) {
-    use std::io::Write;
-    let mut child = ns
-        .command(tool)
-        .arg("--noflush")
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect(tool);
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write");
-    assert!(child.wait().expect("wait").success(), "{tool} < {input}");
+    feed(ns, tool, &["--noflush"], input);
 }
 
 fn nat_saves(ns: &Netns) -> String {

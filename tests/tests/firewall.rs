@@ -1442,24 +1442,12 @@ fn podman_conf(pod: &(&str, &str, &str, &str, &str), extra: Value, with_prev: bo
 
 /// Loads an `iptables-save` text into the node's filter table.
 fn restore(node: &Netns, v6: bool, text: &str) {
-    use std::io::Write;
     let prog = if v6 {
         "ip6tables-restore"
     } else {
         "iptables-restore"
     };
-    let mut child = node
-        .command(prog)
-        .stdin(Stdio::piped())
-        .spawn()
-        .expect(prog);
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{prog} of a fixture");
+    feed(node, prog, &[], text);
 }
 
 /// A filter table text without the per-address accept rules (what is

@@ -79,20 +79,7 @@ fn netfilter_portmap_cost_does_not_depend_on_other_containers() {
             20000 + i
         ));
     }
-    let mut child = node
-        .command("nft")
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    feed(&node, "nft", &["-f", "-"], &script);
     let (hostports, masquerading) = (chain(&node, "hostports"), chain(&node, "masquerading"));
     assert_eq!(hostports.matches(" comment ").count(), 1000);
     assert_eq!(masquerading.matches(" comment ").count(), 2000);

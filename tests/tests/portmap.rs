@@ -1156,22 +1156,7 @@ fn portmap_nft_conditions_are_encoded_as_nft_encodes_them() {
         "ips": [{"address": "10.1.0.2/24", "interface": 0}]
     });
     let netns = pod.path().to_str().unwrap().to_string();
-    let exprs = |ns: &Netns| -> Vec<String> {
-        let out = run_ok(ns.command("nft").args([
-            "--debug=netlink",
-            "list",
-            "chain",
-            "ip",
-            "cni_hostport",
-            "hostports",
-        ]));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .chain(String::from_utf8_lossy(&out.stderr).lines())
-            .filter(|l| l.trim_start().starts_with('['))
-            .map(str::to_string)
-            .collect()
-    };
+    let exprs = |ns: &Netns| nft_exprs(ns, "ip", "cni_hostport", "hostports");
     for cond in [
         "ip saddr 10.9.0.0/24",
         "ip saddr 10.9.0.0/20",
@@ -1198,20 +1183,7 @@ fn portmap_nft_conditions_are_encoded_as_nft_encodes_them() {
             "add table ip cni_hostport\nadd chain ip cni_hostport hostports\n\
              add rule ip cni_hostport hostports {cond} tcp dport 8080 dnat to 10.1.0.2:80 comment \"ctr-e\"\n"
         );
-        let mut child = reference
-            .command("nft")
-            .args(["-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("nft");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-        assert!(child.wait().unwrap().success(), "{text}");
+        feed(&reference, "nft", &["-f", "-"], &text);
         assert_eq!(exprs(&node), exprs(&reference), "{cond}");
         assert_ok(&call_eth0(
             &ours(),
@@ -1468,41 +1440,13 @@ fn portmap_nft_masq_all_masquerades_every_source_as_upstream() {
     );
 
     // What nft makes of upstream's text, expression by expression.
-    let exprs = |ns: &Netns, fam: &str| -> Vec<String> {
-        let out = run_ok(ns.command("nft").args([
-            "--debug=netlink",
-            "list",
-            "chain",
-            fam,
-            "cni_hostport",
-            "masquerading",
-        ]));
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .chain(String::from_utf8_lossy(&out.stderr).lines())
-            .filter(|l| l.trim_start().starts_with('['))
-            .map(str::to_string)
-            .collect()
-    };
+    let exprs = |ns: &Netns, fam: &str| nft_exprs(ns, fam, "cni_hostport", "masquerading");
     let reference = Netns::new("pmall-ref");
     let text = "add table ip cni_hostport\nadd chain ip cni_hostport masquerading\n\
          add rule ip cni_hostport masquerading ip saddr 0.0.0.0/0 ip daddr 10.1.0.2 masquerade comment \"ctr-all\"\n\
          add table ip6 cni_hostport\nadd chain ip6 cni_hostport masquerading\n\
          add rule ip6 cni_hostport masquerading ip6 saddr ::/0 ip6 daddr fd00:1::2 masquerade comment \"ctr-all\"\n";
-    let mut child = reference
-        .command("nft")
-        .args(["-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .expect("nft");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(text.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "{text}");
+    feed(&reference, "nft", &["-f", "-"], text);
     for fam in ["ip", "ip6"] {
         let ours_exprs = exprs(&node, fam);
         assert!(!ours_exprs.is_empty(), "{fam}");

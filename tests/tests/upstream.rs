@@ -20,9 +20,7 @@
 //! - Our previous release's `inet cni_rs_*` tables (fixtures listed from
 //!   that release's binaries) are removed by our DEL and GC.
 
-use std::io::Write;
 use std::path::PathBuf;
-use std::process::Stdio;
 
 use serde_json::{json, Value};
 use tests::*;
@@ -35,29 +33,6 @@ fn fixture(name: &str) -> PathBuf {
 
 fn fixture_text(name: &str) -> String {
     std::fs::read_to_string(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
-}
-
-/// Feeds `input` to `prog args` in `ns`; panics on failure.
-fn feed(ns: &Netns, prog: &str, args: &[&str], input: &str) {
-    let mut child = ns
-        .command(prog)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect(prog);
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input.as_bytes())
-        .expect("write");
-    let out = child.wait_with_output().expect("wait");
-    assert!(
-        out.status.success(),
-        "{prog} {args:?}: {}\n{input}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn load_nft(ns: &Netns, text: &str) {
