@@ -113,21 +113,6 @@ fn sysctl(ns: &Netns, key: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
-fn ping(from: &Netns, ip: &str) {
-    let out = from
-        .command("ping")
-        .args(["-c1", "-W1", ip])
-        .output()
-        .expect("ping");
-    assert!(
-        out.status.success(),
-        "ping {ip} from {} failed:\n{}{}",
-        from.name(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The host veth of the pod's `eth0` (its peer in the node).
 fn host_veth_of(net: &Net, result: &Value) -> String {
     let name = result["interfaces"][1]["name"]
@@ -210,12 +195,12 @@ fn two_pods_talk_over_ipv4_and_ipv6_and_reach_the_gateway() {
     );
 
     // Real traffic, at once: pod to pod and pod to gateway, both families.
-    ping(&a, "10.88.0.3");
-    ping(&a, "fd88::3");
-    ping(&b, "10.88.0.2");
-    ping(&a, "10.88.0.1");
-    ping(&a, "fd88::1");
-    ping(&b, "fd88::1");
+    assert_ping(&a, "10.88.0.3");
+    assert_ping(&a, "fd88::3");
+    assert_ping(&b, "10.88.0.2");
+    assert_ping(&a, "10.88.0.1");
+    assert_ping(&a, "fd88::1");
+    assert_ping(&b, "fd88::1");
 
     net.del(Some(&a), "ctr-a", &conf);
     net.del(Some(&b), "ctr-b", &conf);
@@ -253,7 +238,7 @@ fn enabledad_returns_only_when_dad_is_done() {
         a.get("tentative").is_none() && a.get("dadfailed").is_none(),
         "{a}"
     );
-    ping(&pod, "fd89::1");
+    assert_ping(&pod, "fd89::1");
     net.del(Some(&pod), "ctr-dad", &conf);
 
     // Without enabledad, DAD is off for the pod and the address usable at once.
@@ -262,7 +247,7 @@ fn enabledad_returns_only_when_dad_is_done() {
     net.add(&pod2, "ctr-nodad", &conf);
     assert_eq!(sysctl(&pod2, "net/ipv6/conf/eth0/accept_dad"), "0");
     assert_eq!(sysctl(&pod2, "net/ipv6/conf/eth0/keep_addr_on_down"), "1");
-    ping(&pod2, "fd89::1");
+    assert_ping(&pod2, "fd89::1");
 }
 
 #[test]
@@ -643,7 +628,7 @@ fn a_different_gateway_needs_force_address() {
         global_addrs(&net.node.ns, "cni0"),
         ["10.91.0.1/24", "fd88::1/64"]
     );
-    ping(&b, "10.91.0.1");
+    assert_ping(&b, "10.91.0.1");
 }
 
 #[test]
@@ -852,7 +837,7 @@ fn concurrent_adds_create_the_bridge_once() {
         };
         assert_eq!(global_addrs(&net.node.ns, "cni0"), want);
         assert_eq!(net.veths().len(), 2);
-        ping(&pods[0], "10.88.0.1");
+        assert_ping(&pods[0], "10.88.0.1");
         let other = outs[1].json()["ips"][0]["address"]
             .as_str()
             .unwrap()
@@ -860,7 +845,7 @@ fn concurrent_adds_create_the_bridge_once() {
             .next()
             .unwrap()
             .to_string();
-        ping(&pods[0], &other);
+        assert_ping(&pods[0], &other);
     }
 }
 
@@ -1121,7 +1106,7 @@ fn cnitool_add_check_del_a_bridge_conflist() {
         r["routes"],
         json!([{"dst": "0.0.0.0/0", "gw": "10.88.0.1"}, {"dst": "::/0", "gw": "fd88::1"}])
     );
-    ping(&pod, "10.88.0.1");
+    assert_ping(&pod, "10.88.0.1");
     let out = net.node.cnitool("check", "podnet", &pod);
     assert_eq!(out.exit_code, 0, "{out:?}");
     let out = net.node.cnitool("del", "podnet", &pod);
@@ -1164,7 +1149,7 @@ fn the_bridge_keeps_its_own_mac_across_add_and_del() {
     net.add(&b, "ctr-b", &conf);
     net.del(Some(&a), "ctr-a", &conf);
     assert_eq!(mac_of(&net.node.ns, "cni0"), before);
-    ping(&b, "10.88.0.1");
+    assert_ping(&b, "10.88.0.1");
 }
 
 #[test]
@@ -1241,7 +1226,7 @@ fn a_failed_add_deletes_the_bridge_it_created_unless_another_pod_uses_it() {
     let out = net.call("ADD", Some(&b), "ctr-b", &bad);
     assert_eq!(out.json()["code"], 7, "{out:?}");
     assert!(net.node.ns.link("cni0").is_some());
-    ping(&a, "10.88.0.1");
+    assert_ping(&a, "10.88.0.1");
     // A bridge that was there before a failed ADD stays too.
     net.del(Some(&a), "ctr-a", &good);
     let out = net.call("ADD", Some(&b), "ctr-b", &bad);

@@ -158,51 +158,19 @@ fn addr_of(result: &Value, i: usize) -> String {
 
 // ---- traffic --------------------------------------------------------------
 
-const SERVER: &str = r#"
-import socket, sys
-t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-t.bind(('::', int(sys.argv[1])))
-t.listen(16)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    p = a[0][7:] if a[0].startswith('::ffff:') else a[0]
-    c.sendall((p + '\n').encode())
-    c.close()
-"#;
-
-const CLIENT: &str = r#"
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
-s.settimeout(3)
-s.connect((host, port))
-print(s.recv(100).decode().strip())
-"#;
-
-/// A TCP listener (IPv4 and IPv6) on `PORT` that answers each connection
-/// with the peer address it saw; killed on drop.
+/// The echo service on `PORT`; killed on drop.
 fn listener(ns: &Netns) -> Listener {
-    Listener::start(ns, SERVER, &[&PORT.to_string()])
+    echo_server(ns, "srv", PORT)
 }
 
 /// The source address the listener at `host` saw for a connection from
 /// `from`; panics when the connection fails (3 s bound).
 fn peer_seen(from: &Netns, host: &str) -> String {
-    let out = from
-        .command("python3")
-        .args(["-c", CLIENT, host, &PORT.to_string()])
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "connect from {} to {host}: {}",
-        from.name(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    let answer = ask_ok(from, host, PORT);
+    answer
+        .strip_prefix("srv ")
+        .unwrap_or_else(|| panic!("not the echo service: {answer:?}"))
+        .to_string()
 }
 
 // ---- firewall state ---------------------------------------------------------

@@ -18,29 +18,6 @@
 use serde_json::{json, Value};
 use tests::*;
 
-/// Answers each connection with "<name> <peer address>".
-const SERVER: &str = r#"
-import socket, sys
-name, port = sys.argv[1], int(sys.argv[2])
-t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.bind(('0.0.0.0', port))
-t.listen(16)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    c.sendall(('%s %s\n' % (name, a[0])).encode())
-    c.close()
-"#;
-
-const CLIENT: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_INET)
-s.settimeout(2)
-s.connect((sys.argv[1], int(sys.argv[2])))
-print(s.recv(100).decode().strip())
-"#;
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Client {
     Cri,
@@ -363,13 +340,13 @@ fn run(chain: Chain, client: Client) {
     let ip = b.pod_ip(&b.call("add", Some(&pod), id, 8080));
     assert!(ip.starts_with(chain.prefix()), "{test}: pod address {ip}");
     assert_eq!(global_addrs(&pod, "eth0")[0], format!("{ip}/24"), "{test}");
-    let _srv = Listener::start(&pod, SERVER, &["pod", "80"]);
+    let _srv = echo_server(&pod, "pod", 80);
     match &b.lan {
         Some(lan) => assert!(ping_ok(lan, &ip), "{test}: the LAN reaches the pod"),
         None => assert!(ping_ok(&pod, &format!("{}1", chain.prefix())), "{test}"),
     }
     if chain.has_portmap() {
-        let answer = python_client(&b.outside.ns, CLIENT, &[&b.outside.node_v4(), "8080"]);
+        let answer = ask(&b.outside.ns, &b.outside.node_v4(), 8080);
         assert_eq!(
             answer,
             Some(format!("pod {}", b.outside.v4())),

@@ -76,43 +76,7 @@ fn records() -> Vec<String> {
     v
 }
 
-const SERVER: &str = r#"
-import socket, sys
-name, port = sys.argv[1], int(sys.argv[2])
-t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-t.bind(('::', port))
-t.listen(64)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    p = a[0][7:] if a[0].startswith('::ffff:') else a[0]
-    c.sendall(('%s %s\n' % (name, p)).encode())
-    c.close()
-"#;
-
-/// Connects and prints the answer; exits non-zero after 2 s without one.
-const CLIENT: &str = r#"
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
-s.settimeout(2)
-s.connect((host, port))
-print(s.recv(100).decode().strip())
-"#;
-
 const PORT: u16 = 7070;
-
-/// A listener in `ns` answering "<name> <peer address>" on `PORT`.
-fn server(ns: &Netns, name: &str) -> Listener {
-    Listener::start(ns, SERVER, &[name, &PORT.to_string()])
-}
-
-/// The answer to one TCP connection from `ns`, or `None`.
-fn connect(ns: &Netns, host: &str) -> Option<String> {
-    python_client(ns, CLIENT, &[host, &PORT.to_string()])
-}
 
 /// What a pod's previous plugin returned.
 trait PrevResult {
@@ -287,32 +251,35 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     let node = fw_node("fwdrop");
     let a = Peer::attach(&node, "fwd-a", 1);
     let up = Peer::attach(&node, "fwd-up", 9);
-    let _sa = server(&a.ns, "podA");
-    let _su = server(&up.ns, "up");
+    let _sa = echo_server(&a.ns, "podA", PORT);
+    let _su = echo_server(&up.ns, "up", PORT);
     forward_policy_drop(&node);
     let prev = a.prev_result();
     let from_a = format!("up {}", a.v4());
     let from_a6 = format!("up {}", a.v6());
-    assert_eq!(connect(&a.ns, &up.v4()), None, "FORWARD drops");
-    assert_eq!(connect(&a.ns, &up.v6()), None, "FORWARD drops");
+    assert_eq!(ask(&a.ns, &up.v4(), PORT), None, "FORWARD drops");
+    assert_eq!(ask(&a.ns, &up.v6(), PORT), None, "FORWARD drops");
 
     // The default backend ("" and absent alike) is iptables where
     // firewalld does not run.
     let c = conf("fwnet", json!({"backend": ""}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &c));
-    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
-    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    assert_eq!(ask(&a.ns, &up.v4(), PORT).as_deref(), Some(from_a.as_str()));
+    assert_eq!(
+        ask(&a.ns, &up.v6(), PORT).as_deref(),
+        Some(from_a6.as_str())
+    );
     // Only the pod's own connections and their replies: new connections
     // into the pod still meet the node's policy.
-    assert_eq!(connect(&up.ns, &a.v4()), None);
-    assert_eq!(connect(&up.ns, &a.v6()), None);
+    assert_eq!(ask(&up.ns, &a.v4(), PORT), None);
+    assert_eq!(ask(&up.ns, &a.v6(), PORT), None);
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &c));
 
     // DEL without the namespace and without prevResult.
     let bare = conf("fwnet", json!({}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
-    assert_eq!(connect(&a.ns, &up.v4()), None);
-    assert_eq!(connect(&a.ns, &up.v6()), None);
+    assert_eq!(ask(&a.ns, &up.v4(), PORT), None);
+    assert_eq!(ask(&a.ns, &up.v6(), PORT), None);
     no_address_left(&node, &a);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
 
@@ -321,12 +288,15 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
     assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
-    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
-    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
-    assert_eq!(connect(&up.ns, &a.v4()), None);
+    assert_eq!(ask(&a.ns, &up.v4(), PORT).as_deref(), Some(from_a.as_str()));
+    assert_eq!(
+        ask(&a.ns, &up.v6(), PORT).as_deref(),
+        Some(from_a6.as_str())
+    );
+    assert_eq!(ask(&up.ns, &a.v4(), PORT), None);
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-a", &a.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
-    assert_eq!(connect(&a.ns, &up.v4()), None);
+    assert_eq!(ask(&a.ns, &up.v4(), PORT), None);
     no_address_left(&node, &a);
 }
 
@@ -338,24 +308,24 @@ fn same_bridge_isolation(backend: &str) {
     let a = Peer::attach(&node, "fwi-a", 1);
     let b = Peer::attach(&node, "fwi-b", 2);
     let up = Peer::attach(&node, "fwi-up", 9);
-    let _sa = server(&a.ns, "podA");
-    let _sb = server(&b.ns, "podB");
-    let _su = server(&up.ns, "up");
+    let _sa = echo_server(&a.ns, "podA", PORT);
+    let _sb = echo_server(&b.ns, "podB", PORT);
+    let _su = echo_server(&up.ns, "up", PORT);
     let ab = format!("podB {}", a.v4());
-    assert_eq!(connect(&a.ns, &b.v4()).as_deref(), Some(ab.as_str()));
+    assert_eq!(ask(&a.ns, &b.v4(), PORT).as_deref(), Some(ab.as_str()));
     let extra = json!({"backend": backend, "ingressPolicy": "same-bridge"});
     for (p, cid) in [(&a, "ctr-a"), (&b, "ctr-b")] {
         let c = conf("fwiso", extra.clone(), Some(&p.prev_result()));
         assert_ok(&call_eth0(&ours(), &node, "ADD", cid, &p.netns(), &c));
         assert_ok(&call_eth0(&ours(), &node, "CHECK", cid, &p.netns(), &c));
     }
-    assert_eq!(connect(&a.ns, &b.v4()), None, "{backend}: a -> b");
-    assert_eq!(connect(&b.ns, &a.v4()), None, "{backend}: b -> a");
-    assert_eq!(connect(&a.ns, &b.v6()), None, "{backend}: a -> b v6");
+    assert_eq!(ask(&a.ns, &b.v4(), PORT), None, "{backend}: a -> b");
+    assert_eq!(ask(&b.ns, &a.v4(), PORT), None, "{backend}: b -> a");
+    assert_eq!(ask(&a.ns, &b.v6(), PORT), None, "{backend}: a -> b v6");
     let a_up = format!("up {}", a.v4());
-    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(a_up.as_str()));
+    assert_eq!(ask(&a.ns, &up.v4(), PORT).as_deref(), Some(a_up.as_str()));
     let up_a = format!("podA {}", up.v4());
-    assert_eq!(connect(&up.ns, &a.v4()).as_deref(), Some(up_a.as_str()));
+    assert_eq!(ask(&up.ns, &a.v4(), PORT).as_deref(), Some(up_a.as_str()));
     // Isolation is per bridge and stays after the containers' DEL, as in Go.
     for cid in ["ctr-a", "ctr-b"] {
         assert_ok(&call_eth0(
@@ -367,7 +337,7 @@ fn same_bridge_isolation(backend: &str) {
             &conf("fwiso", json!({}), None),
         ));
     }
-    assert_eq!(connect(&a.ns, &b.v4()), None, "{backend}: still isolated");
+    assert_eq!(ask(&a.ns, &b.v4(), PORT), None, "{backend}: still isolated");
     no_address_left(&node, &a);
     no_address_left(&node, &b);
 }
@@ -1810,8 +1780,8 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
     let node = fw_node("fwfd");
     let a = Peer::attach(&node, "fwfd-a", 1);
     let up = Peer::attach(&node, "fwfd-up", 9);
-    let _sa = server(&a.ns, "podA");
-    let _su = server(&up.ns, "up");
+    let _sa = echo_server(&a.ns, "podA", PORT);
+    let _su = echo_server(&up.ns, "up", PORT);
     let mut bus = PrivateBus::start(&node);
     bus.start_firewalld();
     // The pod's side of the node in zone drop, the upstream side in zone
@@ -1819,7 +1789,7 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
     // trusted gets out.
     bus.firewall_cmd(&["--zone=drop", "--change-interface=v1"]);
     bus.firewall_cmd(&["--zone=block", "--change-interface=v9"]);
-    assert_eq!(connect(&a.ns, &up.v4()), None, "firewalld drops the pod");
+    assert_eq!(ask(&a.ns, &up.v4(), PORT), None, "firewalld drops the pod");
     let before_iptables = (filter_table(&node, false), filter_table(&node, true));
     let prev = a.prev_result();
     let c = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
@@ -1838,9 +1808,12 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
         "the firewalld backend writes no iptables rule"
     );
     let from_a = format!("up {}", a.v4());
-    assert_eq!(connect(&a.ns, &up.v4()).as_deref(), Some(from_a.as_str()));
+    assert_eq!(ask(&a.ns, &up.v4(), PORT).as_deref(), Some(from_a.as_str()));
     let from_a6 = format!("up {}", a.v6());
-    assert_eq!(connect(&a.ns, &up.v6()).as_deref(), Some(from_a6.as_str()));
+    assert_eq!(
+        ask(&a.ns, &up.v6(), PORT).as_deref(),
+        Some(from_a6.as_str())
+    );
     assert_ok(&call_in_bus(
         &bus,
         &ours(),
@@ -1876,7 +1849,7 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
     let bare = conf("fwnet", json!({"backend": "firewalld"}), None);
     assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
     assert_eq!(bus.sources("trusted"), Vec::<String>::new());
-    assert_eq!(connect(&a.ns, &up.v4()), None, "dropped again after DEL");
+    assert_eq!(ask(&a.ns, &up.v4(), PORT), None, "dropped again after DEL");
     no_address_left(&node, &a);
     assert_ok(&call_in_bus(&bus, &ours(), "DEL", "ctr-a", "", &bare));
 

@@ -314,24 +314,6 @@ fn wait_dad(ns: &Netns, dev: &str) {
     }
 }
 
-/// `ping` from `pod` to `addr`: true on a reply. Up to three one-second
-/// attempts, so a first packet lost to neighbour resolution is not a
-/// failure; a path that does not work fails all three.
-fn ping(pod: &Netns, addr: &str) -> bool {
-    let v6 = addr.contains(':');
-    (0..3).any(|_| {
-        let mut c = pod.command("ping");
-        if v6 {
-            c.arg("-6");
-        }
-        c.args(["-c1", "-W1", addr])
-            .output()
-            .expect("ping")
-            .status
-            .success()
-    })
-}
-
 fn sh(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&run_ok(cmd).stdout).into_owned()
 }
@@ -456,8 +438,8 @@ fn kube_flannel_conflist_through_our_cnitool_two_pods() {
     );
 
     // The pods reach each other.
-    assert!(ping(&pod_a, "10.244.1.3"), "pod-a -> pod-b");
-    assert!(ping(&pod_b, "10.244.1.2"), "pod-b -> pod-a");
+    assert_ping(&pod_a, "10.244.1.3"); // "pod-a -> pod-b"
+    assert_ping(&pod_b, "10.244.1.2"); // "pod-b -> pod-a"
 
     let out = site.cnitool("check", &pod_a, "pod-a");
     assert_check_passed(&site, &out);
@@ -711,17 +693,11 @@ fn two_nodes_over_vxlan_dual_stack() {
         tx_packets(&n1.node.ns, "flannel.1"),
         tx_packets(&n1.node.ns, "flannel-v6.1"),
     );
-    assert!(ping(&p1, "10.244.2.2"), "node 1 pod -> node 2 pod, IPv4");
-    assert!(ping(&p2, "10.244.1.2"), "node 2 pod -> node 1 pod, IPv4");
-    assert!(
-        ping(&p1, "fd00:10:244:2::2"),
-        "node 1 pod -> node 2 pod, IPv6"
-    );
-    assert!(
-        ping(&p2, "fd00:10:244:1::2"),
-        "node 2 pod -> node 1 pod, IPv6"
-    );
-    // The traffic crossed the overlay (the only way between the nodes).
+    assert_ping(&p1, "10.244.2.2"); // "node 1 pod -> node 2 pod, IPv4"
+    assert_ping(&p2, "10.244.1.2"); // "node 2 pod -> node 1 pod, IPv4"
+    assert_ping(&p1, "fd00:10:244:2::2"); // "node 1 pod -> node 2 pod, IPv6"
+    assert_ping(&p2, "fd00:10:244:1::2"); // "node 2 pod -> node 1 pod, IPv6"
+                                          // The traffic crossed the overlay (the only way between the nodes).
     assert!(tx_packets(&n1.node.ns, "flannel.1") > tx4);
     assert!(tx_packets(&n1.node.ns, "flannel-v6.1") > tx6);
 

@@ -29,58 +29,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use tests::*;
 
-/// Answers each TCP connection with "<name> <peer address>".
-const SERVER: &str = r#"
-import socket, sys
-name, port = sys.argv[1], int(sys.argv[2])
-t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.bind(('0.0.0.0', port))
-t.listen(16)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    c.sendall(('%s %s\n' % (name, a[0])).encode())
-    c.close()
-"#;
-
-/// Connects and prints the answer; exits non-zero after 5 s without one.
-const CLIENT: &str = r#"
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET)
-s.settimeout(5)
-s.connect((host, port))
-print(s.recv(100).decode().strip())
-"#;
-
-fn server(ns: &Netns, name: &str, port: u16) -> Listener {
-    Listener::start(ns, SERVER, &[name, &port.to_string()])
-}
-
-fn connect(ns: &Netns, host: &str, port: u16) -> String {
-    python_client(ns, CLIENT, &[host, &port.to_string()])
-        .unwrap_or_else(|| panic!("no answer from {host} port {port} to {}", ns.name()))
-}
-
-/// A ping from `from` to `ip` is answered: up to three one-ping tries of
-/// 2 s each (the first answer ends it).
-fn ping(from: &Netns, ip: &str) {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let out = from
-            .command("ping")
-            .args(["-c1", "-W2", ip])
-            .output()
-            .expect("ping");
-        if out.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stdout).into_owned();
-    }
-    panic!("ping {ip} from {} failed:\n{last}", from.name());
-}
-
 /// Where the LAN peer and the pod sit.
 const LAN_IP: &str = "10.70.0.1";
 const POD_IP: &str = "10.70.0.2";
@@ -392,11 +340,11 @@ fn traffic_through_a_moved_veth_and_a_moved_macvlan() {
             routes.contains(&format!("192.0.2.0/24 via {LAN_IP} dev net1")),
             "{kind}: {routes}"
         );
-        ping(&pod, LAN_IP);
-        ping(&pod, "192.0.2.1");
-        let _l = server(&site.lan, "lan", 7000);
+        assert_ping(&pod, LAN_IP);
+        assert_ping(&pod, "192.0.2.1");
+        let _l = echo_server(&site.lan, "lan", 7000);
         assert_eq!(
-            connect(&pod, LAN_IP, 7000),
+            ask_ok(&pod, LAN_IP, 7000),
             format!("lan {POD_IP}"),
             "{kind}"
         );
@@ -423,7 +371,7 @@ fn traffic_through_a_moved_veth_and_a_moved_macvlan() {
         // The device serves the next pod.
         let pod2 = Netns::new(&format!("pod2-tr-{kind}"));
         site.call("ADD", Some(&pod2), "eth0", &c).result();
-        ping(&pod2, LAN_IP);
+        assert_ping(&pod2, LAN_IP);
         site.call("DEL", Some(&pod2), "eth0", &c).assert_silent_ok();
         dev_is(&site.node.ns, "hd0", kind, mac, None, false);
     }
@@ -493,8 +441,8 @@ fn layer_2_only_every_version_and_dual_stack() {
         r["dns"],
         json!({"nameservers": ["10.70.0.53"], "search": ["lan"]})
     );
-    ping(&pod, LAN_IP);
-    ping(&pod, "fd70::1");
+    assert_ping(&pod, LAN_IP);
+    assert_ping(&pod, "fd70::1");
     site.call("CHECK", Some(&pod), "net1", &with_prev(&c, &r))
         .assert_silent_ok();
     site.call("DEL", Some(&pod), "net1", &c).assert_silent_ok();
@@ -701,7 +649,7 @@ fn kernelpath_of_a_virtual_device_on_the_real_sysfs() {
     let r = site.call("ADD", Some(&pod), "net1", &c).result();
     assert_eq!(r["interfaces"][0]["mac"], mac);
     dev_is(&pod, "net1", "veth", mac, Some("hdk0"), true);
-    ping(&pod, LAN_IP);
+    assert_ping(&pod, LAN_IP);
     // With hdk0 gone from the node, the first is lo, which the node uses.
     let pod2 = Netns::new("pod2-kpath");
     site.call("ADD", Some(&pod2), "net1", &c).assert_error(
@@ -1587,9 +1535,9 @@ fn sriov_network_through(client: Client) {
         "{what}"
     );
     assert_eq!(global_addrs(&pod, "eth0"), ["10.70.0.10/24"], "{what}");
-    ping(&pod, LAN_IP);
-    let _l = server(&site.lan, "lan", 7100);
-    assert_eq!(connect(&pod, LAN_IP, 7100), "lan 10.70.0.10", "{what}");
+    assert_ping(&pod, LAN_IP);
+    let _l = echo_server(&site.lan, "lan", 7100);
+    assert_eq!(ask_ok(&pod, LAN_IP, 7100), "lan 10.70.0.10", "{what}");
     if client != Client::Cri {
         let out = run("check", Some(&pod), "sriov-pod1");
         assert_eq!(out.exit_code, 0, "{what}: CHECK: {out:?}");
@@ -1629,7 +1577,7 @@ fn sriov_network_through(client: Client) {
     let pod2 = Netns::new(&format!("pod2-rt-{tag}"));
     let out = run("add", Some(&pod2), "sriov-pod2");
     assert_eq!(out.exit_code, 0, "{what}: ADD 2: {out:?}");
-    ping(&pod2, LAN_IP);
+    assert_ping(&pod2, LAN_IP);
     drop(pod2);
     let out = run("del", None, "sriov-pod2");
     assert_eq!(
@@ -1844,7 +1792,7 @@ fn usb_nic_in_the_vm() {
         std::thread::sleep(std::time::Duration::from_millis(200));
         last = pod.link("net1");
     }
-    ping(&pod, "10.72.0.1");
+    assert_ping(&pod, "10.72.0.1");
     ours_call("CHECK", &netns, "net1", &with_prev(&c, &r)).assert_silent_ok();
     ours_call("DEL", &netns, "net1", &c).assert_silent_ok();
     assert_eq!(
@@ -2055,9 +2003,9 @@ fn use_interface_network_carries_the_devices_own_addresses_and_routes() {
         table.contains(&format!("default via {LAN_IP} dev eth1")),
         "{table}"
     );
-    ping(&pod, LAN_IP);
-    ping(&pod, "192.0.2.1");
-    ping(&pod, "fd70::1");
+    assert_ping(&pod, LAN_IP);
+    assert_ping(&pod, "192.0.2.1");
+    assert_ping(&pod, "fd70::1");
     site.call("CHECK", Some(&pod), "eth1", &with_prev(&c, &result))
         .assert_silent_ok();
 
@@ -2083,7 +2031,7 @@ fn use_interface_network_carries_the_devices_own_addresses_and_routes() {
         json!([{"interface": 0, "address": "10.70.0.50/24"}]),
         "{r}"
     );
-    ping(&pod2, LAN_IP);
+    assert_ping(&pod2, LAN_IP);
     site.call("DEL", Some(&pod2), "eth1", &only10)
         .assert_silent_ok();
 

@@ -175,10 +175,6 @@ fn routes(ns: &Netns, v6: bool) -> Vec<String> {
     v
 }
 
-fn ping(from: &Netns, ip: &str) {
-    assert!(ping_ok(from, ip), "ping {ip} from {} failed", from.name());
-}
-
 /// The macvlan `dev` of `ns` as `ip -d link` shows it: kind, mode, MTU.
 fn macvlan_of(ns: &Netns, dev: &str) -> (String, String, u64) {
     let l = ns
@@ -290,12 +286,12 @@ fn pods_in_bridge_mode_reach_each_other_and_upstream() {
     );
 
     // Real traffic: pod to pod (bridge mode) and to upstream, both families.
-    ping(&a, "10.70.0.11");
-    ping(&b, "10.70.0.10");
-    ping(&a, "fd70::11");
-    ping(&a, "10.70.0.1");
-    ping(&b, "fd70::1");
-    ping(&lan.upstream, "10.70.0.10");
+    assert_ping(&a, "10.70.0.11");
+    assert_ping(&b, "10.70.0.10");
+    assert_ping(&a, "fd70::11");
+    assert_ping(&a, "10.70.0.1");
+    assert_ping(&b, "fd70::1");
+    assert_ping(&lan.upstream, "10.70.0.10");
 
     lan.del(Some(&a), "ctr-a", &conf);
     lan.del(Some(&b), "ctr-b", &conf);
@@ -343,11 +339,11 @@ fn a_multus_style_pod_has_eth0_on_the_bridge_and_net1_on_macvlan() {
     );
     // Both reachable: eth0 from the node (the bridge's gateway), net1 from
     // upstream; and the pod reaches both sides.
-    ping(&lan.node.ns, "10.88.0.2");
-    ping(&lan.upstream, "10.70.0.10");
-    ping(&lan.upstream, "fd70::10");
-    ping(&pod, "10.88.0.1");
-    ping(&pod, "10.70.0.1");
+    assert_ping(&lan.node.ns, "10.88.0.2");
+    assert_ping(&lan.upstream, "10.70.0.10");
+    assert_ping(&lan.upstream, "fd70::10");
+    assert_ping(&pod, "10.88.0.1");
+    assert_ping(&pod, "10.70.0.1");
 
     // CHECK of both, then DEL in reverse order.
     let checked = with_prev(&second, &r);
@@ -356,7 +352,7 @@ fn a_multus_style_pod_has_eth0_on_the_bridge_and_net1_on_macvlan() {
     let out = lan.call_env("DEL", Some(&pod), "ctr-m", "net1", &second, &[]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert_eq!(links(&pod), ["eth0"]);
-    ping(&lan.node.ns, "10.88.0.2");
+    assert_ping(&lan.node.ns, "10.88.0.2");
     let out = lan.call_env("DEL", Some(&pod), "ctr-m", "eth0", &primary, &[]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert_eq!(links(&pod), Vec::<String>::new());
@@ -379,8 +375,8 @@ fn private_mode_isolates_pods_vepa_and_passthru_are_set() {
         ("macvlan".into(), "private".into(), 1500)
     );
     // Each reaches upstream, not the other.
-    ping(&a, "10.70.0.1");
-    ping(&b, "10.70.0.1");
+    assert_ping(&a, "10.70.0.1");
+    assert_ping(&b, "10.70.0.1");
     assert!(
         !ping_ok(&a, "10.70.0.11"),
         "private mode let pod a reach pod b"
@@ -394,7 +390,7 @@ fn private_mode_isolates_pods_vepa_and_passthru_are_set() {
         macvlan_of(&a, "net1"),
         ("macvlan".into(), "vepa".into(), 1500)
     );
-    ping(&a, "10.70.0.1");
+    assert_ping(&a, "10.70.0.1");
     lan.del(Some(&a), "ctr-a", &vepa);
 
     // passthru: one macvlan takes the master over; a second is refused and
@@ -402,7 +398,7 @@ fn private_mode_isolates_pods_vepa_and_passthru_are_set() {
     let passthru = lan.conf("passthru", json!({"mode": "passthru"}));
     lan.add(&a, "ctr-a", &passthru);
     assert_eq!(macvlan_of(&a, "net1").1, "passthru");
-    ping(&a, "10.70.0.1");
+    assert_ping(&a, "10.70.0.1");
     let out = lan.call("ADD", Some(&b), "ctr-b", &passthru);
     out.assert_error(100, "add macvlan \"net1\" (mode passthru) on link");
     assert_eq!(links(&b), Vec::<String>::new());
@@ -483,7 +479,7 @@ fn config_and_master_errors_create_nothing() {
     assert_eq!(r["interfaces"][0]["mtu"], 1400);
     assert_eq!(r["interfaces"][0]["mac"], "0a:58:0a:46:00:63");
     assert_eq!(pod.link("net1").unwrap()["address"], "0a:58:0a:46:00:63");
-    ping(&pod, "10.70.0.1");
+    assert_ping(&pod, "10.70.0.1");
 }
 
 #[test]
@@ -503,7 +499,7 @@ fn the_default_route_interface_is_the_default_master() {
     lan.add(&pod, "ctr-d", &conf);
     let net1 = pod.link("net1").unwrap();
     assert_eq!(net1["link_index"], lan.ifindex(&lan.node.ns, "up0"));
-    ping(&pod, "10.70.0.1");
+    assert_ping(&pod, "10.70.0.1");
 }
 
 #[test]
@@ -544,7 +540,7 @@ fn link_in_container_takes_the_master_from_the_pod() {
     assert_eq!(net1["link"], "inner0");
     assert!(net1.get("link_netnsid").is_none(), "{net1}");
     assert_eq!(links(&lan.node.ns), ["up0"]);
-    ping(&pod, "10.72.0.1");
+    assert_ping(&pod, "10.72.0.1");
     let out = lan.call("CHECK", Some(&pod), "ctr-c", &with_prev(&conf, &r));
     out.assert_silent_ok();
     // The same config without linkInContainer: up0's index is another link.
@@ -861,8 +857,8 @@ fn same_state_as_the_go_reference() {
             }),
             "{mode}"
         );
-        ping(&pod_ours, "10.70.0.1");
-        ping(&pod_go, "10.70.0.1");
+        assert_ping(&pod_ours, "10.70.0.1");
+        assert_ping(&pod_go, "10.70.0.1");
         // Each CHECKs the other's ADD (run in that one's node): a node can
         // switch implementations between ADD and CHECK.
         let out = call_in(

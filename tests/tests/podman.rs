@@ -11,37 +11,6 @@
 use serde_json::{json, Value};
 use tests::*;
 
-const SERVER: &str = r#"
-import socket, sys
-name, port = sys.argv[1], int(sys.argv[2])
-t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.bind(('0.0.0.0', port))
-t.listen(16)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    c.sendall(('%s %s\n' % (name, a[0])).encode())
-    c.close()
-"#;
-
-const CLIENT: &str = r#"
-import socket, sys
-s = socket.socket(socket.AF_INET)
-s.settimeout(2)
-s.connect((sys.argv[1], int(sys.argv[2])))
-print(s.recv(100).decode().strip())
-"#;
-
-/// A listener answering "<name> <peer address>", killed on drop.
-fn server(ns: &Netns, name: &str, port: u16) -> Listener {
-    Listener::start(ns, SERVER, &[name, &port.to_string()])
-}
-
-fn connect(ns: &Netns, host: &str, port: u16) -> Option<String> {
-    python_client(ns, CLIENT, &[host, &port.to_string()])
-}
-
 fn cat(ns: &Netns, path: &str) -> String {
     let out = run_ok(ns.command("cat").arg(path));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
@@ -311,20 +280,20 @@ fn podman_chain(client: Client, with_firewalld: bool) {
 
     // Traffic to the gateway, out through the node (allowed by firewall,
     // masqueraded by bridge's ipMasq), and to the host port.
-    let _gw = server(&node.ns, "node", 7071);
+    let _gw = echo_server(&node.ns, "node", 7071);
     assert_eq!(
-        connect(&pod, "10.88.0.1", 7071).as_deref(),
+        ask(&pod, "10.88.0.1", 7071).as_deref(),
         Some("node 10.88.0.2")
     );
-    let _up = server(&up, "up", 7072);
+    let _up = echo_server(&up, "up", 7072);
     assert_eq!(
-        connect(&pod, "10.9.0.2", 7072).as_deref(),
+        ask(&pod, "10.9.0.2", 7072).as_deref(),
         Some("up 10.9.0.1"),
         "{client:?}: forwarded through the closed node, and masqueraded"
     );
-    let _pod_srv = server(&pod, "pod", 7070);
+    let _pod_srv = echo_server(&pod, "pod", 7070);
     assert_eq!(
-        connect(&node.ns, "10.88.0.1", 8080).as_deref(),
+        ask(&node.ns, "10.88.0.1", 8080).as_deref(),
         Some("pod 10.88.0.1"),
         "host port 8080 reaches the pod"
     );
@@ -389,7 +358,7 @@ fn podman_chain(client: Client, with_firewalld: bool) {
     assert_eq!(cat(&pod, somaxconn), original, "tuning restored the sysctl");
     assert!(pod.link("eth0").is_none(), "bridge removed the pod's eth0");
     assert_eq!(
-        connect(&pod, "10.9.0.2", 7072),
+        ask(&pod, "10.9.0.2", 7072),
         None,
         "the pod has no way out after DEL"
     );

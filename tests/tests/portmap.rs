@@ -12,56 +12,12 @@
 use serde_json::{json, Value};
 use tests::*;
 
-/// Answers each TCP connection and UDP datagram on `port` (both families)
-/// with "<name> <peer address>".
-const SERVER: &str = r#"
-import socket, sys, threading
-name, port = sys.argv[1], int(sys.argv[2])
-def norm(a):
-    return a[7:] if a.startswith('::ffff:') else a
-t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-t.bind(('::', port))
-t.listen(64)
-u = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
-u.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-u.bind(('::', port))
-def udp():
-    while True:
-        d, a = u.recvfrom(100)
-        u.sendto(('%s %s\n' % (name, norm(a[0]))).encode(), a)
-threading.Thread(target=udp, daemon=True).start()
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    c.sendall(('%s %s\n' % (name, norm(a[0]))).encode())
-    c.close()
-"#;
-
-/// Connects (TCP) or sends one datagram (UDP) and prints the answer; exits
-/// non-zero after 3 s without one.
-const CLIENT: &str = r#"
-import socket, sys
-proto, host, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
-fam = socket.AF_INET6 if ':' in host else socket.AF_INET
-s = socket.socket(fam, socket.SOCK_STREAM if proto == 'tcp' else socket.SOCK_DGRAM)
-s.settimeout(3)
-if proto == 'tcp':
-    s.connect((host, port))
-else:
-    s.sendto(b'x', (host, port))
-print(s.recv(100).decode().strip())
-"#;
-
-/// A listener in a pod answering "<name> <peer address>" on `port`.
-fn server(ns: &Netns, name: &str, port: u16) -> Listener {
-    Listener::start(ns, SERVER, &[name, &port.to_string()])
-}
-
-/// The answer to one connection from `ns`, or `None` when nothing answered.
+/// The echo service's answer over `proto` (tcp, udp), or `None`.
 fn connect(ns: &Netns, proto: &str, host: &str, port: u16) -> Option<String> {
-    python_client(ns, CLIENT, &[proto, host, &port.to_string()])
+    match proto {
+        "udp" => ask_udp(ns, host, port),
+        _ => ask(ns, host, port),
+    }
 }
 
 /// What a pod's previous plugin returned.
@@ -192,7 +148,7 @@ fn portmap_nft_forwards_tcp_and_udp_from_everywhere() {
     let a = Peer::attach(&node, "pm-a", 1);
     let b = Peer::attach(&node, "pm-b", 2);
     let up = Peer::attach(&node, "pm-up", 9);
-    let _srv = server(&a.ns, "podA", 80);
+    let _srv = echo_server(&a.ns, "podA", 80);
     let maps = json!([
         {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
         {"hostPort": 8053, "containerPort": 80, "protocol": "udp"}
@@ -292,7 +248,7 @@ fn portmap_nft_host_ip_selects_the_address_and_family() {
     let node = forwarding_node("pmhostip");
     let a = Peer::attach(&node, "pmh-a", 1);
     let up = Peer::attach(&node, "pmh-up", 9);
-    let _srv = server(&a.ns, "podA", 80);
+    let _srv = echo_server(&a.ns, "podA", 80);
     let maps = json!([
         {"hostPort": 8081, "containerPort": 80, "protocol": "tcp", "hostIP": "10.9.0.1"},
         {"hostPort": 8082, "containerPort": 80, "protocol": "tcp", "hostIP": "0.0.0.0"},
@@ -478,8 +434,8 @@ fn portmap_nft_a_host_port_mapped_twice_goes_to_the_first_until_its_del() {
     let a = Peer::attach(&node, "pmc-a", 1);
     let b = Peer::attach(&node, "pmc-b", 2);
     let up = Peer::attach(&node, "pmc-up", 9);
-    let _sa = server(&a.ns, "podA", 80);
-    let _sb = server(&b.ns, "podB", 80);
+    let _sa = echo_server(&a.ns, "podA", 80);
+    let _sb = echo_server(&b.ns, "podB", 80);
     let pa = a.prev_result();
     let pb = b.prev_result();
     let na = a.ns.path().to_str().unwrap().to_string();
@@ -659,7 +615,7 @@ fn portmap_removes_stale_udp_conntrack_entries_on_add_and_del() {
     let node = forwarding_node("pmct");
     let a = Peer::attach(&node, "pmct-a", 1);
     let up = Peer::attach(&node, "pmct-up", 9);
-    let _srv = server(&a.ns, "podA", 80);
+    let _srv = echo_server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     // A first container makes the table exist, so the node tracks connections.
@@ -877,7 +833,7 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
     let node = forwarding_node("pmipt-traffic");
     let a = Peer::attach(&node, "pmit-a", 1);
     let up = Peer::attach(&node, "pmit-up", 9);
-    let _srv = server(&a.ns, "podA", 80);
+    let _srv = echo_server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([
@@ -961,7 +917,7 @@ fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
     let a = Peer::attach(&node, "pmcd-a", 1);
     let b = Peer::attach(&node, "pmcd-b", 2);
     let up = Peer::attach(&node, "pmcd-up", 9);
-    let _srv = server(&a.ns, "podA", 80);
+    let _srv = echo_server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let maps = json!([{"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}]);
@@ -1027,7 +983,7 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
     let node = forwarding_node("pmskel");
     let a = Peer::attach(&node, "pms-a", 1);
     let up = Peer::attach(&node, "pms-up", 9);
-    let _srv = server(&a.ns, "podA", 80);
+    let _srv = echo_server(&a.ns, "podA", 80);
     let prev = a.prev_result();
     let netns = a.ns.path().to_str().unwrap().to_string();
     let mk = |port: u16| {

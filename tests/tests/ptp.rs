@@ -12,62 +12,6 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use tests::*;
 
-/// Answers each TCP connection (IPv4 and IPv6) with "<name> <peer address>".
-const SERVER: &str = r#"
-import socket, sys
-name, port = sys.argv[1], int(sys.argv[2])
-t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-t.bind(('::', port))
-t.listen(16)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    p = a[0][7:] if a[0].startswith('::ffff:') else a[0]
-    c.sendall(('%s %s\n' % (name, p)).encode())
-    c.close()
-"#;
-
-/// Connects and prints the answer; exits non-zero after 3 s without one.
-const CLIENT: &str = r#"
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
-s.settimeout(3)
-s.connect((host, port))
-print(s.recv(100).decode().strip())
-"#;
-
-fn server(ns: &Netns, name: &str, port: u16) -> Listener {
-    Listener::start(ns, SERVER, &[name, &port.to_string()])
-}
-
-/// The answer to a connection from `ns` to `host`:`port`; panics without one.
-fn connect(ns: &Netns, host: &str, port: u16) -> String {
-    python_client(ns, CLIENT, &[host, &port.to_string()])
-        .unwrap_or_else(|| panic!("no answer from {host} port {port} to {}", ns.name()))
-}
-
-/// Asserts that a ping from `from` to `ip` is answered: up to three
-/// one-ping tries of 2 s each (the count bounds it; the first answer ends
-/// it).
-fn ping(from: &Netns, ip: &str) {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let out = from
-            .command("ping")
-            .args(["-c1", "-W2", ip])
-            .output()
-            .expect("ping");
-        if out.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stdout).into_owned();
-    }
-    panic!("ping {ip} from {} failed:\n{last}", from.name());
-}
-
 /// The pod subnets of this file's networks.
 const V4_SUBNET: &str = "10.244.1.0/24";
 const V6_SUBNET: &str = "fd00:10:244:1::/64";
@@ -336,36 +280,36 @@ fn kindnet_through(client: Client, tool: &Path, version: &str) {
 
     // Pod to pod, through the node.
     for (from, to) in [(&pod1, &b4), (&pod1, &b6), (&pod2, &a4), (&pod2, &a6)] {
-        ping(from, to);
+        assert_ping(from, to);
     }
-    let l2 = server(&pod2, "pod2", 5000);
-    assert_eq!(connect(&pod1, &b4, 5000), format!("pod2 {a4}"), "{what}");
-    assert_eq!(connect(&pod1, &b6, 5000), format!("pod2 {a6}"), "{what}");
+    let l2 = echo_server(&pod2, "pod2", 5000);
+    assert_eq!(ask_ok(&pod1, &b4, 5000), format!("pod2 {a4}"), "{what}");
+    assert_eq!(ask_ok(&pod1, &b6, 5000), format!("pod2 {a6}"), "{what}");
     // Pod to node: the gateway and the node's own address upstream.
-    let _ln = server(&site.node.ns, "node", 6000);
+    let _ln = echo_server(&site.node.ns, "node", 6000);
     for node_ip in ["10.244.1.1", "fd00:10:244:1::1", "10.9.0.1", "fd00:9::1"] {
-        ping(&pod1, node_ip);
+        assert_ping(&pod1, node_ip);
     }
     assert_eq!(
-        connect(&pod1, "10.9.0.1", 6000),
+        ask_ok(&pod1, "10.9.0.1", 6000),
         format!("node {a4}"),
         "{what}"
     );
     assert_eq!(
-        connect(&pod2, "fd00:9::1", 6000),
+        ask_ok(&pod2, "fd00:9::1", 6000),
         format!("node {b6}"),
         "{what}"
     );
     // The host port, from upstream, in both families.
-    let _l1 = server(&pod1, "pod1", 80);
+    let _l1 = echo_server(&pod1, "pod1", 80);
     let peer = &site.peer;
     assert_eq!(
-        connect(&peer.ns, &peer.node_v4(), 8080),
+        ask_ok(&peer.ns, &peer.node_v4(), 8080),
         format!("pod1 {}", peer.v4()),
         "{what}"
     );
     assert_eq!(
-        connect(&peer.ns, &peer.node_v6(), 8080),
+        ask_ok(&peer.ns, &peer.node_v6(), 8080),
         format!("pod1 {}", peer.v6()),
         "{what}"
     );
@@ -375,8 +319,8 @@ fn kindnet_through(client: Client, tool: &Path, version: &str) {
     let out = client.run(tool, &site.node, net, "del", Some(&pod1), "kn-pod1", true);
     assert_eq!(out.exit_code, 0, "{what}: DEL pod1: {out:?}");
     // The other pod keeps its gateway.
-    ping(&pod2, "10.244.1.1");
-    ping(&pod2, "fd00:10:244:1::1");
+    assert_ping(&pod2, "10.244.1.1");
+    assert_ping(&pod2, "fd00:10:244:1::1");
     // Gone: nothing runs in it any more, and its name is deleted.
     drop(l2);
     drop(pod2);
@@ -784,8 +728,8 @@ fn ipv4_only_and_ipv6_only_networks() {
         let veth = r["interfaces"][0]["name"].as_str().unwrap();
         let full = if net == "v4only" { 32 } else { 128 };
         assert_eq!(global_addrs(&site.node.ns, veth), [format!("{gw}/{full}")]);
-        ping(&pod, gw);
-        ping(&pod, node_ip);
+        assert_ping(&pod, gw);
+        assert_ping(&pod, node_ip);
         site.call("CHECK", Some(&pod), "ctr-1", &with_prev(&conf, &r))
             .assert_silent_ok();
         site.del(Some(&pod), "ctr-1", &conf);
@@ -1139,17 +1083,17 @@ fn masquerade_on(backend: &str) {
     let (a4, a6) = pod_addrs(&p1);
     let (b4, _) = pod_addrs(&p2);
     let peer = &site.peer;
-    let _up = server(&peer.ns, "peer", 7000);
+    let _up = echo_server(&peer.ns, "peer", 7000);
     assert_eq!(
-        connect(&p1, &peer.v4(), 7000),
+        ask_ok(&p1, &peer.v4(), 7000),
         format!("peer {}", peer.node_v4())
     );
     assert_eq!(
-        connect(&p1, &peer.v6(), 7000),
+        ask_ok(&p1, &peer.v6(), 7000),
         format!("peer {}", peer.node_v6())
     );
-    let _l2 = server(&p2, "pod2", 7001);
-    assert_eq!(connect(&p1, &b4, 7001), format!("pod2 {a4}"));
+    let _l2 = echo_server(&p2, "pod2", 7001);
+    assert_eq!(ask_ok(&p1, &b4, 7001), format!("pod2 {a4}"));
     for (pod, cid, r) in [(&p1, "ctr-m1", &r1), (&p2, "ctr-m2", &r2)] {
         site.call("CHECK", Some(pod), cid, &with_prev(&conf, r))
             .assert_silent_ok();

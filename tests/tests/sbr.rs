@@ -17,43 +17,7 @@ use serde_json::{json, Value};
 use std::path::Path;
 use tests::*;
 
-const SERVER: &str = r#"
-import socket, sys
-name, port = sys.argv[1], int(sys.argv[2])
-t = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
-t.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-t.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-t.bind(('::', port))
-t.listen(64)
-print('ready', flush=True)
-while True:
-    c, a = t.accept()
-    p = a[0][7:] if a[0].startswith('::ffff:') else a[0]
-    c.sendall(('%s %s\n' % (name, p)).encode())
-    c.close()
-"#;
-
-/// Connects and prints the answer; exits non-zero after 5 s without one
-/// (a generous bound: the first packets wait for neighbour discovery,
-/// which a macvlan delivers from a work queue).
-const CLIENT: &str = r#"
-import socket, sys
-host, port = sys.argv[1], int(sys.argv[2])
-s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
-s.settimeout(5)
-s.connect((host, port))
-print(s.recv(100).decode().strip())
-"#;
-
 const PORT: u16 = 7171;
-
-fn connect(ns: &Netns, host: &str) -> Option<String> {
-    python_client(ns, CLIENT, &[host, &PORT.to_string()])
-}
-
-fn ping(from: &Netns, ip: &str) {
-    assert!(ping_ok(from, ip), "ping {ip} from {} failed", from.name());
-}
 
 /// One ping from `ns` with source address `src`, which must be answered.
 fn ping_from(ns: &Netns, src: &str, dst: &str) {
@@ -287,7 +251,7 @@ fn replies_leave_through_the_interface_they_came_in_on() {
     let servers: Vec<Listener> = pods
         .iter()
         .zip(["a", "b"])
-        .map(|(p, n)| Listener::start(p, SERVER, &[n, &PORT.to_string()]))
+        .map(|(p, n)| echo_server(p, n, PORT))
         .collect();
 
     let a = &pods[0];
@@ -322,15 +286,15 @@ fn replies_leave_through_the_interface_they_came_in_on() {
         assert_eq!(route_get_dev(pod, "192.0.2.10", addr), "net1");
         assert_eq!(route_get_dev(pod, "192.0.2.10", eth0), "eth0");
         assert_eq!(
-            connect(&site.client, addr).as_deref(),
+            ask(&site.client, addr, PORT).as_deref(),
             Some(format!("{name} 192.0.2.10").as_str())
         );
         assert_eq!(
-            connect(&site.client, addr6).as_deref(),
+            ask(&site.client, addr6, PORT).as_deref(),
             Some(format!("{name} 2001:db8:2::10").as_str())
         );
         // eth0 is untouched: the node still reaches the pod there.
-        ping(&site.node.ns, eth0);
+        assert_ping(&site.node.ns, eth0);
     }
 
     // CHECK of both networks through both tools, each on the other's ADD:
@@ -394,9 +358,9 @@ fn replies_leave_through_the_interface_they_came_in_on() {
     site.node.write_conf("20-lan.conflist", &conf);
     site.ok("ours", "add", "podnet", "eth0", a, "");
     site.ok("ours", "add", "lan", "net1", a, caps[0]);
-    let _server = Listener::start(a, SERVER, &["a", &PORT.to_string()]);
+    let _server = echo_server(a, "a", PORT);
     assert_eq!(route_get_dev(a, "192.0.2.10", "10.70.0.10"), "eth0");
-    assert_eq!(connect(&site.client, "10.70.0.10"), None);
+    assert_eq!(ask(&site.client, "10.70.0.10", PORT), None);
 }
 
 /// bridge + host-local + sbr: the whole chain's CHECK passes with ours;
@@ -435,7 +399,7 @@ fn the_chains_check_passes_where_gos_fails() {
             rules(pod, true),
             [format!("32765 from fd89::{n} lookup 101")]
         );
-        ping(&site.node.ns, &format!("10.89.0.{n}"));
+        assert_ping(&site.node.ns, &format!("10.89.0.{n}"));
     }
     let out = site.run("go", "check", "chain", "eth0", &go, &go_env);
     assert_ne!(out.exit_code, 0, "Go's chain CHECK passed: {out:?}");
@@ -502,12 +466,12 @@ fn bridge_host_local_sbr_through_containerds_cri() {
     );
     // The pod's replies to the node go through its table; the host port
     // through portmap reaches it too.
-    let _server = Listener::start(&pod, SERVER, &["pod", &PORT.to_string()]);
+    let _server = echo_server(&pod, "pod", PORT);
     assert_eq!(
-        connect(&node.ns, "10.90.0.2").as_deref(),
+        ask(&node.ns, "10.90.0.2", PORT).as_deref(),
         Some("pod 10.90.0.1")
     );
-    ping(&pod, "10.90.0.1");
+    assert_ping(&pod, "10.90.0.1");
     let out = node.cri(&cri, "status", None, "sandbox-sb", &[]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     let out = node.cri(
@@ -667,8 +631,8 @@ fn same_state_as_the_go_reference_but_its_stray_copies() {
     ping_from(&pod_ours, "fd66::5", "fd66::1");
     ping_from(&pod_go, "10.66.0.5", "10.66.0.1");
     assert!(!ping_ok(&pod_ours, "10.66.0.1"));
-    ping(&node, "10.66.0.5");
-    ping(&node_go, "fd66::5");
+    assert_ping(&node, "10.66.0.5");
+    assert_ping(&node_go, "fd66::5");
 
     // Each CHECKs the other's ADD.
     call(
@@ -860,7 +824,7 @@ fn table_gateways_and_source_hints() {
         ])
     );
     // A connection without a chosen source still finds the subnet.
-    ping(&pod2, "10.66.0.1");
+    assert_ping(&pod2, "10.66.0.1");
     call(&ours, &node, "CHECK", &pod2, &conf).assert_silent_ok();
     pod2.ip(&[
         "route",

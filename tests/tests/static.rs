@@ -539,10 +539,6 @@ fn multus_conflist(ipam: Value) -> Value {
     })
 }
 
-fn ping(from: &Netns, ip: &str) {
-    assert!(ping_ok(from, ip), "ping {ip} from {} failed", from.name());
-}
-
 /// `dst via gateway dev` of the routes of one family of `ns`, sorted.
 fn routes(ns: &Netns, v6: bool) -> Vec<String> {
     let mut args = vec![];
@@ -658,12 +654,12 @@ fn multus_macvlan_pods_with_static_addresses_through_cnitool_and_go_cnitool() {
         ["10.70.0.11/24", "fd70::11/64"]
     );
     // Real traffic: pod to pod on the LAN, pods to and from upstream.
-    ping(&pods[0], "10.70.0.11");
-    ping(&pods[1], "fd70::10");
-    ping(&pods[2], "10.70.0.10");
-    ping(&pods[0], "10.70.0.1");
-    ping(&lan.upstream, "10.70.0.12");
-    ping(&lan.upstream, "fd70::11");
+    assert_ping(&pods[0], "10.70.0.11");
+    assert_ping(&pods[1], "fd70::10");
+    assert_ping(&pods[2], "10.70.0.10");
+    assert_ping(&pods[0], "10.70.0.1");
+    assert_ping(&lan.upstream, "10.70.0.12");
+    assert_ping(&lan.upstream, "fd70::11");
 
     // CHECK through both tools, each on the other's ADD.
     for (tool, pod) in [("go", &pods[0]), ("ours", &pods[1])] {
@@ -729,8 +725,8 @@ fn cni_args_ip_and_gateway_through_both_tools() {
         "{:?}",
         routes(&a, false)
     );
-    ping(&a, "10.70.0.21");
-    ping(&lan.upstream, "fd70::20");
+    assert_ping(&a, "10.70.0.21");
+    assert_ping(&lan.upstream, "fd70::20");
     // CHECK with the same CNI_ARGS; with others, the address is missing.
     assert_eq!(
         via(&lan, "go", "check", &a, &[("CNI_ARGS", args_a)]).exit_code,
@@ -801,9 +797,9 @@ fn bridge_with_static_through_containerds_cri() {
     assert_eq!(r["routes"], json!([{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]));
     assert_eq!(global_addrs(&pod, "eth0"), ["10.71.0.5/24", "fd71::5/64"]);
     // The node's bridge holds the gateways: pod and node reach each other.
-    ping(&pod, "10.71.0.1");
-    ping(&pod, "fd71::1");
-    ping(&node.ns, "10.71.0.5");
+    assert_ping(&pod, "10.71.0.1");
+    assert_ping(&pod, "fd71::1");
+    assert_ping(&node.ns, "10.71.0.5");
     // (No CHECK: go-cni checks its loopback network too, whose 0.3.1
     // config does not allow CHECK, so containerd never calls it.)
     let out = node.cri(&cri, "status", None, "sandbox-st", &[]);
@@ -910,7 +906,7 @@ fn same_chain_state_as_the_go_reference() {
         results.push(r);
         states.push(json!({"addrs": global_addrs(pod, "eth0"),
                            "routes": routes(pod, false), "up": pod.link_is_up("eth0")}));
-        ping(pod, "10.70.0.1");
+        assert_ping(pod, "10.70.0.1");
     }
     assert_eq!(results[0], results[1]);
     assert_eq!(states[0], states[1]);

@@ -111,24 +111,6 @@ impl Drop for Vm {
     }
 }
 
-/// Asserts that a ping from `from` to `ip` is answered: up to three
-/// one-ping tries of 2 s each (the count bounds it).
-fn ping(from: &Netns, ip: &str) {
-    let mut last = String::new();
-    for _ in 0..3 {
-        let out = from
-            .command("ping")
-            .args(["-c1", "-W2", ip])
-            .output()
-            .expect("ping");
-        if out.status.success() {
-            return;
-        }
-        last = String::from_utf8_lossy(&out.stdout).into_owned();
-    }
-    panic!("ping {ip} from {} failed:\n{last}", from.name());
-}
-
 /// The user the VM runs as: `nobody`.
 const VM_UID: u32 = 65534;
 const VM_MAC: &str = "0a:58:0a:4d:00:32";
@@ -371,7 +353,7 @@ fn a_vm_behind_the_tap_answers_the_pod_through_every_runtime() {
         );
         let vm = Vm::attach(&pod, VM_UID, "eth0", "10.77.0.50", VM_MAC, true)
             .unwrap_or_else(|e| panic!("{what}: the owner cannot attach: {e}"));
-        ping(&pod, "10.77.0.50");
+        assert_ping(&pod, "10.77.0.50");
         drop(vm);
 
         let out = run(client, &tool, &site.node, net, "del", &pod, "vm-1");
@@ -433,7 +415,7 @@ fn a_tap_on_a_bridge_in_the_pod_carries_the_lans_traffic() {
     check(&conf).assert_silent_ok();
 
     let vm = Vm::attach(&pod, VM_UID, "tap0", "10.78.0.50", VM_MAC, false).expect("attach");
-    ping(&lan, "10.78.0.50");
+    assert_ping(&lan, "10.78.0.50");
     drop(vm);
 
     // CHECK sees the tap leave the bridge.
