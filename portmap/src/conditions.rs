@@ -52,181 +52,212 @@ pub enum Condition {
 /// Parses one family's condition list (`key` names it in errors).
 pub fn parse(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
     let text = conds.join(" ");
-    let tokens = tokenize(&text);
-    let bad = |what: String| Error::config(key, format!("{what} ({SUPPORTED})"));
+    let mut p = Parser {
+        key,
+        v6,
+        tokens: tokenize(&text),
+        i: 0,
+    };
     let mut out = Vec::new();
-    let mut i = 0;
-    let peek = |i: usize| tokens.get(i).map(String::as_str);
-    // An optional `==` / `!=` at `*i`.
-    let op_at = |i: &mut usize| -> CmpOp {
-        match peek(*i) {
+    while let Some(t) = p.peek(0).map(str::to_string) {
+        let t = t.as_str();
+        match t {
+            "ip" | "ip6" => out.push(p.address(t)?),
+            "meta" if matches!(p.peek(1), Some("iifname" | "oifname")) => p.i += 1,
+            "iifname" | "oifname" => out.push(p.ifname(t)?),
+            "meta" if p.peek(1) == Some("mark") => out.push(p.mark()?),
+            "fib" => out.push(p.fib()?),
+            other => return Err(p.bad(format!("unsupported condition {other:?}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// The tokens of one family's conditions and where the parse is.
+struct Parser<'k> {
+    key: &'k str,
+    v6: bool,
+    tokens: Vec<String>,
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self, ahead: usize) -> Option<&str> {
+        self.tokens.get(self.i + ahead).map(String::as_str)
+    }
+
+    /// Code 7 naming the key, what is wrong and what is understood.
+    fn bad(&self, what: String) -> Error {
+        Error::config(self.key, format!("{what} ({SUPPORTED})"))
+    }
+
+    /// The next token, which must be there (`what` names it otherwise).
+    fn value(&mut self, what: &str) -> Result<String> {
+        let v = self
+            .peek(0)
+            .ok_or_else(|| self.bad(format!("{what} without a value")))?
+            .to_string();
+        self.i += 1;
+        Ok(v)
+    }
+
+    /// An optional `==` / `!=`.
+    fn op(&mut self) -> CmpOp {
+        match self.peek(0) {
             Some("!=") => {
-                *i += 1;
+                self.i += 1;
                 CmpOp::Neq
             }
             Some("==") => {
-                *i += 1;
+                self.i += 1;
                 CmpOp::Eq
             }
             _ => CmpOp::Eq,
         }
-    };
-    while i < tokens.len() {
-        let t = tokens[i].as_str();
-        match t {
-            "ip" | "ip6" => {
-                if (t == "ip6") != v6 {
-                    return Err(bad(format!("{t:?} does not match the family of {key}")));
-                }
-                let source = match peek(i + 1) {
-                    Some("saddr") => true,
-                    Some("daddr") => false,
-                    other => {
-                        return Err(bad(format!(
-                            "unsupported match \"{t} {}\"",
-                            other.unwrap_or("")
-                        )))
-                    }
-                };
-                i += 2;
-                let op = op_at(&mut i);
-                match peek(i) {
-                    Some("{") => {
-                        let (members, next) = set_members(&tokens, i)
-                            .ok_or_else(|| bad(format!("unclosed set after \"{t}\"")))?;
-                        i = next;
-                        let mut ranges = Vec::new();
-                        let mut plain = true;
-                        for m in &members {
-                            let (addr, len) = prefix(m, v6).ok_or_else(|| {
-                                bad(format!("{m:?} is not an address or prefix of the family"))
-                            })?;
-                            plain &= len == width(v6);
-                            ranges.push(range_of(addr, len));
-                        }
-                        if ranges.is_empty() {
-                            return Err(bad("an empty set".to_string()));
-                        }
-                        ranges.sort();
-                        out.push(Condition::AddrSet {
-                            source,
-                            v6,
-                            invert: op == CmpOp::Neq,
-                            ranges: merge(ranges),
-                            plain,
-                        });
-                    }
-                    Some(v) => {
-                        let (addr, len) = prefix(v, v6).ok_or_else(|| {
-                            bad(format!("{v:?} is not an address or prefix of the family"))
-                        })?;
-                        i += 1;
-                        out.push(Condition::Exprs(expr::match_prefix_nft(
-                            source, op, addr, len,
-                        )));
-                    }
-                    None => return Err(bad(format!("\"{t}\" without a value"))),
-                }
-            }
-            "meta" if matches!(peek(i + 1), Some("iifname" | "oifname")) => i += 1,
-            "iifname" | "oifname" => {
-                i += 1;
-                let op = op_at(&mut i);
-                let v = peek(i).ok_or_else(|| bad(format!("\"{t}\" without a value")))?;
-                i += 1;
-                let name = v.trim_matches('"');
-                let bare = name.strip_suffix('*').unwrap_or(name);
-                if name.is_empty() || bare.len() > 15 || name.contains(['{', '}', ',']) {
-                    return Err(bad(format!("{v:?} is not an interface name")));
-                }
-                out.push(Condition::Exprs(expr::match_ifname(
-                    t == "iifname",
-                    op,
-                    name,
-                )));
-            }
-            "meta" if peek(i + 1) == Some("mark") => {
-                i += 2;
-                let mut mask = None;
-                if matches!(peek(i), Some("and" | "&")) {
-                    let m = peek(i + 1)
-                        .ok_or_else(|| bad("\"meta mark and\" without a mask".into()))?;
-                    mask = Some(number(m).ok_or_else(|| bad(format!("{m:?} is not a number")))?);
-                    i += 2;
-                }
-                let op = op_at(&mut i);
-                let v = peek(i).ok_or_else(|| bad("\"meta mark\" without a value".into()))?;
-                let value = number(v).ok_or_else(|| bad(format!("{v:?} is not a number")))?;
-                i += 1;
-                let mut e = vec![Expr::Meta {
-                    key: MetaKey::Mark,
-                    dreg: REG_1,
-                }];
-                if let Some(m) = mask {
-                    e.push(Expr::Bitwise {
-                        sreg: REG_1,
-                        dreg: REG_1,
-                        mask: m.to_ne_bytes().to_vec(),
-                        xor: vec![0; 4],
-                    });
-                }
-                e.push(Expr::Cmp {
-                    sreg: REG_1,
-                    op,
-                    data: value.to_ne_bytes().to_vec(),
-                });
-                out.push(Condition::Exprs(e));
-            }
-            "fib" => {
-                // NFTA_FIB_F_SADDR / DADDR / IIF / OIF.
-                let flags = match peek(i + 1) {
-                    Some("saddr") => 1,
-                    Some("daddr") => 2,
-                    other => {
-                        return Err(bad(format!(
-                            "unsupported match \"fib {}\"",
-                            other.unwrap_or("")
-                        )))
-                    }
-                };
-                i += 2;
-                if peek(i) == Some(".") {
-                    // The kernel allows `. iif` only from prerouting and
-                    // `. oif` only from output: the host port rules are
-                    // reached from both.
-                    return Err(bad(format!(
-                        "\"fib ... . {}\" cannot be used: host port rules run in both prerouting and output",
-                        peek(i + 1).unwrap_or("")
-                    )));
-                }
-                if peek(i) != Some("type") {
-                    return Err(bad(format!(
-                        "unsupported fib result {:?} (only \"type\")",
-                        peek(i).unwrap_or("")
-                    )));
-                }
-                i += 1;
-                let op = op_at(&mut i);
-                let v = peek(i).ok_or_else(|| bad("\"fib ... type\" without a type".into()))?;
-                let rtn = route_type(v).ok_or_else(|| bad(format!("{v:?} is not a route type")))?;
-                i += 1;
-                out.push(Condition::Exprs(vec![
-                    Expr::Fib {
-                        result: 3, // NFT_FIB_RESULT_ADDRTYPE
-                        flags,
-                        dreg: REG_1,
-                    },
-                    Expr::Cmp {
-                        sreg: REG_1,
-                        op,
-                        data: rtn.to_ne_bytes().to_vec(),
-                    },
-                ]));
-            }
-            other => return Err(bad(format!("unsupported condition {other:?}"))),
-        }
     }
-    Ok(out)
+
+    /// `ip|ip6 saddr|daddr [op] ADDR[/LEN]`, or `... { ADDR[/LEN], ... }`.
+    fn address(&mut self, t: &str) -> Result<Condition> {
+        let v6 = self.v6;
+        if (t == "ip6") != v6 {
+            return Err(self.bad(format!("{t:?} does not match the family of {}", self.key)));
+        }
+        let source = match self.peek(1) {
+            Some("saddr") => true,
+            Some("daddr") => false,
+            other => {
+                let other = other.unwrap_or("").to_string();
+                return Err(self.bad(format!("unsupported match \"{t} {other}\"")));
+            }
+        };
+        self.i += 2;
+        let op = self.op();
+        let not_of_family =
+            |p: &Parser, v: &str| p.bad(format!("{v:?} is not an address or prefix of the family"));
+        if self.peek(0) != Some("{") {
+            let v = self.value(&format!("\"{t}\""))?;
+            let (addr, len) = prefix(&v, v6).ok_or_else(|| not_of_family(self, &v))?;
+            return Ok(Condition::Exprs(expr::match_prefix_nft(
+                source, op, addr, len,
+            )));
+        }
+        let (members, next) = set_members(&self.tokens, self.i)
+            .ok_or_else(|| self.bad(format!("unclosed set after \"{t}\"")))?;
+        self.i = next;
+        let mut ranges = Vec::new();
+        let mut plain = true;
+        for m in &members {
+            let (addr, len) = prefix(m, v6).ok_or_else(|| not_of_family(self, m))?;
+            plain &= len == width(v6);
+            ranges.push(range_of(addr, len));
+        }
+        if ranges.is_empty() {
+            return Err(self.bad("an empty set".to_string()));
+        }
+        ranges.sort();
+        Ok(Condition::AddrSet {
+            source,
+            v6,
+            invert: op == CmpOp::Neq,
+            ranges: merge(ranges),
+            plain,
+        })
+    }
+
+    /// `iifname|oifname [op] NAME` (quoted or not, `*` for a prefix).
+    fn ifname(&mut self, t: &str) -> Result<Condition> {
+        self.i += 1;
+        let op = self.op();
+        let v = self.value(&format!("\"{t}\""))?;
+        let name = v.trim_matches('"');
+        let bare = name.strip_suffix('*').unwrap_or(name);
+        if name.is_empty() || bare.len() > 15 || name.contains(['{', '}', ',']) {
+            return Err(self.bad(format!("{v:?} is not an interface name")));
+        }
+        Ok(Condition::Exprs(expr::match_ifname(
+            t == "iifname",
+            op,
+            name,
+        )))
+    }
+
+    /// `meta mark [and|& MASK] [op] VALUE`.
+    fn mark(&mut self) -> Result<Condition> {
+        self.i += 2;
+        let mut mask = None;
+        if matches!(self.peek(0), Some("and" | "&")) {
+            self.i += 1;
+            let m = self.value("\"meta mark and\"")?;
+            mask = Some(number(&m).ok_or_else(|| self.bad(format!("{m:?} is not a number")))?);
+        }
+        let op = self.op();
+        let v = self.value("\"meta mark\"")?;
+        let value = number(&v).ok_or_else(|| self.bad(format!("{v:?} is not a number")))?;
+        let mut e = vec![Expr::Meta {
+            key: MetaKey::Mark,
+            dreg: REG_1,
+        }];
+        if let Some(m) = mask {
+            e.push(Expr::Bitwise {
+                sreg: REG_1,
+                dreg: REG_1,
+                mask: m.to_ne_bytes().to_vec(),
+                xor: vec![0; 4],
+            });
+        }
+        e.push(Expr::Cmp {
+            sreg: REG_1,
+            op,
+            data: value.to_ne_bytes().to_vec(),
+        });
+        Ok(Condition::Exprs(e))
+    }
+
+    /// `fib saddr|daddr type [op] TYPE`.
+    fn fib(&mut self) -> Result<Condition> {
+        // NFTA_FIB_F_SADDR / DADDR.
+        let flags = match self.peek(1) {
+            Some("saddr") => 1,
+            Some("daddr") => 2,
+            other => {
+                let other = other.unwrap_or("").to_string();
+                return Err(self.bad(format!("unsupported match \"fib {other}\"")));
+            }
+        };
+        self.i += 2;
+        if self.peek(0) == Some(".") {
+            // The kernel allows `. iif` only from prerouting and `. oif`
+            // only from output: the host port rules are reached from both.
+            let what = self.peek(1).unwrap_or("").to_string();
+            return Err(self.bad(format!(
+                "\"fib ... . {what}\" cannot be used: host port rules run in both prerouting and output"
+            )));
+        }
+        if self.peek(0) != Some("type") {
+            let what = self.peek(0).unwrap_or("").to_string();
+            return Err(self.bad(format!("unsupported fib result {what:?} (only \"type\")")));
+        }
+        self.i += 1;
+        let op = self.op();
+        let v = self
+            .peek(0)
+            .ok_or_else(|| self.bad("\"fib ... type\" without a type".into()))?
+            .to_string();
+        let rtn = route_type(&v).ok_or_else(|| self.bad(format!("{v:?} is not a route type")))?;
+        self.i += 1;
+        Ok(Condition::Exprs(vec![
+            Expr::Fib {
+                result: 3, // NFT_FIB_RESULT_ADDRTYPE
+                flags,
+                dreg: REG_1,
+            },
+            Expr::Cmp {
+                sreg: REG_1,
+                op,
+                data: rtn.to_ne_bytes().to_vec(),
+            },
+        ]))
+    }
 }
 
 /// The expressions of `conds` for one rule, declaring in `b` the anonymous

@@ -181,160 +181,12 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
         match t {
             "!" => negate = true,
             "-s" | "-d" => {
-                let (host, len) = it.next()?.split_once('/')?;
-                let a: IpAddr = host.parse().ok()?;
-                let len: u8 = len.parse().ok()?;
-                if a.is_ipv6() != v6 || u32::from(len) > addr_field(v6, true).1 * 8 {
-                    return None;
-                }
-                let op = if negate { CmpOp::Neq } else { CmpOp::Eq };
-                if len == 0 && negate {
-                    return None;
-                }
-                if len > 0 {
-                    addrs.extend(super::nft::expr::match_prefix_nft(t == "-s", op, a, len));
-                }
+                addrs.extend(encode_address(t == "-s", negate, it.next()?, v6)?);
                 negate = false;
             }
             "-p" => proto = proto_number(it.next()?)?,
-            "-m" => match it.next()? {
-                m @ ("tcp" | "udp") => {
-                    if proto_number(m)? != proto || it.next()? != "--dport" {
-                        return None;
-                    }
-                    let port: u16 = it.next()?.parse().ok()?;
-                    matches.push(Expr::Payload {
-                        base: PayloadBase::Transport,
-                        offset: 2,
-                        len: 2,
-                        dreg: REG_1,
-                    });
-                    matches.push(Expr::Cmp {
-                        sreg: REG_1,
-                        op: CmpOp::Eq,
-                        data: port.to_be_bytes().to_vec(),
-                    });
-                }
-                "sctp" => {
-                    if proto != 132 || it.next()? != "--dport" {
-                        return None;
-                    }
-                    let port: u16 = it.next()?.parse().ok()?;
-                    matches.push(Expr::Match {
-                        name: "sctp".into(),
-                        rev: 0,
-                        info: sctp_info(port),
-                    });
-                }
-                "comment" => {
-                    if it.next()? != "--comment" {
-                        return None;
-                    }
-                    matches.push(Expr::Match {
-                        name: "comment".into(),
-                        rev: 0,
-                        info: comment_info(it.next()?),
-                    });
-                }
-                "multiport" => {
-                    if proto == 0 || it.next()? != "--dports" {
-                        return None;
-                    }
-                    let ports: Vec<u16> = it
-                        .next()?
-                        .split(',')
-                        .map(|p| p.parse().ok())
-                        .collect::<Option<_>>()?;
-                    if ports.is_empty() || ports.len() > 15 {
-                        return None;
-                    }
-                    matches.push(Expr::Match {
-                        name: "multiport".into(),
-                        rev: 1,
-                        info: multiport_info(&ports),
-                    });
-                }
-                "addrtype" => {
-                    if it.next()? != "--dst-type" || it.next()? != "LOCAL" {
-                        return None;
-                    }
-                    matches.push(Expr::Match {
-                        name: "addrtype".into(),
-                        rev: 1,
-                        info: addrtype_local_info(),
-                    });
-                }
-                "mark" => {
-                    if it.next()? != "--mark" {
-                        return None;
-                    }
-                    let (value, mask) = parse_mark(it.next()?)?;
-                    matches.push(Expr::Meta {
-                        key: MetaKey::Mark,
-                        dreg: REG_1,
-                    });
-                    if mask != u32::MAX {
-                        matches.push(Expr::Bitwise {
-                            sreg: REG_1,
-                            dreg: REG_1,
-                            mask: mask.to_ne_bytes().to_vec(),
-                            xor: vec![0; 4],
-                        });
-                    }
-                    matches.push(Expr::Cmp {
-                        sreg: REG_1,
-                        op: CmpOp::Eq,
-                        data: value.to_ne_bytes().to_vec(),
-                    });
-                }
-                _ => return None,
-            },
-            "-j" => {
-                target = Some(match it.next()? {
-                    "ACCEPT" => Expr::Immediate(Verdict::Accept),
-                    "DROP" => Expr::Immediate(Verdict::Drop),
-                    "RETURN" => Expr::Immediate(Verdict::Return),
-                    "MASQUERADE" => Expr::Target {
-                        name: "MASQUERADE".into(),
-                        rev: 0,
-                        info: masq_info(v6),
-                    },
-                    "DNAT" => {
-                        if it.next()? != "--to-destination" {
-                            return None;
-                        }
-                        let to = it.next()?;
-                        let (host, port) = to.rsplit_once(':')?;
-                        let host = if v6 {
-                            host.strip_prefix('[')?.strip_suffix(']')?
-                        } else {
-                            host
-                        };
-                        let a: IpAddr = host.parse().ok()?;
-                        if a.is_ipv6() != v6 {
-                            return None;
-                        }
-                        Expr::Target {
-                            name: "DNAT".into(),
-                            rev: 2,
-                            info: dnat_info(a, port.parse().ok()?),
-                        }
-                    }
-                    "MARK" => {
-                        if it.next()? != "--set-xmark" {
-                            return None;
-                        }
-                        let (value, mask) = parse_mark(it.next()?)?;
-                        Expr::Target {
-                            name: "MARK".into(),
-                            rev: 2,
-                            info: mark_info(value, mask),
-                        }
-                    }
-                    t if t.starts_with('-') => return None,
-                    chain => Expr::Immediate(Verdict::Jump(chain.to_string())),
-                });
-            }
+            "-m" => matches.extend(encode_match(&mut it, proto)?),
+            "-j" => target = Some(encode_target(&mut it, v6)?),
             _ => return None,
         }
     }
@@ -358,6 +210,154 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
         chain,
         exprs,
         proto,
+    })
+}
+
+/// `[!] -s|-d ADDR/LEN` (`source` for `-s`): a prefix match, or nothing
+/// for `/0` (which iptables-nft does not encode); `! .../0` matches
+/// nothing and is refused.
+fn encode_address(source: bool, negate: bool, cidr: &str, v6: bool) -> Option<Vec<Expr>> {
+    let (host, len) = cidr.split_once('/')?;
+    let a: IpAddr = host.parse().ok()?;
+    let len: u8 = len.parse().ok()?;
+    if a.is_ipv6() != v6 || u32::from(len) > addr_field(v6, true).1 * 8 {
+        return None;
+    }
+    if len == 0 {
+        return (!negate).then(Vec::new);
+    }
+    let op = if negate { CmpOp::Neq } else { CmpOp::Eq };
+    Some(super::nft::expr::match_prefix_nft(source, op, a, len))
+}
+
+/// The match after `-m` (its name is the next token), for a rule of
+/// protocol `proto`: native payload compares for `tcp`/`udp` ports, the
+/// xtables matches iptables-nft keeps (`sctp`, `comment`, `multiport`,
+/// `addrtype`), the mark as `meta` + `cmp`.
+fn encode_match<'a>(it: &mut impl Iterator<Item = &'a str>, proto: u8) -> Option<Vec<Expr>> {
+    let xt = |name: &str, rev: u32, info: Vec<u8>| Expr::Match {
+        name: name.into(),
+        rev,
+        info,
+    };
+    Some(match it.next()? {
+        m @ ("tcp" | "udp") => {
+            if proto_number(m)? != proto || it.next()? != "--dport" {
+                return None;
+            }
+            let port: u16 = it.next()?.parse().ok()?;
+            vec![
+                Expr::Payload {
+                    base: PayloadBase::Transport,
+                    offset: 2,
+                    len: 2,
+                    dreg: REG_1,
+                },
+                Expr::Cmp {
+                    sreg: REG_1,
+                    op: CmpOp::Eq,
+                    data: port.to_be_bytes().to_vec(),
+                },
+            ]
+        }
+        "sctp" => {
+            if proto != 132 || it.next()? != "--dport" {
+                return None;
+            }
+            vec![xt("sctp", 0, sctp_info(it.next()?.parse().ok()?))]
+        }
+        "comment" => {
+            if it.next()? != "--comment" {
+                return None;
+            }
+            vec![xt("comment", 0, comment_info(it.next()?))]
+        }
+        "multiport" => {
+            if proto == 0 || it.next()? != "--dports" {
+                return None;
+            }
+            let ports: Vec<u16> = it
+                .next()?
+                .split(',')
+                .map(|p| p.parse().ok())
+                .collect::<Option<_>>()?;
+            if ports.is_empty() || ports.len() > 15 {
+                return None;
+            }
+            vec![xt("multiport", 1, multiport_info(&ports))]
+        }
+        "addrtype" => {
+            if it.next()? != "--dst-type" || it.next()? != "LOCAL" {
+                return None;
+            }
+            vec![xt("addrtype", 1, addrtype_local_info())]
+        }
+        "mark" => {
+            if it.next()? != "--mark" {
+                return None;
+            }
+            let (value, mask) = parse_mark(it.next()?)?;
+            let mut exprs = vec![Expr::Meta {
+                key: MetaKey::Mark,
+                dreg: REG_1,
+            }];
+            if mask != u32::MAX {
+                exprs.push(Expr::Bitwise {
+                    sreg: REG_1,
+                    dreg: REG_1,
+                    mask: mask.to_ne_bytes().to_vec(),
+                    xor: vec![0; 4],
+                });
+            }
+            exprs.push(Expr::Cmp {
+                sreg: REG_1,
+                op: CmpOp::Eq,
+                data: value.to_ne_bytes().to_vec(),
+            });
+            exprs
+        }
+        _ => return None,
+    })
+}
+
+/// The target after `-j`: a verdict, a jump to a chain, or the xtables
+/// `MASQUERADE`, `DNAT` and `MARK` targets with their options.
+fn encode_target<'a>(it: &mut impl Iterator<Item = &'a str>, v6: bool) -> Option<Expr> {
+    let xt = |name: &str, rev: u32, info: Vec<u8>| Expr::Target {
+        name: name.into(),
+        rev,
+        info,
+    };
+    Some(match it.next()? {
+        "ACCEPT" => Expr::Immediate(Verdict::Accept),
+        "DROP" => Expr::Immediate(Verdict::Drop),
+        "RETURN" => Expr::Immediate(Verdict::Return),
+        "MASQUERADE" => xt("MASQUERADE", 0, masq_info(v6)),
+        "DNAT" => {
+            if it.next()? != "--to-destination" {
+                return None;
+            }
+            let (host, port) = it.next()?.rsplit_once(':')?;
+            let host = if v6 {
+                host.strip_prefix('[')?.strip_suffix(']')?
+            } else {
+                host
+            };
+            let a: IpAddr = host.parse().ok()?;
+            if a.is_ipv6() != v6 {
+                return None;
+            }
+            xt("DNAT", 2, dnat_info(a, port.parse().ok()?))
+        }
+        "MARK" => {
+            if it.next()? != "--set-xmark" {
+                return None;
+            }
+            let (value, mask) = parse_mark(it.next()?)?;
+            xt("MARK", 2, mark_info(value, mask))
+        }
+        t if t.starts_with('-') => return None,
+        chain => Expr::Immediate(Verdict::Jump(chain.to_string())),
     })
 }
 
@@ -407,193 +407,230 @@ pub fn render(rule: &RawRule, v6: bool) -> String {
     })
 }
 
+/// What a rule read back says, in `iptables-save`'s order of parts.
+#[derive(Default)]
+struct Parts {
+    src: Option<String>,
+    dst: Option<String>,
+    proto: Option<&'static str>,
+    matches: Vec<String>,
+    target: Option<String>,
+}
+
+impl Parts {
+    fn line(self, chain: &str) -> String {
+        let mut s = format!("-A {chain}");
+        for v in [self.src, self.dst].into_iter().flatten() {
+            s.push(' ');
+            s.push_str(&v);
+        }
+        if let Some(p) = self.proto {
+            s.push_str(&format!(" -p {p}"));
+        }
+        for m in self.matches {
+            s.push(' ');
+            s.push_str(&m);
+        }
+        if let Some(t) = self.target {
+            s.push_str(&format!(" -j {t}"));
+        }
+        s
+    }
+}
+
+type Exprs<'a> = std::iter::Peekable<std::slice::Iter<'a, RawExpr>>;
+
+/// A rule of the shapes [`encode`] writes, as its `iptables-save` line;
+/// `None` for anything else.
 fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
-    let (mut src, mut dst, mut proto) = (None, None, None);
-    let mut matches: Vec<String> = Vec::new();
-    let mut target = None;
+    let mut parts = Parts::default();
     let mut exprs = rule.exprs.iter().peekable();
     while let Some(RawExpr { name, data }) = exprs.next() {
         match name.as_str() {
-            "meta" => {
-                let key = be32(data, 2)?;
-                let mut next = exprs.next()?;
-                if key == MetaKey::L4Proto as u32 {
-                    if next.name != "cmp" || be32(&next.data, 2)? != CmpOp::Eq as u32 {
-                        return None;
-                    }
-                    let v = data_value(&next.data, 3)?;
-                    proto = Some(proto_name(*v.first().filter(|_| v.len() == 1)?)?);
-                } else if key == MetaKey::Mark as u32 {
-                    let mut mask = u32::MAX;
-                    if next.name == "bitwise" {
-                        let m = data_value(&next.data, 4)?;
-                        mask = ne_u32(&m, 0)?;
-                        if data_value(&next.data, 5)? != [0; 4] {
-                            return None;
-                        }
-                        next = exprs.next()?;
-                    }
-                    if next.name != "cmp" || be32(&next.data, 2)? != CmpOp::Eq as u32 {
-                        return None;
-                    }
-                    let value = ne_u32(&data_value(&next.data, 3)?, 0)?;
-                    matches.push(if mask == u32::MAX {
-                        format!("-m mark --mark {value:#x}")
-                    } else {
-                        format!("-m mark --mark {value:#x}/{mask:#x}")
-                    });
-                } else {
-                    return None;
-                }
-            }
-            "payload" => {
-                let (base, offset, len) = (be32(data, 2)?, be32(data, 3)?, be32(data, 4)?);
-                let mut next = exprs.next()?;
-                if base == PayloadBase::Transport as u32 {
-                    let p = proto.filter(|p| *p == "tcp" || *p == "udp")?;
-                    if (offset, len) != (2, 2)
-                        || next.name != "cmp"
-                        || be32(&next.data, 2)? != CmpOp::Eq as u32
-                    {
-                        return None;
-                    }
-                    let v = data_value(&next.data, 3)?;
-                    let port = u16::from_be_bytes(v.as_slice().try_into().ok()?);
-                    matches.push(format!("-m {p} --dport {port}"));
-                    continue;
-                }
-                if base != PayloadBase::Network as u32 {
-                    return None;
-                }
-                let source = if (offset, addr_field(v6, true).1) == addr_field(v6, true) {
-                    true
-                } else if (offset, addr_field(v6, false).1) == addr_field(v6, false) {
-                    false
-                } else {
-                    return None;
-                };
-                let full = addr_field(v6, true).1;
-                let mut mask_len = len * 8;
-                if next.name == "bitwise" {
-                    let m = data_value(&next.data, 4)?;
-                    mask_len = m.iter().map(|b| b.count_ones()).sum();
-                    next = exprs.next()?;
-                }
-                if next.name != "cmp" || len > full {
-                    return None;
-                }
-                let neg = match be32(&next.data, 2)? {
-                    op if op == CmpOp::Eq as u32 => "",
-                    op if op == CmpOp::Neq as u32 => "! ",
-                    _ => return None,
-                };
-                let mut v = data_value(&next.data, 3)?;
-                v.resize(full as usize, 0);
-                let a = ip_of(&v, v6)?;
-                let s = format!("{neg}{} {a}/{mask_len}", if source { "-s" } else { "-d" });
-                if source {
-                    src = Some(s);
-                } else {
-                    dst = Some(s);
-                }
-            }
-            "match" => {
-                let a = AttrIter::new(data);
-                let mname = a.clone().find(1)?.str();
-                let rev = a.clone().find(2)?.be32()?;
-                let info = a.clone().find(3)?.data;
-                match (mname.as_str(), rev) {
-                    ("comment", 0) => {
-                        let end = info.iter().position(|&b| b == 0).unwrap_or(info.len());
-                        let c = String::from_utf8(info[..end].to_vec()).ok()?;
-                        matches.push(format!("-m comment --comment {}", iptables::quote(&c)));
-                    }
-                    ("multiport", 1) => {
-                        let n = usize::from(*info.get(1)?);
-                        if info.len() != MULTIPORT_LEN || n == 0 || n > 15 {
-                            return None;
-                        }
-                        let ports: Vec<u16> = (0..n)
-                            .map(|i| ne_u16(info, 2 + 2 * i))
-                            .collect::<Option<_>>()?;
-                        if info != multiport_info(&ports).as_slice() {
-                            return None;
-                        }
-                        let list: Vec<String> = ports.iter().map(u16::to_string).collect();
-                        matches.push(format!("-m multiport --dports {}", list.join(",")));
-                    }
-                    ("addrtype", 1) if info == addrtype_local_info().as_slice() => {
-                        matches.push("-m addrtype --dst-type LOCAL".into());
-                    }
-                    ("sctp", 0) => {
-                        let port = ne_u16(info, 0)?;
-                        if info != sctp_info(port).as_slice() {
-                            return None;
-                        }
-                        matches.push(format!("-m sctp --dport {port}"));
-                    }
-                    _ => return None,
-                }
-            }
+            "meta" => render_meta(data, &mut exprs, &mut parts)?,
+            "payload" => render_payload(data, &mut exprs, &mut parts, v6)?,
+            "match" => parts.matches.push(render_xt_match(data)?),
             "counter" => {}
-            "immediate" => {
-                let v = AttrIter::new(data).find(2)?;
-                let verdict = v.nested().find(2)?;
-                let code = verdict.nested().find(1)?.be32()? as i32;
-                target = Some(match code {
-                    1 => "ACCEPT".to_string(),
-                    0 => "DROP".to_string(),
-                    -5 => "RETURN".to_string(),
-                    -3 => verdict.nested().find(2)?.str(),
-                    _ => return None,
-                });
-            }
-            "target" => {
-                let a = AttrIter::new(data);
-                let tname = a.clone().find(1)?.str();
-                let rev = a.clone().find(2)?.be32()?;
-                let info = a.clone().find(3)?.data;
-                target = Some(match (tname.as_str(), rev) {
-                    ("MASQUERADE", 0) if info == masq_info(v6).as_slice() => "MASQUERADE".into(),
-                    ("MARK", 2) if info.len() == 8 => format!(
-                        "MARK --set-xmark {:#x}/{:#x}",
-                        ne_u32(info, 0)?,
-                        ne_u32(info, 4)?
-                    ),
-                    ("DNAT", 2) => {
-                        let addr = ip_of(info.get(4..)?, v6)?;
-                        let port = u16::from_be_bytes(info.get(36..38)?.try_into().ok()?);
-                        if info != dnat_info(addr, port).as_slice() {
-                            return None;
-                        }
-                        if v6 {
-                            format!("DNAT --to-destination [{addr}]:{port}")
-                        } else {
-                            format!("DNAT --to-destination {addr}:{port}")
-                        }
-                    }
-                    _ => return None,
-                });
-            }
+            "immediate" => parts.target = Some(render_verdict(data)?),
+            "target" => parts.target = Some(render_xt_target(data, v6)?),
             _ => return None,
         }
     }
-    let mut s = format!("-A {}", rule.chain);
-    for v in [src, dst].into_iter().flatten() {
-        s.push(' ');
-        s.push_str(&v);
+    Some(parts.line(&rule.chain))
+}
+
+/// The `cmp` equality of a meta or payload load: its data.
+fn cmp_eq(e: &RawExpr) -> Option<Vec<u8>> {
+    if e.name != "cmp" || be32(&e.data, 2)? != CmpOp::Eq as u32 {
+        return None;
     }
-    if let Some(p) = proto {
-        s.push_str(&format!(" -p {p}"));
+    data_value(&e.data, 3)
+}
+
+/// `meta l4proto` (the `-p` protocol) or `meta mark` (`-m mark`), with the
+/// expressions that follow it.
+fn render_meta(data: &[u8], exprs: &mut Exprs<'_>, parts: &mut Parts) -> Option<()> {
+    let key = be32(data, 2)?;
+    let mut next = exprs.next()?;
+    if key == MetaKey::L4Proto as u32 {
+        let v = cmp_eq(next)?;
+        parts.proto = Some(proto_name(*v.first().filter(|_| v.len() == 1)?)?);
+        return Some(());
     }
-    for m in matches {
-        s.push(' ');
-        s.push_str(&m);
+    if key != MetaKey::Mark as u32 {
+        return None;
     }
-    if let Some(t) = target {
-        s.push_str(&format!(" -j {t}"));
+    let mut mask = u32::MAX;
+    if next.name == "bitwise" {
+        mask = ne_u32(&data_value(&next.data, 4)?, 0)?;
+        if data_value(&next.data, 5)? != [0; 4] {
+            return None;
+        }
+        next = exprs.next()?;
     }
-    Some(s)
+    let value = ne_u32(&cmp_eq(next)?, 0)?;
+    parts.matches.push(if mask == u32::MAX {
+        format!("-m mark --mark {value:#x}")
+    } else {
+        format!("-m mark --mark {value:#x}/{mask:#x}")
+    });
+    Some(())
+}
+
+/// A payload load: the tcp/udp destination port (`-m tcp --dport`), or
+/// the source or destination address with its prefix (`[!] -s|-d`).
+fn render_payload(data: &[u8], exprs: &mut Exprs<'_>, parts: &mut Parts, v6: bool) -> Option<()> {
+    let (base, offset, len) = (be32(data, 2)?, be32(data, 3)?, be32(data, 4)?);
+    let mut next = exprs.next()?;
+    if base == PayloadBase::Transport as u32 {
+        let p = parts.proto.filter(|p| *p == "tcp" || *p == "udp")?;
+        if (offset, len) != (2, 2) {
+            return None;
+        }
+        let port = u16::from_be_bytes(cmp_eq(next)?.as_slice().try_into().ok()?);
+        parts.matches.push(format!("-m {p} --dport {port}"));
+        return Some(());
+    }
+    if base != PayloadBase::Network as u32 {
+        return None;
+    }
+    let source = if (offset, addr_field(v6, true).1) == addr_field(v6, true) {
+        true
+    } else if (offset, addr_field(v6, false).1) == addr_field(v6, false) {
+        false
+    } else {
+        return None;
+    };
+    let full = addr_field(v6, true).1;
+    let mut mask_len = len * 8;
+    if next.name == "bitwise" {
+        mask_len = data_value(&next.data, 4)?
+            .iter()
+            .map(|b| b.count_ones())
+            .sum();
+        next = exprs.next()?;
+    }
+    if next.name != "cmp" || len > full {
+        return None;
+    }
+    let neg = match be32(&next.data, 2)? {
+        op if op == CmpOp::Eq as u32 => "",
+        op if op == CmpOp::Neq as u32 => "! ",
+        _ => return None,
+    };
+    let mut v = data_value(&next.data, 3)?;
+    v.resize(full as usize, 0);
+    let a = ip_of(&v, v6)?;
+    let s = format!("{neg}{} {a}/{mask_len}", if source { "-s" } else { "-d" });
+    if source {
+        parts.src = Some(s);
+    } else {
+        parts.dst = Some(s);
+    }
+    Some(())
+}
+
+/// An xtables match kept through `nft_compat`, as its `-m` text.
+fn render_xt_match(data: &[u8]) -> Option<String> {
+    let a = AttrIter::new(data);
+    let name = a.clone().find(1)?.str();
+    let rev = a.clone().find(2)?.be32()?;
+    let info = a.clone().find(3)?.data;
+    Some(match (name.as_str(), rev) {
+        ("comment", 0) => {
+            let end = info.iter().position(|&b| b == 0).unwrap_or(info.len());
+            let c = String::from_utf8(info[..end].to_vec()).ok()?;
+            format!("-m comment --comment {}", iptables::quote(&c))
+        }
+        ("multiport", 1) => {
+            let n = usize::from(*info.get(1)?);
+            if info.len() != MULTIPORT_LEN || n == 0 || n > 15 {
+                return None;
+            }
+            let ports: Vec<u16> = (0..n)
+                .map(|i| ne_u16(info, 2 + 2 * i))
+                .collect::<Option<_>>()?;
+            if info != multiport_info(&ports).as_slice() {
+                return None;
+            }
+            let list: Vec<String> = ports.iter().map(u16::to_string).collect();
+            format!("-m multiport --dports {}", list.join(","))
+        }
+        ("addrtype", 1) if info == addrtype_local_info().as_slice() => {
+            "-m addrtype --dst-type LOCAL".into()
+        }
+        ("sctp", 0) => {
+            let port = ne_u16(info, 0)?;
+            if info != sctp_info(port).as_slice() {
+                return None;
+            }
+            format!("-m sctp --dport {port}")
+        }
+        _ => return None,
+    })
+}
+
+/// An `immediate` verdict: `ACCEPT`, `DROP`, `RETURN` or a jump's chain.
+fn render_verdict(data: &[u8]) -> Option<String> {
+    let v = AttrIter::new(data).find(2)?;
+    let verdict = v.nested().find(2)?;
+    let code = verdict.nested().find(1)?.be32()? as i32;
+    Some(match code {
+        1 => "ACCEPT".to_string(),
+        0 => "DROP".to_string(),
+        -5 => "RETURN".to_string(),
+        -3 => verdict.nested().find(2)?.str(),
+        _ => return None,
+    })
+}
+
+/// An xtables target kept through `nft_compat`, as its `-j` text.
+fn render_xt_target(data: &[u8], v6: bool) -> Option<String> {
+    let a = AttrIter::new(data);
+    let name = a.clone().find(1)?.str();
+    let rev = a.clone().find(2)?.be32()?;
+    let info = a.clone().find(3)?.data;
+    Some(match (name.as_str(), rev) {
+        ("MASQUERADE", 0) if info == masq_info(v6).as_slice() => "MASQUERADE".into(),
+        ("MARK", 2) if info.len() == 8 => format!(
+            "MARK --set-xmark {:#x}/{:#x}",
+            ne_u32(info, 0)?,
+            ne_u32(info, 4)?
+        ),
+        ("DNAT", 2) => {
+            let addr = ip_of(info.get(4..)?, v6)?;
+            let port = u16::from_be_bytes(info.get(36..38)?.try_into().ok()?);
+            if info != dnat_info(addr, port).as_slice() {
+                return None;
+            }
+            if v6 {
+                format!("DNAT --to-destination [{addr}]:{port}")
+            } else {
+                format!("DNAT --to-destination {addr}:{port}")
+            }
+        }
+        _ => return None,
+    })
 }
 
 /// The (chain, handle) of each rule line read back.
