@@ -10,10 +10,11 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use libcni::attach::{self, Add};
+use libcni::attach::{self, Add, Veth};
 use libcni::fault;
 use libcni::ipam::{self, IfaceOptions};
 use libcni::netfilter::{masq, spoofcheck};
+use libcni::netlink::link::Link;
 use libcni::netlink::notify::{Notifications, RTNLGRP_LINK};
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
@@ -65,17 +66,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     fault::point("bridge/attach");
 
     if conf.macspoofchk {
-        let mac = pair.container.mac.ok_or_else(|| {
-            Error::kernel(
-                format!("container veth {:?} has no Ethernet address", args.ifname),
-                std::io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
-            )
-        })?;
-        a.undo("removing the MAC spoof check", move || {
-            spoofcheck::teardown(&args.container_id, &args.ifname)
-        });
-        spoofcheck::setup(&pair.host.name, mac, &args.container_id, &args.ifname)?;
-        fault::point("bridge/spoofchk");
+        spoof_check(a, &pair)?;
     }
 
     // Subscribed before the container end comes up, so the moment the port
@@ -110,38 +101,12 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         fault::point("bridge/configure");
 
         if conf.is_gateway {
-            let host = a.host()?;
-            let (target, target_name) = if conf.vlan != 0 {
-                let l = veth::ensure_vlan_gateway(host, &br, conf)?;
-                let r = (l.index, l.name.clone());
-                vlan_gateway = Some(l);
-                r
-            } else {
-                (br.index, br.name.clone())
-            };
-            for gw in &gateways {
-                node::ensure_gateway_address(host, target, &target_name, *gw, conf.force_address)?;
-            }
-            if conf.vlan == 0 && !gateways.is_empty() {
-                node::pin_mac(host, &br)?;
-            }
-            sysctl::enable_forwarding(
-                gateways.iter().any(IpPrefix::is_ipv4),
-                gateways.iter().any(|g| !g.is_ipv4()),
-            )?;
+            vlan_gateway = gateway(a.host()?, &br, conf, &gateways)?;
         }
         fault::point("bridge/gateway");
 
         if conf.ip_masq {
-            let backend = conf.masq_backend();
-            let owner = firewall::owner(args);
-            let addrs: Vec<IpPrefix> = result.ips.iter().map(|ip| ip.address).collect();
-            a.undo("removing the masquerade", {
-                let owner = owner.clone();
-                let ifname = args.ifname.clone();
-                move || masq::teardown(backend, &owner, &ifname)
-            });
-            masq::setup(backend, &owner, &args.ifname, &addrs)?;
+            masquerade(a, conf, &result)?;
             fault::point("bridge/masq");
         }
     } else if !conf.disable_container_interface {
@@ -154,8 +119,85 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     if !conf.disable_container_interface {
         node::wait_port_ready(host, &mut link_events, pair.host.index, &pair.host.name)?;
     }
-    // Read back what the kernel has now: the host veth's and the bridge's
-    // MAC may have changed as the port joined.
+    result.interfaces = interfaces_now(host, &br, &pair, vlan_gateway, &args.netns)?;
+    attach::apply_dns(&mut result, conf.dns.as_ref());
+    Ok(result)
+}
+
+/// `macspoofchk`: the container end's MAC is the only source its frames
+/// may carry (undone on a failed ADD).
+fn spoof_check(a: &mut Add<'_>, pair: &Veth) -> Result<(), Error> {
+    let args = a.args();
+    let mac = pair.container.mac.ok_or_else(|| {
+        Error::kernel(
+            format!("container veth {:?} has no Ethernet address", args.ifname),
+            std::io::Error::from_raw_os_error(libc::EADDRNOTAVAIL),
+        )
+    })?;
+    a.undo("removing the MAC spoof check", move || {
+        spoofcheck::teardown(&args.container_id, &args.ifname)
+    });
+    spoofcheck::setup(&pair.host.name, mac, &args.container_id, &args.ifname)?;
+    fault::point("bridge/spoofchk");
+    Ok(())
+}
+
+/// `isGateway`: the gateway addresses on the bridge (or on the VLAN's
+/// gateway veth, which is returned), the bridge's MAC pinned, forwarding
+/// on for the families that have a gateway.
+fn gateway(
+    host: &mut Netlink,
+    br: &node::Bridge,
+    conf: &Conf,
+    gateways: &[IpPrefix],
+) -> Result<Option<Link>, Error> {
+    let mut vlan_gateway = None;
+    let (target, target_name) = if conf.vlan != 0 {
+        let l = veth::ensure_vlan_gateway(host, br, conf)?;
+        let r = (l.index, l.name.clone());
+        vlan_gateway = Some(l);
+        r
+    } else {
+        (br.index, br.name.clone())
+    };
+    for gw in gateways {
+        node::ensure_gateway_address(host, target, &target_name, *gw, conf.force_address)?;
+    }
+    if conf.vlan == 0 && !gateways.is_empty() {
+        node::pin_mac(host, br)?;
+    }
+    sysctl::enable_forwarding(
+        gateways.iter().any(IpPrefix::is_ipv4),
+        gateways.iter().any(|g| !g.is_ipv4()),
+    )?;
+    Ok(vlan_gateway)
+}
+
+/// `ipMasq`: the container's addresses masqueraded out of their networks
+/// (undone on a failed ADD).
+fn masquerade(a: &mut Add<'_>, conf: &Conf, result: &CniResult) -> Result<(), Error> {
+    let args = a.args();
+    let backend = conf.masq_backend();
+    let owner = firewall::owner(args);
+    let addrs: Vec<IpPrefix> = result.ips.iter().map(|ip| ip.address).collect();
+    a.undo("removing the masquerade", {
+        let owner = owner.clone();
+        let ifname = args.ifname.clone();
+        move || masq::teardown(backend, &owner, &ifname)
+    });
+    masq::setup(backend, &owner, &args.ifname, &addrs)
+}
+
+/// The result's interfaces as the kernel has them now (the host veth's
+/// and the bridge's MAC may have changed as the port joined): the bridge,
+/// the host veth, the container end, and the VLAN gateway if any.
+fn interfaces_now(
+    host: &mut Netlink,
+    br: &node::Bridge,
+    pair: &Veth,
+    vlan_gateway: Option<Link>,
+    netns: &str,
+) -> Result<Vec<Interface>, Error> {
     let gone = |what: &str| {
         Error::kernel(
             format!("{what} vanished during ADD"),
@@ -171,14 +213,12 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     let mut interfaces = vec![
         ipam::interface_of(&br_link, ""),
         ipam::interface_of(&host_link, ""),
-        ipam::interface_of(&pair.container, &args.netns),
+        ipam::interface_of(&pair.container, netns),
     ];
     if let Some(l) = vlan_gateway {
         interfaces.push(ipam::interface_of(&l, ""));
     }
-    result.interfaces = interfaces;
-    attach::apply_dns(&mut result, conf.dns.as_ref());
-    Ok(result)
+    Ok(interfaces)
 }
 
 /// The reference's `calcGateways`: every address goes on interface 2 (the

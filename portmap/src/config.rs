@@ -73,43 +73,109 @@ fn port(key: String, v: i64) -> Result<u16> {
         .ok_or_else(|| Error::config(key, format!("{v} is not a port (1-65535)")))
 }
 
+/// `runtimeConfig.portMappings`, each validated (code 7 naming
+/// `runtimeConfig.portMappings[i].<key>`); a host port mapped twice (same
+/// protocol and host address) is refused.
+fn mappings(raw: &[RawMapping]) -> Result<Vec<PortMapping>> {
+    let mut mappings = Vec::new();
+    let mut seen = HashSet::new();
+    for (i, m) in raw.iter().enumerate() {
+        let key = |k: &str| format!("runtimeConfig.portMappings[{i}].{k}");
+        let host_port = port(key("hostPort"), m.host_port)?;
+        let container_port = port(key("containerPort"), m.container_port)?;
+        let proto_text = m.protocol.as_deref().unwrap_or("tcp");
+        let protocol = Protocol::parse(proto_text).ok_or_else(|| {
+            Error::config(
+                key("protocol"),
+                format!("{proto_text:?} is not a protocol (tcp, udp or sctp)"),
+            )
+        })?;
+        let host_ip = match m.host_ip.as_deref() {
+            None | Some("") => None,
+            Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
+                Error::config(key("hostIP"), format!("{s:?} is not an IP address"))
+            })?),
+        };
+        let mapping = PortMapping {
+            host_port,
+            container_port,
+            protocol,
+            host_ip,
+        };
+        if !seen.insert((protocol, host_port, host_ip)) {
+            return Err(Error::config(
+                key("hostPort"),
+                format!("{mapping} maps a host port that an earlier entry already maps"),
+            ));
+        }
+        mappings.push(mapping);
+    }
+    Ok(mappings)
+}
+
+/// The backend: `backend` if named; else the one an option or the
+/// conditions' syntax needs; else the Go plugins' default. An option or a
+/// condition the backend cannot carry is refused, naming it.
+fn backend(raw: &RawConf, conditions: &Conditions) -> Result<Backend> {
+    let cond_syntax = [
+        ("conditionsV4", conditions_are_iptables(&conditions.v4)),
+        ("conditionsV6", conditions_are_iptables(&conditions.v6)),
+    ];
+    // `markMasqBit` is accepted with either backend, as the Go plugin
+    // accepts it: the nftables backend has no mark to set and ignores it.
+    let iptables_only: Option<&str> = if raw.external_set_mark_chain.is_some() {
+        Some("externalSetMarkChain")
+    } else {
+        cond_syntax
+            .iter()
+            .find(|(_, s)| *s == Some(true))
+            .map(|(k, _)| *k)
+    };
+    let nft_only = cond_syntax
+        .iter()
+        .find(|(_, s)| *s == Some(false))
+        .map(|(k, _)| *k);
+    let backend = match raw.backend.as_deref() {
+        Some(b) => Backend::parse("backend", b)?,
+        None => match (iptables_only, nft_only) {
+            (Some(_), None) => Backend::Iptables,
+            (None, Some(_)) => Backend::Nftables,
+            (Some(a), Some(b)) => {
+                return Err(Error::config(
+                    b,
+                    format!("is in nftables syntax, but {a} needs the iptables backend"),
+                ))
+            }
+            (None, None) => libcni::netfilter::default_backend(),
+        },
+    };
+    match backend {
+        Backend::Nftables => {
+            if let Some(k) = iptables_only {
+                return Err(Error::config(
+                    k,
+                    "is an iptables option (or iptables syntax), but the backend is nftables",
+                ));
+            }
+            pm::parse_nft_conditions("conditionsV4", &conditions.v4, false)?;
+            pm::parse_nft_conditions("conditionsV6", &conditions.v6, true)?;
+        }
+        Backend::Iptables => {
+            if let Some(k) = nft_only {
+                return Err(Error::config(
+                    k,
+                    "is in nftables syntax, but the backend is iptables",
+                ));
+            }
+        }
+    }
+    Ok(backend)
+}
+
 impl PortMapConf {
     pub fn parse(args: &CmdArgs) -> Result<PortMapConf> {
         let raw: RawConf = args.config()?;
-        let mut mappings = Vec::new();
-        let mut seen = HashSet::new();
-        for (i, m) in raw.runtime_config.port_mappings.iter().enumerate() {
-            let key = |k: &str| format!("runtimeConfig.portMappings[{i}].{k}");
-            let host_port = port(key("hostPort"), m.host_port)?;
-            let container_port = port(key("containerPort"), m.container_port)?;
-            let proto_text = m.protocol.as_deref().unwrap_or("tcp");
-            let protocol = Protocol::parse(proto_text).ok_or_else(|| {
-                Error::config(
-                    key("protocol"),
-                    format!("{proto_text:?} is not a protocol (tcp, udp or sctp)"),
-                )
-            })?;
-            let host_ip = match m.host_ip.as_deref() {
-                None | Some("") => None,
-                Some(s) => Some(s.parse::<IpAddr>().map_err(|_| {
-                    Error::config(key("hostIP"), format!("{s:?} is not an IP address"))
-                })?),
-            };
-            let mapping = PortMapping {
-                host_port,
-                container_port,
-                protocol,
-                host_ip,
-            };
-            if !seen.insert((protocol, host_port, host_ip)) {
-                return Err(Error::config(
-                    key("hostPort"),
-                    format!("{mapping} maps a host port that an earlier entry already maps"),
-                ));
-            }
-            mappings.push(mapping);
-        }
-
+        let mappings = mappings(&raw.runtime_config.port_mappings)?;
         let mark_bit = match raw.mark_masq_bit {
             None => DEFAULT_MARK_BIT,
             Some(b) => u8::try_from(b).ok().filter(|b| *b <= 31).ok_or_else(|| {
@@ -138,58 +204,7 @@ impl PortMapConf {
             v4: raw.conditions_v4.clone().unwrap_or_default(),
             v6: raw.conditions_v6.clone().unwrap_or_default(),
         };
-        let cond_syntax = [
-            ("conditionsV4", conditions_are_iptables(&conditions.v4)),
-            ("conditionsV6", conditions_are_iptables(&conditions.v6)),
-        ];
-        // `markMasqBit` is accepted with either backend, as the Go plugin
-        // accepts it: the nftables backend has no mark to set and ignores it.
-        let iptables_only: Option<&str> = if raw.external_set_mark_chain.is_some() {
-            Some("externalSetMarkChain")
-        } else {
-            cond_syntax
-                .iter()
-                .find(|(_, s)| *s == Some(true))
-                .map(|(k, _)| *k)
-        };
-        let nft_only = cond_syntax
-            .iter()
-            .find(|(_, s)| *s == Some(false))
-            .map(|(k, _)| *k);
-        let backend = match raw.backend.as_deref() {
-            Some(b) => Backend::parse("backend", b)?,
-            None => match (iptables_only, nft_only) {
-                (Some(_), None) => Backend::Iptables,
-                (None, Some(_)) => Backend::Nftables,
-                (Some(a), Some(b)) => {
-                    return Err(Error::config(
-                        b,
-                        format!("is in nftables syntax, but {a} needs the iptables backend"),
-                    ))
-                }
-                (None, None) => libcni::netfilter::default_backend(),
-            },
-        };
-        match backend {
-            Backend::Nftables => {
-                if let Some(k) = iptables_only {
-                    return Err(Error::config(
-                        k,
-                        "is an iptables option (or iptables syntax), but the backend is nftables",
-                    ));
-                }
-                pm::parse_nft_conditions("conditionsV4", &conditions.v4, false)?;
-                pm::parse_nft_conditions("conditionsV6", &conditions.v6, true)?;
-            }
-            Backend::Iptables => {
-                if let Some(k) = nft_only {
-                    return Err(Error::config(
-                        k,
-                        "is in nftables syntax, but the backend is iptables",
-                    ));
-                }
-            }
-        }
+        let backend = backend(&raw, &conditions)?;
         Ok(PortMapConf {
             mappings,
             snat: raw.snat.unwrap_or(true),

@@ -759,56 +759,66 @@ fn ipt_add_changes(spec: &PortMapSpec, v6: bool, saved: &SavedTable, r: &mut Res
     let Some(container) = spec.container(v6) else {
         return;
     };
-    let setmark = match &spec.external_set_mark_chain {
-        Some(c) => c.clone(),
-        None => IPT_SETMARK_CHAIN.to_string(),
-    };
     if spec.snat && spec.external_set_mark_chain.is_none() {
-        let mark = mark_def(spec.mark_bit);
-        let setmark_rule = iptables::rule_line(
-            IPT_SETMARK_CHAIN,
-            &[
-                "-m",
-                "comment",
-                "--comment",
-                "CNI portfwd masquerade mark",
-                "-j",
-                "MARK",
-                "--set-xmark",
-                &mark,
-            ],
-        );
-        if !saved.has_chain(IPT_SETMARK_CHAIN) {
-            r.declare(IPT_SETMARK_CHAIN);
-        }
-        if !saved.has_rule(&setmark_rule) {
-            r.append(setmark_rule);
-        }
-        let masq_rule = iptables::rule_line(
-            IPT_MASQ_CHAIN,
-            &["-m", "mark", "--mark", &mark, "-j", "MASQUERADE"],
-        );
-        if !saved.has_chain(IPT_MASQ_CHAIN) {
-            r.declare(IPT_MASQ_CHAIN);
-        }
-        if !saved.has_rule(&masq_rule) {
-            r.append(masq_rule);
-        }
-        let entry = iptables::rule_line(
-            "POSTROUTING",
-            &[
-                "-m",
-                "comment",
-                "--comment",
-                "CNI portfwd requiring masquerade",
-                "-j",
-                IPT_MASQ_CHAIN,
-            ],
-        );
-        if !saved.has_rule(&entry) {
-            r.insert_first(&entry);
-        }
+        ipt_masquerade_skeleton(spec, saved, r);
     }
+    ipt_dnat_skeleton(saved, r);
+    ipt_container_rules(spec, v6, container, saved, r);
+}
+
+/// The shared chains and rules of `snat` (without an external mark chain):
+/// the mark set on host port traffic, its masquerade, and POSTROUTING's
+/// jump, each only when missing.
+fn ipt_masquerade_skeleton(spec: &PortMapSpec, saved: &SavedTable, r: &mut Restore) {
+    let mark = mark_def(spec.mark_bit);
+    let setmark_rule = iptables::rule_line(
+        IPT_SETMARK_CHAIN,
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "CNI portfwd masquerade mark",
+            "-j",
+            "MARK",
+            "--set-xmark",
+            &mark,
+        ],
+    );
+    if !saved.has_chain(IPT_SETMARK_CHAIN) {
+        r.declare(IPT_SETMARK_CHAIN);
+    }
+    if !saved.has_rule(&setmark_rule) {
+        r.append(setmark_rule);
+    }
+    let masq_rule = iptables::rule_line(
+        IPT_MASQ_CHAIN,
+        &["-m", "mark", "--mark", &mark, "-j", "MASQUERADE"],
+    );
+    if !saved.has_chain(IPT_MASQ_CHAIN) {
+        r.declare(IPT_MASQ_CHAIN);
+    }
+    if !saved.has_rule(&masq_rule) {
+        r.append(masq_rule);
+    }
+    let entry = iptables::rule_line(
+        "POSTROUTING",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "CNI portfwd requiring masquerade",
+            "-j",
+            IPT_MASQ_CHAIN,
+        ],
+    );
+    if !saved.has_rule(&entry) {
+        r.insert_first(&entry);
+    }
+}
+
+/// The shared DNAT chain and the PREROUTING and OUTPUT jumps to it for
+/// local destinations, each only when missing.
+fn ipt_dnat_skeleton(saved: &SavedTable, r: &mut Restore) {
     if !saved.has_chain(IPT_DNAT_CHAIN) {
         r.declare(IPT_DNAT_CHAIN);
     }
@@ -828,7 +838,22 @@ fn ipt_add_changes(spec: &PortMapSpec, v6: bool, saved: &SavedTable, r: &mut Res
             r.append(entry);
         }
     }
+}
 
+/// The container's own chain (declared, so an earlier ADD's rules go),
+/// the shared chain's jumps to it (one per protocol and 15 ports), and in
+/// it each mapping's mark (with `snat`) and DNAT.
+fn ipt_container_rules(
+    spec: &PortMapSpec,
+    v6: bool,
+    container: IpPrefix,
+    saved: &SavedTable,
+    r: &mut Restore,
+) {
+    let setmark = match &spec.external_set_mark_chain {
+        Some(c) => c.clone(),
+        None => IPT_SETMARK_CHAIN.to_string(),
+    };
     let chain = ipt_dnat_chain(&spec.owner);
     // Declaring the chain creates it, or flushes what an earlier ADD left.
     r.declare(&chain);

@@ -362,29 +362,7 @@ pub fn spawn(ctx: Arc<Context>, held: Held, start: Start) -> std::io::Result<Run
 /// The lease thread. Returns the lease when stopped while it was live.
 fn maintain(ctx: &Context, ctl: &Ctl, mut held: Held, start: Start) -> Option<Held> {
     let key = held.record.key.clone();
-    let b = held.binding.clone();
-    let mut state = match start {
-        Start::Fresh => State::Bound,
-        Start::Restored => {
-            let now = Instant::now();
-            match (at(&held, b.t2), at(&held, b.lease)) {
-                (None, _) => State::Bound,
-                (Some(t2), _) if now < t2 => State::Renewing,
-                (_, Some(exp)) if now < exp => State::Rebinding,
-                _ => {
-                    log(&key, "the lease ran out while the daemon was not running");
-                    end(
-                        ctx,
-                        ctl,
-                        &held,
-                        State::Expired,
-                        "ran out while the daemon was not running",
-                    );
-                    return None;
-                }
-            }
-        }
-    };
+    let mut state = initial_state(ctx, ctl, &held, start)?;
     loop {
         if ctl.stopped() {
             return Some(held);
@@ -418,90 +396,125 @@ fn maintain(ctx: &Context, ctl: &Ctl, mut held: Held, start: Start) -> Option<He
                     end(ctx, ctl, &held, State::Expired, "the lease ran out");
                     return None;
                 }
-                let r = &held.record;
-                let iface = match find_iface(ctx, &r.netns, (r.netns_dev, r.netns_ino), &key.ifname)
-                {
-                    Ok(i) => i,
-                    Err(Gone::Gone(why)) => {
-                        end(ctx, ctl, &held, State::Dropped, &why);
-                        return None;
-                    }
-                    Err(Gone::Failed(e)) => {
-                        log(&key, format!("cannot reach the interface: {e}"));
-                        ctl.wake.wait_until(Some(
-                            (Instant::now() + Duration::from_secs(2)).min(deadline),
-                        ));
-                        continue;
-                    }
-                };
-                let server = (state == State::Renewing).then(|| {
-                    (
-                        held.binding.server,
-                        held.server_mac().unwrap_or(BROADCAST_MAC),
-                    )
-                });
-                let outcome =
-                    Sockets::open(&iface.ns, iface.link.index, &key.ifname).and_then(|s| {
-                        let c =
-                            client(ctx, &s, &iface, &key, &held.record.options, Some(&ctl.wake))?;
-                        c.renew(held.binding.address, server, deadline)
-                            .map_err(|e| Error::kernel("DHCP renewal", e))
-                    });
-                match outcome {
-                    Ok(Outcome::Ack(a)) => match held.renewed(a.msg, a.src, a.src_mac) {
-                        Ok(h) => {
-                            if let Err(e) = ctx.store.write(&h) {
-                                log(&key, format!("renewed, but not saved: {e}"));
-                            }
-                            log(
-                                &key,
-                                format!(
-                                    "{} {} until {} s from now",
-                                    if state == State::Renewing {
-                                        "renewed"
-                                    } else {
-                                        "rebound"
-                                    },
-                                    h.binding.prefix(),
-                                    h.binding.lease.map(|l| l.as_secs()).unwrap_or(0)
-                                ),
-                            );
-                            ctl.set(|v| v.held = h.clone());
-                            held = h;
-                            state = State::Bound;
-                        }
-                        Err(why) => {
-                            log(&key, format!("ignoring an unusable ACK: {why}"));
-                        }
-                    },
-                    Ok(Outcome::Nak(why)) => {
-                        let why = if why.is_empty() {
-                            "DHCPNAK".to_string()
-                        } else {
-                            format!("DHCPNAK: {why}")
-                        };
-                        end(ctx, ctl, &held, State::Expired, &why);
-                        return None;
-                    }
-                    Ok(Outcome::TimedOut) => {
-                        if state == State::Renewing {
-                            log(&key, "T2: no answer to the renewal, rebinding");
-                            state = State::Rebinding;
-                        } else {
-                            end(ctx, ctl, &held, State::Expired, "the lease ran out");
-                            return None;
-                        }
-                    }
-                    Ok(Outcome::Stopped) => continue,
-                    Err(e) => {
-                        log(&key, format!("{}: {e}", state.name()));
-                        ctl.wake.wait_until(Some(
-                            (Instant::now() + Duration::from_secs(2)).min(deadline),
-                        ));
-                    }
-                }
+                state = renew(ctx, ctl, &mut held, state, deadline)?;
             }
             State::Expired | State::Dropped => return None,
+        }
+    }
+}
+
+/// Where a lease starts: bound when fresh; a restored one (the daemon
+/// restarted) renewing or rebinding by its times, or ended (`None`) when
+/// it ran out meanwhile.
+fn initial_state(ctx: &Context, ctl: &Ctl, held: &Held, start: Start) -> Option<State> {
+    if let Start::Fresh = start {
+        return Some(State::Bound);
+    }
+    let b = &held.binding;
+    let now = Instant::now();
+    match (at(held, b.t2), at(held, b.lease)) {
+        (None, _) => Some(State::Bound),
+        (Some(t2), _) if now < t2 => Some(State::Renewing),
+        (_, Some(exp)) if now < exp => Some(State::Rebinding),
+        _ => {
+            let why = "ran out while the daemon was not running";
+            log(&held.record.key, format!("the lease {why}"));
+            end(ctx, ctl, held, State::Expired, why);
+            None
+        }
+    }
+}
+
+/// One renewal (unicast to the server) or rebinding (broadcast) attempt
+/// before `deadline`: the next state, or `None` when the lease ended (a
+/// NAK, no answer when rebinding, the interface gone). A failure to reach
+/// the interface or to send waits up to 2 s and keeps the state.
+fn renew(
+    ctx: &Context,
+    ctl: &Ctl,
+    held: &mut Held,
+    state: State,
+    deadline: Instant,
+) -> Option<State> {
+    let key = held.record.key.clone();
+    let retry_later = || {
+        ctl.wake.wait_until(Some(
+            (Instant::now() + Duration::from_secs(2)).min(deadline),
+        ));
+        Some(state)
+    };
+    let r = &held.record;
+    let iface = match find_iface(ctx, &r.netns, (r.netns_dev, r.netns_ino), &key.ifname) {
+        Ok(i) => i,
+        Err(Gone::Gone(why)) => {
+            end(ctx, ctl, held, State::Dropped, &why);
+            return None;
+        }
+        Err(Gone::Failed(e)) => {
+            log(&key, format!("cannot reach the interface: {e}"));
+            return retry_later();
+        }
+    };
+    let server = (state == State::Renewing).then(|| {
+        (
+            held.binding.server,
+            held.server_mac().unwrap_or(BROADCAST_MAC),
+        )
+    });
+    let outcome = Sockets::open(&iface.ns, iface.link.index, &key.ifname).and_then(|s| {
+        let c = client(ctx, &s, &iface, &key, &held.record.options, Some(&ctl.wake))?;
+        c.renew(held.binding.address, server, deadline)
+            .map_err(|e| Error::kernel("DHCP renewal", e))
+    });
+    match outcome {
+        Ok(Outcome::Ack(a)) => match held.renewed(a.msg, a.src, a.src_mac) {
+            Ok(h) => {
+                if let Err(e) = ctx.store.write(&h) {
+                    log(&key, format!("renewed, but not saved: {e}"));
+                }
+                let how = if state == State::Renewing {
+                    "renewed"
+                } else {
+                    "rebound"
+                };
+                log(
+                    &key,
+                    format!(
+                        "{how} {} until {} s from now",
+                        h.binding.prefix(),
+                        h.binding.lease.map(|l| l.as_secs()).unwrap_or(0)
+                    ),
+                );
+                ctl.set(|v| v.held = h.clone());
+                *held = h;
+                Some(State::Bound)
+            }
+            Err(why) => {
+                log(&key, format!("ignoring an unusable ACK: {why}"));
+                Some(state)
+            }
+        },
+        Ok(Outcome::Nak(why)) => {
+            let why = if why.is_empty() {
+                "DHCPNAK".to_string()
+            } else {
+                format!("DHCPNAK: {why}")
+            };
+            end(ctx, ctl, held, State::Expired, &why);
+            None
+        }
+        Ok(Outcome::TimedOut) if state == State::Renewing => {
+            log(&key, "T2: no answer to the renewal, rebinding");
+            Some(State::Rebinding)
+        }
+        Ok(Outcome::TimedOut) => {
+            end(ctx, ctl, held, State::Expired, "the lease ran out");
+            None
+        }
+        Ok(Outcome::Stopped) => Some(state),
+        Err(e) => {
+            log(&key, format!("{}: {e}", state.name()));
+            retry_later()
         }
     }
 }
