@@ -4,9 +4,8 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use crate::rules::{
-    self as pm, conditions_are_iptables, Conditions, PortMapSpec, PortMapping, Protocol,
-};
+use crate::nft;
+use crate::spec::{conditions_are_iptables, Conditions, PortMapSpec, PortMapping, Protocol};
 use libcni::netfilter::{Backend, Owner};
 use libcni::skel::CmdArgs;
 use libcni::types::IpPrefix;
@@ -157,8 +156,8 @@ fn backend(raw: &RawConf, conditions: &Conditions) -> Result<Backend> {
                     "is an iptables option (or iptables syntax), but the backend is nftables",
                 ));
             }
-            pm::parse_nft_conditions("conditionsV4", &conditions.v4, false)?;
-            pm::parse_nft_conditions("conditionsV6", &conditions.v6, true)?;
+            nft::parse_conditions("conditionsV4", &conditions.v4, false)?;
+            nft::parse_conditions("conditionsV6", &conditions.v6, true)?;
         }
         Backend::Iptables => {
             if let Some(k) = nft_only {

@@ -7,17 +7,18 @@
 //! plugin's exact chains. Everything is validated before anything is
 //! touched; DEL and GC find a container's state by its ID alone.
 
+pub mod backend;
 pub mod conditions;
 pub mod config;
-pub mod rules;
+pub mod ipt;
+pub mod nft;
+pub mod spec;
 
 use std::net::IpAddr;
 
-use crate::rules::{self as pm, PortMapSpec};
+use crate::spec::{PortMapSpec, Protocol};
 use libcni::fault;
-use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
-use libcni::netfilter::{node_iptables, NodeIptables};
+use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Owner};
 use libcni::netlink::{Family, Netlink};
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpPrefix};
@@ -44,21 +45,7 @@ impl Plugin for PortMap {
         let spec = conf.spec(args, v4, v6);
         let backend = conf.backend();
         fault::point("portmap/before-commit");
-        match backend {
-            Backend::Nftables => {
-                let mut nft = Nft::open()?;
-                pm::nft_add(&mut nft, &spec)?;
-            }
-            Backend::Iptables if node_iptables() == NodeIptables::Nft => {
-                pm::ipt_add_native(&mut Nft::open()?, &spec)?;
-            }
-            Backend::Iptables => {
-                for v6 in [false, true] {
-                    pm::ipt_add(&spec, v6)?;
-                    fault::point("portmap/between-families");
-                }
-            }
-        }
+        backend::add(backend, &spec)?;
         fault::point("portmap/after-commit");
         if spec.snat {
             if let Some(c) = v4 {
@@ -80,52 +67,10 @@ impl Plugin for PortMap {
         let conf = teardown_conf(args);
         let owner = Owner::new(&args.conf.name, &args.container_id);
         let mut errors = ErrorList::new();
-        let mut udp_ports: Vec<(bool, u16)> = Vec::new();
-        // Both backends: the nftables side reads back the rules of the
-        // container's ledger (or lists the chains once, for rules the Go
-        // plugin wrote), and the iptables side runs processes only when its
-        // chain is there.
         let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
-        let native = node_iptables() == NodeIptables::Nft;
-        match Nft::open() {
-            Ok(mut nft) => {
-                if let Some(removed) = errors.record(pm::nft_del(&mut nft, &owner)) {
-                    udp_ports.extend(
-                        removed
-                            .into_iter()
-                            .filter(|(_, proto, _)| *proto == conntrack::IPPROTO_UDP)
-                            .map(|(v6, _, port)| (v6, port)),
-                    );
-                }
-                if native {
-                    if let Some(removed) = errors.record(pm::ipt_del_native(&mut nft, &owner)) {
-                        udp_ports.extend(
-                            removed
-                                .into_iter()
-                                .filter(|(_, proto, _)| *proto == conntrack::IPPROTO_UDP)
-                                .map(|(v6, _, port)| (v6, port)),
-                        );
-                    }
-                } else {
-                    for v6 in [false, true] {
-                        let want = iptables_chosen || iptables_has_container(&mut nft, &owner, v6);
-                        if want {
-                            errors.record(pm::ipt_del(&owner, v6));
-                        }
-                    }
-                }
-            }
-            Err(e) => {
-                if !iptables_chosen {
-                    errors.push(e);
-                }
-                for v6 in [false, true] {
-                    errors.record(pm::ipt_del(&owner, v6));
-                }
-            }
-        }
+        let mut udp_ports = backend::del(&owner, iptables_chosen, &mut errors);
         let mappings = conf.as_ref().map(|c| c.mappings.as_slice()).unwrap_or(&[]);
-        for m in mappings.iter().filter(|m| m.protocol == pm::Protocol::Udp) {
+        for m in mappings.iter().filter(|m| m.protocol == Protocol::Udp) {
             for v6 in [false, true] {
                 if m.applies_to(v6) {
                     udp_ports.push((v6, m.host_port));
@@ -146,18 +91,7 @@ impl Plugin for PortMap {
         }
         let (v4, v6) = container_addresses(&prev, &args.ifname);
         let spec = conf.spec(args, v4, v6);
-        match conf.backend() {
-            Backend::Nftables => pm::nft_check(&mut Nft::open()?, &spec),
-            Backend::Iptables if node_iptables() == NodeIptables::Nft => {
-                pm::ipt_check_native(&mut Nft::open()?, &spec)
-            }
-            Backend::Iptables => {
-                for v6 in [false, true] {
-                    pm::ipt_check(&spec, v6)?;
-                }
-                Ok(())
-            }
-        }
+        backend::check(conf.backend(), &spec)
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<()> {
@@ -167,23 +101,8 @@ impl Plugin for PortMap {
         let Some(valid) = args.gc_valid_attachments("portmap")? else {
             return Ok(());
         };
-        let network = &args.conf.name;
         let mut errors = ErrorList::new();
-        let mut nft = Nft::open();
-        if let Ok(nft) = nft.as_mut() {
-            errors.record(pm::nft_gc(nft, network, &valid));
-            if node_iptables() == NodeIptables::Nft {
-                errors.record(pm::ipt_gc_native(nft, network, &valid));
-                return errors.finish_kernel("portmap GC");
-            }
-        }
-        for v6 in [false, true] {
-            let want =
-                iptables_chosen || nft.as_mut().map_or(true, |n| iptables_has_hostports(n, v6));
-            if want {
-                errors.record(pm::ipt_gc(network, &valid, v6));
-            }
-        }
+        backend::gc(&args.conf.name, &valid, iptables_chosen, &mut errors);
         errors.finish_kernel("portmap GC")
     }
 }
@@ -253,11 +172,7 @@ fn enable_route_localnet(container: IpAddr) -> Result<()> {
 
 fn flush_udp_conntrack(spec: &PortMapSpec, v4: bool, v6: bool) -> Result<()> {
     let mut ports = Vec::new();
-    for m in spec
-        .mappings
-        .iter()
-        .filter(|m| m.protocol == pm::Protocol::Udp)
-    {
+    for m in spec.mappings.iter().filter(|m| m.protocol == Protocol::Udp) {
         for (family_v6, present) in [(false, v4), (true, v6)] {
             if present && m.applies_to(family_v6) {
                 ports.push((family_v6, m.host_port));
@@ -279,19 +194,4 @@ fn flush_ports(ports: &[(bool, u16)]) -> Result<()> {
         conntrack::delete_by_dst_port(&mut nl, v6, conntrack::IPPROTO_UDP, &list)?;
     }
     Ok(())
-}
-
-/// Whether iptables-nft holds this container's chain (seen through
-/// nf_tables, without running iptables).
-fn iptables_has_container(nft: &mut Nft, owner: &Owner, v6: bool) -> bool {
-    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
-    let chain = pm::ipt_dnat_chain(owner);
-    nft.has_chain(family, "nat", &chain).unwrap_or(true)
-}
-
-/// Whether iptables-nft holds the host port chains at all.
-fn iptables_has_hostports(nft: &mut Nft, v6: bool) -> bool {
-    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
-    nft.has_chain(family, "nat", pm::IPT_DNAT_CHAIN)
-        .unwrap_or(true)
 }

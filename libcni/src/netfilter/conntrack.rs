@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use super::nfnetlink::{NfNetlink, Request, NFNL_SUBSYS_CTNETLINK, NLM_F_DUMP};
-use super::nft::wire::{Attr, Attrs, NLA_F_NESTED};
+use super::wire::{Attr, Attrs, NLA_F_NESTED};
 use crate::netlink::is_not_found;
 use crate::Result;
 

@@ -20,7 +20,7 @@
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use super::nft::Family;
+use super::nft::{Batch, Family, Nft};
 use crate::files::{self, Contents, Durability};
 use crate::{Error, Result};
 
@@ -161,6 +161,21 @@ impl Ledger {
             Durability::ProcessCrash,
         )
         .map_err(|e| Error::kernel(&op, e.source))
+    }
+
+    /// Records the rules one batch just added (`entries`, with the handles
+    /// its echo gave) or, when that fails, deletes them again: a failed ADD
+    /// leaves nothing.
+    pub fn record_or_undo(&self, entries: &[Entry], nft: &mut Nft) -> Result<()> {
+        let stored = self.store(entries);
+        if stored.is_err() {
+            let mut undo = Batch::new();
+            for en in entries {
+                undo.del_rule(en.family, &en.table, &en.chain, en.handle);
+            }
+            let _ = nft.commit(&undo);
+        }
+        stored
     }
 
     /// Removes the ledger (a missing one is fine), and its network's and

@@ -41,7 +41,7 @@
 //! The iptables backend is the default, as the Go plugins' (v1.9) is,
 //! wherever the node has an `iptables` ([`super::default_backend`]). On
 //! iptables-nft its rules are written and read over netlink
-//! ([`super::xt_nat`], no process): ADD reads `POSTROUTING` only when the
+//! ([`super::iptables_nft::nat`], no process): ADD reads `POSTROUTING` only when the
 //! container's chain already exists, and keeps the handles of its
 //! `POSTROUTING` jumps in a ledger (`ipmasq-iptables/<net>/<cid>`), so DEL
 //! reads them back instead of listing `POSTROUTING`. Elsewhere one
@@ -55,8 +55,8 @@ use super::ledger::{self, Entry, Ledger};
 use super::nft::expr::{self, CmpOp, Expr, Verdict};
 use super::nft::{BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_SRCNAT};
 use super::{
-    go_chain_name, node_iptables, open_nft_for_teardown, parse_go_comment, xt_nat, Backend,
-    NodeIptables, Owner,
+    go_chain_name, iptables_nft::nat, open_nft_for_teardown, parse_go_comment, Backend,
+    IptablesPath, Owner,
 };
 use crate::types::{Attachment, IpPrefix};
 use crate::{Error, ErrorList, Result};
@@ -78,13 +78,13 @@ const LEDGER: &str = "ipmasq";
 /// prefix, which gives the subnet left alone) on `backend`, in the calling
 /// thread's namespace. Idempotent.
 /// The iptables backend is written over netlink where the node's
-/// iptables is iptables-nft ([`ipt_setup_native`]), by `iptables-restore`
+/// iptables is iptables-nft ([`ipt_setup_netlink`]), by `iptables-restore`
 /// elsewhere.
 pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
         Backend::Nftables => nft_setup(&mut Nft::open()?, owner, ifname, addrs),
-        Backend::Iptables if node_iptables() == NodeIptables::Nft => {
-            ipt_setup_native(&mut Nft::open()?, owner, addrs)
+        Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
+            ipt_setup_netlink(&mut Nft::open()?, owner, addrs)
         }
         Backend::Iptables => per_family(addrs, |fam, v6| ipt_setup(owner, fam, v6)),
     }
@@ -117,8 +117,8 @@ pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
         errors.record(nft_teardown(n, owner, ifname));
-        if node_iptables() == NodeIptables::Nft {
-            errors.record(ipt_teardown_native(n, owner));
+        if IptablesPath::of_node() == IptablesPath::Netlink {
+            errors.record(ipt_teardown_netlink(n, owner));
             return errors.finish_first();
         }
     }
@@ -143,8 +143,8 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
         errors.record(nft_gc(n, network, valid));
-        if node_iptables() == NodeIptables::Nft {
-            errors.record(ipt_gc_native(n, network, valid));
+        if IptablesPath::of_node() == IptablesPath::Netlink {
+            errors.record(ipt_gc_netlink(n, network, valid));
             return errors.finish_first();
         }
     }
@@ -160,8 +160,8 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
 pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match backend {
         Backend::Nftables => nft_check(&mut Nft::open()?, owner, ifname, addrs),
-        Backend::Iptables if node_iptables() == NodeIptables::Nft => {
-            ipt_check_native(&mut Nft::open()?, owner, addrs)
+        Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
+            ipt_check_netlink(&mut Nft::open()?, owner, addrs)
         }
         Backend::Iptables => per_family(addrs, |fam, v6| ipt_check(owner, fam, v6)),
     }
@@ -385,15 +385,7 @@ pub fn nft_setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix])
         let Some(ledger) = ledger else {
             return Ok(());
         };
-        if let Err(e) = ledger.store(&entries) {
-            let mut undo = Batch::new();
-            for en in &entries {
-                undo.del_rule(en.family, &en.table, &en.chain, en.handle);
-            }
-            let _ = nft.commit(&undo);
-            return Err(e);
-        }
-        return Ok(());
+        return ledger.record_or_undo(&entries, nft);
     }
 }
 
@@ -687,9 +679,9 @@ pub fn ipt_check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
     ipt_check_saved(owner, addrs, v6, &saved)
 }
 
-// ---- iptables rules on iptables-nft, natively -------------------------------
+// ---- iptables rules on iptables-nft, over netlink --------------------------------
 
-/// The ledger feature of the iptables rules written natively: the
+/// The ledger feature of the iptables rules written over netlink: the
 /// handles of a container's jumps in `POSTROUTING`.
 const IPT_LEDGER: &str = "ipmasq-iptables";
 const POSTROUTING: &str = "POSTROUTING";
@@ -712,7 +704,7 @@ fn ipt_family(v6: bool) -> Family {
 /// the handles of the new jumps go to the container's ledger, which DEL
 /// reads instead of listing `POSTROUTING`. A setup that finds the chain
 /// (a repeated ADD) drops the ledger, so DEL lists.
-pub fn ipt_setup_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+pub fn ipt_setup_netlink(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let chain = ipt_chain(owner);
     let mut entries = Vec::new();
     let mut fresh = true;
@@ -732,14 +724,14 @@ pub fn ipt_setup_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Res
                 Vec::new()
             }
         };
-        let plan = xt_nat::ReadPlan {
+        let plan = nat::ReadPlan {
             chains: vec![chain.clone(), POSTROUTING.to_string()],
             rules_of: &rules_of,
         };
-        let added = xt_nat::apply(
+        let added = nat::apply(
             nft,
             v6,
-            &mut |n| xt_nat::read(n, v6, &plan),
+            &mut |n| nat::read(n, v6, &plan),
             &mut |saved, r| {
                 if saved.has_chain(&chain) {
                     fresh = false;
@@ -750,7 +742,7 @@ pub fn ipt_setup_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Res
         )?;
         entries.extend(added.into_iter().map(|(_, c, handle)| Entry {
             family: ipt_family(v6),
-            table: xt_nat::TABLE.to_string(),
+            table: nat::TABLE.to_string(),
             chain: c,
             handle,
             note: chain.clone(),
@@ -766,13 +758,13 @@ pub fn ipt_setup_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Res
     };
     if let Err(e) = stored {
         // A failed ADD leaves nothing.
-        let _ = ipt_teardown_native(nft, owner);
+        let _ = ipt_teardown_netlink(nft, owner);
         return Err(e);
     }
     Ok(())
 }
 
-/// What a native teardown reads of one family: the container's chain and
+/// What a netlink teardown reads of one family: the container's chain and
 /// its rules, and the jumps to it, from the ledger when each of its
 /// entries of the family reads back as such a jump, else by listing
 /// `POSTROUTING`. One lookup when the family has no such chain.
@@ -781,31 +773,31 @@ fn ipt_read_container(
     v6: bool,
     owner: &Owner,
     entries: &[Entry],
-) -> Result<(SavedTable, xt_nat::Handles)> {
+) -> Result<(SavedTable, nat::Handles)> {
     let own = ipt_chain(owner);
-    let plan = xt_nat::ReadPlan {
+    let plan = nat::ReadPlan {
         chains: vec![own.clone()],
         rules_of: &|found| found.iter().cloned().collect(),
     };
-    let (mut saved, mut handles) = xt_nat::read(nft, v6, &plan)?;
+    let (mut saved, mut handles) = nat::read(nft, v6, &plan)?;
     if !saved.has_chain(&own) {
         return Ok((saved, handles));
     }
-    let rules = xt_nat::jumps_by_ledger(nft, v6, entries, &own, POSTROUTING)?;
+    let rules = nat::jumps_by_ledger(nft, v6, entries, &own, POSTROUTING)?;
     for r in &rules {
-        xt_nat::push_rule(&mut saved, &mut handles, r, v6);
+        nat::push_rule(&mut saved, &mut handles, r, v6);
     }
     Ok((saved, handles))
 }
 
 /// iptables teardown on iptables-nft, both families, with no process: the
 /// same changes as [`ipt_teardown`] (the Go plugins' rules go too).
-pub fn ipt_teardown_native(nft: &mut Nft, owner: &Owner) -> Result<()> {
+pub fn ipt_teardown_netlink(nft: &mut Nft, owner: &Owner) -> Result<()> {
     let ledger = ipt_ledger(owner);
     let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
     let own = ipt_chain(owner);
     for v6 in [false, true] {
-        xt_nat::apply(
+        nat::apply(
             nft,
             v6,
             &mut |n| ipt_read_container(n, v6, owner, &entries),
@@ -821,22 +813,22 @@ pub fn ipt_teardown_native(nft: &mut Nft, owner: &Owner) -> Result<()> {
 
 /// iptables GC on iptables-nft, both families, with no process (lists the
 /// table's chains and `POSTROUTING`, as the Go plugins' GC does).
-pub fn ipt_gc_native(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
+pub fn ipt_gc_netlink(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
     for v6 in [false, true] {
-        xt_nat::apply(
+        nat::apply(
             nft,
             v6,
             &mut |n| {
                 let fam = ipt_family(v6);
-                if !n.has_table(fam, xt_nat::TABLE)? {
-                    return Ok((SavedTable::default(), xt_nat::Handles::new()));
+                if !n.has_table(fam, nat::TABLE)? {
+                    return Ok((SavedTable::default(), nat::Handles::new()));
                 }
-                let chains = n.chain_names(fam, xt_nat::TABLE)?;
-                let plan = xt_nat::ReadPlan {
+                let chains = n.chain_names(fam, nat::TABLE)?;
+                let plan = nat::ReadPlan {
                     chains,
                     rules_of: &|_| vec![POSTROUTING.to_string()],
                 };
-                xt_nat::read(n, v6, &plan)
+                nat::read(n, v6, &plan)
             },
             &mut |saved, r| ipt_gc_changes(network, valid, saved, r),
             &|_| false,
@@ -849,7 +841,7 @@ pub fn ipt_gc_native(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Resu
 }
 
 /// iptables CHECK on iptables-nft, read over netlink.
-pub fn ipt_check_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+pub fn ipt_check_netlink(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let own = ipt_chain(owner);
     for v6 in [false, true] {
         let fam: Vec<IpPrefix> = addrs
@@ -860,11 +852,11 @@ pub fn ipt_check_native(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Res
         if fam.is_empty() {
             continue;
         }
-        let plan = xt_nat::ReadPlan {
+        let plan = nat::ReadPlan {
             chains: vec![own.clone(), POSTROUTING.to_string()],
             rules_of: &|found| found.iter().cloned().collect(),
         };
-        let (saved, _) = xt_nat::read(nft, v6, &plan)?;
+        let (saved, _) = nat::read(nft, v6, &plan)?;
         ipt_check_saved(owner, &fam, v6, &saved)?;
     }
     Ok(())
@@ -1087,8 +1079,8 @@ mod tests {
             return;
         }
         assert_eq!(
-            node_iptables(),
-            NodeIptables::Nft,
+            IptablesPath::of_node(),
+            IptablesPath::Netlink,
             "this test needs iptables-nft"
         );
         let owner = Owner::new("cbr0", "ctr-n");
@@ -1096,7 +1088,7 @@ mod tests {
         let native = crate::netns::testing::new_netns();
         let process = crate::netns::testing::new_netns();
         native
-            .run(|| ipt_setup_native(&mut Nft::open()?, &owner, &addrs))
+            .run(|| ipt_setup_netlink(&mut Nft::open()?, &owner, &addrs))
             .unwrap()
             .unwrap();
         process
@@ -1121,7 +1113,7 @@ mod tests {
             .unwrap()
             .unwrap();
         process
-            .run(|| ipt_teardown_native(&mut Nft::open()?, &owner))
+            .run(|| ipt_teardown_netlink(&mut Nft::open()?, &owner))
             .unwrap()
             .unwrap();
         for node in [&native, &process] {
@@ -1133,12 +1125,12 @@ mod tests {
         // A teardown whose ledger is stale lists POSTROUTING.
         native
             .run(|| {
-                ipt_setup_native(&mut Nft::open()?, &owner, &addrs)?;
+                ipt_setup_netlink(&mut Nft::open()?, &owner, &addrs)?;
                 let l = ipt_ledger(&owner).unwrap();
                 let mut e = l.load().unwrap();
                 e[0].handle += 1000;
                 l.store(&e)?;
-                ipt_teardown_native(&mut Nft::open()?, &owner)
+                ipt_teardown_netlink(&mut Nft::open()?, &owner)
             })
             .unwrap()
             .unwrap();

@@ -12,12 +12,13 @@
 //!   comments of the Go plugins, so either side's DEL removes the other's
 //!   rules.
 //!
-//! - [`xt_nat`]: the iptables rules of the Go portmap plugin written over
-//!   netlink into iptables-nft's `nat` tables, in iptables-nft's own
-//!   encoding (portmap's default on iptables-nft nodes, no process).
+//! - [`iptables_nft`]: the same iptables rules written over netlink into
+//!   iptables-nft's `nat` and `filter` tables, in iptables-nft's own
+//!   encoding (the default on iptables-nft nodes, no process).
 //!
-//! [`portmap`], [`masq`] and [`firewall`] build the rules of each feature
-//! for both backends, [`spoofcheck`] on nf_tables (as the Go plugin does);
+//! [`masq`] builds its rules for both backends here (portmap and the
+//! firewall build theirs in their own crates), [`spoofcheck`] on nf_tables
+//! (as the Go plugin does);
 //! [`conntrack`] removes stale UDP conntrack entries.
 //! Everything acts on the network namespace of the calling thread (the
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
@@ -32,7 +33,7 @@ pub mod nft;
 pub mod spoofcheck;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod xt_nat;
+pub mod wire;
 
 use sha2::{Digest, Sha512};
 
@@ -127,7 +128,7 @@ impl Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeIptables {
     /// iptables-nft: its rules are nf_tables rules, which we write
-    /// ourselves ([`super::xt_nat`]).
+    /// ourselves ([`super::iptables_nft`]).
     Nft,
     /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
     Legacy,
@@ -164,6 +165,32 @@ pub fn node_iptables() -> NodeIptables {
         };
     }
     NodeIptables::Absent
+}
+
+/// How iptables rules reach the kernel: the one choice every feature with
+/// an iptables backend (masq, portmap, the firewall) makes the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IptablesPath {
+    /// `iptables-save` / `iptables-restore` (and `ip6tables-*`), one per
+    /// family per operation: the node's iptables is legacy x_tables.
+    Programs,
+    /// nf_tables over netlink in iptables-nft's own encoding
+    /// ([`iptables_nft`]), no process: the node's iptables is iptables-nft,
+    /// whose rules are nf_tables rules.
+    Netlink,
+}
+
+impl IptablesPath {
+    /// The node's: over netlink where its `iptables` is iptables-nft,
+    /// with the programs otherwise ([`node_iptables`]; no process is run
+    /// to tell).
+    pub fn of_node() -> IptablesPath {
+        if node_iptables() == NodeIptables::Nft {
+            IptablesPath::Netlink
+        } else {
+            IptablesPath::Programs
+        }
+    }
 }
 
 /// The Go plugins' default backend (v1.9 portmap's `ensureBackend`, and

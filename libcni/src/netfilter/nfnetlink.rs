@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use netlink_sys::{protocols::NETLINK_NETFILTER, Socket, SocketAddr};
 
-use super::nft::wire::{AttrIter, Attrs};
+use super::wire::{AttrIter, Attrs};
 use crate::netns::NetNs;
 use crate::{Error, Result};
 

@@ -7,7 +7,7 @@
 
 use std::net::IpAddr;
 
-use super::wire::Attrs;
+use crate::netfilter::wire::Attrs;
 
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
@@ -335,7 +335,10 @@ impl Expr {
             let mut data = Attrs::new();
             self.encode_data(&mut data);
             if !data.bytes().is_empty() {
-                e.put(NFTA_EXPR_DATA | super::wire::NLA_F_NESTED, data.bytes());
+                e.put(
+                    NFTA_EXPR_DATA | crate::netfilter::wire::NLA_F_NESTED,
+                    data.bytes(),
+                );
             }
         });
     }
@@ -675,7 +678,7 @@ mod tests {
         assert_eq!(list.bytes().len(), 4 + 4 + 8);
         let mut list = Attrs::new();
         Expr::Immediate(Verdict::Jump("hostports".into())).encode(&mut list);
-        let elem = super::super::wire::AttrIter::new(list.bytes())
+        let elem = crate::netfilter::wire::AttrIter::new(list.bytes())
             .next()
             .unwrap();
         let data = elem.nested().find(NFTA_EXPR_DATA).unwrap();

@@ -9,16 +9,15 @@
 //! them, and rules or elements made by `nft` with a comment read back here.
 
 pub mod expr;
-pub mod wire;
 
 use std::net::IpAddr;
 
 use self::expr::Expr;
-use self::wire::{AttrIter, Attrs};
 use super::nfnetlink::{
     NfNetlink, Reply, Request, NFNL_SUBSYS_NFTABLES, NLM_F_APPEND, NLM_F_CREATE, NLM_F_DUMP,
     NLM_F_ECHO, NLM_F_EXCL,
 };
+use super::wire::{AttrIter, Attrs};
 use crate::netlink::is_not_found;
 use crate::netns::NetNs;
 use crate::Result;

@@ -31,7 +31,9 @@
 //! deleted once empty.
 //!
 //! Each operation is one `iptables-save -t filter` and at most one
-//! `iptables-restore --noflush` per family. Chains are created with `-N`,
+//! `iptables-restore --noflush` per family; or, on the netlink path, the
+//! same reads and writes in iptables-nft's encoding
+//! ([`libcni::netfilter::iptables_nft::filter`]), one batch per family. Chains are created with `-N`,
 //! never declared (a declaration flushes an existing chain), so two
 //! plugins racing to create them make one restore fail, and it is retried
 //! on a fresh save.
@@ -39,20 +41,13 @@
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+pub use super::chains::*;
 use super::{FirewallSpec, Policy};
 use libcni::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
-use libcni::netfilter::{parse_go_comment, Owner};
+use libcni::netfilter::iptables_nft::filter;
+use libcni::netfilter::nft::Nft;
+use libcni::netfilter::{parse_go_comment, IptablesPath, Owner};
 use libcni::{Error, Result};
-
-/// The Go plugin's chain of per-container accept rules.
-pub const FORWARD_CHAIN: &str = "CNI-FORWARD";
-/// The default admin override chain (`iptablesAdminChainName`).
-pub const DEFAULT_ADMIN_CHAIN: &str = "CNI-ADMIN";
-/// Our previous release's owner records.
-pub const OWNERS_CHAIN: &str = "CNI-FORWARD-OWNERS";
-/// The Go plugin's isolation chains.
-pub const ISOLATION_STAGE_1: &str = "CNI-ISOLATION-STAGE-1";
-pub const ISOLATION_STAGE_2: &str = "CNI-ISOLATION-STAGE-2";
 
 const FORWARD_COMMENT: &str = "CNI firewall plugin rules";
 const ADMIN_COMMENT: &str = "CNI firewall plugin admin overrides";
@@ -70,11 +65,6 @@ const ATTEMPTS: usize = 3;
 /// v1.7+: the comment of stage 1's per-bridge rules.
 fn policy_comment(p: Policy) -> String {
     format!("CNI firewall plugin rules (ingressPolicy: {})", p.as_str())
-}
-
-/// `addr/32` or `addr/128`, as iptables-save prints a host.
-pub fn host(addr: IpAddr) -> String {
-    format!("{addr}/{}", if addr.is_ipv4() { 32 } else { 128 })
 }
 
 /// The owner comment of our previous release's records.
@@ -278,6 +268,42 @@ fn drop_legacy(saved: &SavedTable, r: &mut Restore, gone: &[LegacyRecord]) {
     }
 }
 
+/// How one operation's rules reach the filter table, in both families:
+/// with the programs, or over netlink in iptables-nft's encoding through
+/// one socket, opened on first use (closing a socket that deleted rules
+/// waits for an RCU grace period, paid once per operation).
+pub enum Filter {
+    Programs,
+    Netlink(Option<Nft>),
+}
+
+impl Filter {
+    pub fn new(path: IptablesPath) -> Filter {
+        match path {
+            IptablesPath::Programs => Filter::Programs,
+            IptablesPath::Netlink => Filter::Netlink(None),
+        }
+    }
+}
+
+/// The operation's socket, opened on first use.
+fn socket(slot: &mut Option<Nft>) -> Result<&mut Nft> {
+    match slot {
+        Some(nft) => Ok(nft),
+        empty => Ok(empty.insert(Nft::open()?)),
+    }
+}
+
+/// The chains whose rules the plugin's decisions look at, on the netlink
+/// path (the admin chain only matters by existence).
+const READ_CHAINS: [&str; 5] = [
+    "FORWARD",
+    FORWARD_CHAIN,
+    OWNERS_CHAIN,
+    ISOLATION_STAGE_1,
+    ISOLATION_STAGE_2,
+];
+
 /// Whether a restore failed because the table changed after our save (a
 /// chain created or a rule deleted by another process meanwhile).
 fn is_conflict(e: &Error) -> bool {
@@ -285,22 +311,16 @@ fn is_conflict(e: &Error) -> bool {
     s.contains("already exists") || s.contains("does a matching rule exist")
 }
 
-/// How the rules get to the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// `iptables-save` and `iptables-restore` (the iptables backend).
-    Programs,
-    /// nf_tables over netlink in iptables-nft's encoding (the nftables
-    /// backend, [`super::native`]).
-    Netlink,
-}
-
 /// One read of the filter table, the changes `build` derives from it, one
 /// write (none when there is nothing to change); retried on a fresh read
 /// when another process changed the chains in between.
-fn apply(fam: IptFamily, via: Transport, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
-    if via == Transport::Netlink {
-        return super::native::apply(fam == IptFamily::V6, build);
+fn apply(
+    fam: IptFamily,
+    via: &mut Filter,
+    build: &dyn Fn(&SavedTable, &mut Restore),
+) -> Result<()> {
+    if let Filter::Netlink(slot) = via {
+        return filter::apply(socket(slot)?, fam == IptFamily::V6, &READ_CHAINS, build);
     }
     let mut attempt = 1;
     loop {
@@ -324,7 +344,7 @@ pub fn add(
     addrs: &[IpAddr],
     v6: bool,
     isolate_only: bool,
-    via: Transport,
+    via: &mut Filter,
 ) -> Result<()> {
     apply(IptFamily::of_v6(v6), via, &|saved, r| {
         if !isolate_only {
@@ -381,7 +401,7 @@ pub fn remove(
     held: &[IpAddr],
     doomed: &dyn Fn(&LegacyRecord) -> bool,
     v6: bool,
-    via: Transport,
+    via: &mut Filter,
 ) -> Result<()> {
     apply(IptFamily::of_v6(v6), via, &|saved, r| {
         let (gone, kept): (Vec<LegacyRecord>, Vec<LegacyRecord>) = legacy_records(saved)
@@ -417,12 +437,12 @@ pub fn check(
     addrs: &[IpAddr],
     v6: bool,
     isolate_only: bool,
-    via: Transport,
+    via: &mut Filter,
 ) -> Result<()> {
     let fam = IptFamily::of_v6(v6);
     let saved = match via {
-        Transport::Programs => iptables::save(fam, IptTable::Filter)?,
-        Transport::Netlink => super::native::saved(v6)?,
+        Filter::Programs => iptables::save(fam, IptTable::Filter)?,
+        Filter::Netlink(slot) => filter::read(socket(slot)?, v6, &READ_CHAINS)?.0,
     };
     let tool = if v6 { "ip6tables" } else { "iptables" };
     let failed = |what: String| Error::CheckFailed(format!("firewall: {what}"));

@@ -10,8 +10,9 @@
 //!   as the nftables backend writes them (no process), on legacy iptables
 //!   with one `iptables-save` and one `iptables-restore` per family and
 //!   operation;
-//! - nftables ([`native`]): the same rules, written over netlink in
-//!   iptables-nft's encoding, no process (upstream has no nftables
+//! - nftables: the same rules ([`ipt`] again), written over netlink in
+//!   iptables-nft's encoding ([`libcni::netfilter::iptables_nft::filter`]),
+//!   no process (upstream has no nftables
 //!   backend for the firewall: on an iptables-nft node its rules are these);
 //! - firewalld ([`firewalld`]): the addresses bound to a firewalld zone
 //!   over D-Bus, as Go does (isolation then goes to iptables, as in Go).
@@ -25,23 +26,22 @@
 //! chain `CNI-FORWARD-OWNERS`, elements of its own nf_tables table
 //! `inet cni_rs_firewall`, [`nft`]) is removed as it is met.
 
+pub mod chains;
 pub mod firewalld;
 pub mod ipt;
-pub mod native;
 pub mod nft;
 pub mod records;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use self::ipt::Transport;
 use self::records::{Record, Records};
 use libcni::fault;
-use libcni::netfilter::{node_iptables, open_nft_for_teardown, Backend, NodeIptables, Owner};
+use libcni::netfilter::{open_nft_for_teardown, Backend, IptablesPath, Owner};
 use libcni::types::Attachment;
 use libcni::{Error, ErrorList, Result};
 
-pub use self::ipt::DEFAULT_ADMIN_CHAIN as IPT_DEFAULT_ADMIN_CHAIN;
+pub use self::chains::DEFAULT_ADMIN_CHAIN as IPT_DEFAULT_ADMIN_CHAIN;
 
 /// Longest iptables chain name.
 const MAX_CHAIN_LEN: usize = 28;
@@ -104,25 +104,14 @@ pub enum TeardownHint {
     },
 }
 
-/// How the iptables backend reaches the node's iptables: where that is
-/// iptables-nft, over netlink in its own encoding ([`native`]: the same
-/// rules, no process); on legacy iptables, with the programs.
-fn iptables_transport() -> Transport {
-    if node_iptables() == NodeIptables::Nft {
-        Transport::Netlink
-    } else {
-        Transport::Programs
-    }
-}
-
 impl TeardownHint {
     /// How the iptables rules are removed: over netlink for `nftables`
     /// (iptables-nft's tables, no process), else as the iptables backend
-    /// reaches the node's iptables ([`iptables_transport`]).
-    fn transport(&self) -> Transport {
+    /// reaches the node's iptables ([`IptablesPath::of_node`]).
+    fn transport(&self) -> IptablesPath {
         match self {
-            TeardownHint::Nftables => Transport::Netlink,
-            _ => iptables_transport(),
+            TeardownHint::Nftables => IptablesPath::Netlink,
+            _ => IptablesPath::of_node(),
         }
     }
 
@@ -179,10 +168,10 @@ pub fn validate_chain_name(key: &str, name: &str) -> Result<()> {
         "QUEUE",
         "NFQUEUE",
         "REJECT",
-        ipt::FORWARD_CHAIN,
-        ipt::OWNERS_CHAIN,
-        ipt::ISOLATION_STAGE_1,
-        ipt::ISOLATION_STAGE_2,
+        chains::FORWARD_CHAIN,
+        chains::OWNERS_CHAIN,
+        chains::ISOLATION_STAGE_1,
+        chains::ISOLATION_STAGE_2,
     ];
     let why = if name.is_empty() {
         Some("is empty".to_string())
@@ -258,8 +247,8 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
         records.put(*a, &rec)?;
     }
     let done = match backend {
-        FwBackend::Nftables => ipt_add(spec, false, Transport::Netlink),
-        FwBackend::Iptables => ipt_add(spec, false, iptables_transport()),
+        FwBackend::Nftables => ipt_add(spec, false, IptablesPath::Netlink),
+        FwBackend::Iptables => ipt_add(spec, false, IptablesPath::of_node()),
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
     };
     if let Err(e) = done {
@@ -276,10 +265,11 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
     Ok(())
 }
 
-fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()> {
+fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: IptablesPath) -> Result<()> {
     if !isolate_only {
         fault::point("firewall/add-before-commit");
     }
+    let mut via = ipt::Filter::new(via);
     let mut first = true;
     for v6 in [false, true] {
         let addrs = spec.family_addrs(v6);
@@ -289,7 +279,7 @@ fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()
         if !first && !isolate_only {
             fault::point("firewall/add-between-families");
         }
-        ipt::add(spec, &addrs, v6, isolate_only, via)?;
+        ipt::add(spec, &addrs, v6, isolate_only, &mut via)?;
         first = false;
     }
     Ok(())
@@ -302,7 +292,7 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
         fw.add_source(zone, *a)?;
     }
     if spec.isolate.is_some() {
-        ipt_add(spec, true, iptables_transport())?;
+        ipt_add(spec, true, IptablesPath::of_node())?;
     }
     Ok(())
 }
@@ -311,8 +301,8 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
 /// missing otherwise. Only reads.
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
-        FwBackend::Nftables => ipt_check(spec, false, Transport::Netlink),
-        FwBackend::Iptables => ipt_check(spec, false, iptables_transport()),
+        FwBackend::Nftables => ipt_check(spec, false, IptablesPath::Netlink),
+        FwBackend::Iptables => ipt_check(spec, false, IptablesPath::of_node()),
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
             for a in &spec.addrs {
@@ -323,19 +313,20 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
                     )));
                 }
             }
-            ipt_check(spec, true, iptables_transport())
+            ipt_check(spec, true, IptablesPath::of_node())
         }
     }
 }
 
-fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: Transport) -> Result<()> {
+fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: IptablesPath) -> Result<()> {
     if isolate_only && spec.isolate.is_none() {
         return Ok(());
     }
+    let mut via = ipt::Filter::new(via);
     for v6 in [false, true] {
         let addrs = spec.family_addrs(v6);
         if !addrs.is_empty() {
-            ipt::check(spec, &addrs, v6, isolate_only, via)?;
+            ipt::check(spec, &addrs, v6, isolate_only, &mut via)?;
         }
     }
     Ok(())
@@ -372,9 +363,10 @@ fn ipt_teardown(
     doomed: &dyn Fn(&ipt::LegacyRecord) -> bool,
     errors: &mut ErrorList,
 ) {
+    let mut via = ipt::Filter::new(hint.transport());
     for v6 in [false, true] {
         let addrs = of_family(remove, v6);
-        errors.record(ipt::remove(&addrs, held, doomed, v6, hint.transport()));
+        errors.record(ipt::remove(&addrs, held, doomed, v6, &mut via));
     }
 }
 

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! Nothing writes it any more (the nftables backend now writes the Go
-//! plugin's rules into iptables-nft's tables, [`super::native`], which
+//! plugin's rules into iptables-nft's tables, [`super::ipt`], which
 //! upstream's DEL finds). DEL and GC still remove the elements it holds,
 //! by key when the addresses are known and by their owner tag otherwise,
 //! so a node upgraded with containers live on it is cleaned up. The

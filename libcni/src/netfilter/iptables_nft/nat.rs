@@ -1,0 +1,88 @@
+//! iptables-nft's `nat` table (`ip nat`, `ip6 nat`): the Go portmap
+//! plugin's and ipMasq's iptables rules. A decision reads only the chains
+//! it names (a node's nat table holds kube-proxy's thousands), and a DEL
+//! finds its jumps by the ledger's handles.
+
+use std::collections::BTreeSet;
+
+use super::{family, read_rules, render, Reader, Table};
+pub use super::{push_rule, Handles};
+use crate::netfilter::iptables::{self, Restore, SavedTable};
+use crate::netfilter::ledger::Entry;
+use crate::netfilter::nft::{Nft, RawRule};
+use crate::Result;
+
+/// iptables-nft's table.
+pub const TABLE: &str = "nat";
+
+/// What a decision reads: which chains' existence, and (given the chains
+/// found) which chains' rules.
+pub struct ReadPlan<'a> {
+    pub chains: Vec<String>,
+    pub rules_of: &'a (dyn Fn(&BTreeSet<String>) -> Vec<String> + Sync),
+}
+
+/// The family's nat table, as far as `plan` asks: a [`SavedTable`] of the
+/// chains found (among those asked) and the rule lines of the chains
+/// whose rules were asked, with the handle of each line.
+pub fn read(nft: &mut Nft, v6: bool, plan: &ReadPlan) -> Result<(SavedTable, Handles)> {
+    let fam = family(v6);
+    let mut saved = SavedTable::default();
+    if !nft.has_table(fam, TABLE)? {
+        return Ok((saved, Handles::new()));
+    }
+    for c in &plan.chains {
+        if nft.has_chain(fam, TABLE, c)? {
+            saved.chains.insert(c.clone());
+        }
+    }
+    let handles = read_rules(
+        nft,
+        Table::Nat,
+        v6,
+        (plan.rules_of)(&saved.chains),
+        &mut saved,
+    )?;
+    Ok((saved, handles))
+}
+
+/// The rules of `shared` that jump to `target`, as a DEL needs them: the
+/// ledger's handles (`entries`, this family's), each read back alone and
+/// checked to still jump there; when one is missing or another rule now
+/// sits at its handle, or there is no ledger, the whole of `shared`, once
+/// (rules the Go plugin wrote, an ADD killed before its ledger).
+pub fn jumps_by_ledger(
+    nft: &mut Nft,
+    v6: bool,
+    entries: &[Entry],
+    target: &str,
+    shared: &str,
+) -> Result<Vec<RawRule>> {
+    let fam = family(v6);
+    let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
+    let mut found = Vec::new();
+    for e in &mine {
+        match nft.get_rule_raw(fam, TABLE, &e.chain, e.handle)? {
+            Some(r) if iptables::rule_target(&render(&r, v6)).as_deref() == Some(target) => {
+                found.push(r)
+            }
+            _ => break,
+        }
+    }
+    if !mine.is_empty() && found.len() == mine.len() {
+        Ok(found)
+    } else {
+        nft.rules_raw(fam, TABLE, Some(shared))
+    }
+}
+
+/// [`super::apply`] on the nat table.
+pub fn apply(
+    nft: &mut Nft,
+    v6: bool,
+    read: &mut Reader,
+    build: &mut dyn FnMut(&SavedTable, &mut Restore),
+    echo: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, String, u64)>> {
+    super::apply(Table::Nat, nft, v6, read, build, echo)
+}

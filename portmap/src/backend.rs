@@ -1,0 +1,124 @@
+//! The backend facade: one attachment's host ports added, checked, removed
+//! and collected on the backend the config chose, nftables ([`crate::nft`])
+//! or iptables ([`crate::ipt`]), and on iptables by the node's
+//! [`IptablesPath`]: over netlink in iptables-nft's encoding, or by
+//! `iptables-restore` on legacy iptables. DEL and GC look at both backends,
+//! as the Go plugins' teardown does, and report the UDP host ports they
+//! removed (for the conntrack flush).
+
+use libcni::fault;
+use libcni::netfilter::conntrack::IPPROTO_UDP;
+use libcni::netfilter::nft::{Family as NftFamily, Nft};
+use libcni::netfilter::{Backend, IptablesPath, Owner};
+use libcni::types::Attachment;
+use libcni::{ErrorList, Result};
+
+use crate::spec::PortMapSpec;
+use crate::{ipt, nft};
+
+/// ADD's rules on `backend`.
+pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
+    match (backend, IptablesPath::of_node()) {
+        (Backend::Nftables, _) => nft::add(&mut Nft::open()?, spec),
+        (Backend::Iptables, IptablesPath::Netlink) => ipt::netlink_add(&mut Nft::open()?, spec),
+        (Backend::Iptables, IptablesPath::Programs) => {
+            for v6 in [false, true] {
+                ipt::restore_add(spec, v6)?;
+                fault::point("portmap/between-families");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// CHECK on `backend`: code 102 naming what is missing.
+pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
+    match (backend, IptablesPath::of_node()) {
+        (Backend::Nftables, _) => nft::check(&mut Nft::open()?, spec),
+        (Backend::Iptables, IptablesPath::Netlink) => ipt::netlink_check(&mut Nft::open()?, spec),
+        (Backend::Iptables, IptablesPath::Programs) => {
+            for v6 in [false, true] {
+                ipt::restore_check(spec, v6)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// DEL of `owner`'s rules on both backends: the nftables side reads back
+/// the rules of the container's ledger (or lists the chains once, for
+/// rules the Go plugin wrote); the iptables side runs processes only when
+/// its chain is there, or when `iptables_chosen`. Every step runs; the
+/// UDP host ports removed, as `(v6, port)`.
+pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<(bool, u16)> {
+    let mut udp_ports = Vec::new();
+    let mut keep_udp = |removed: Vec<(bool, u8, u16)>| {
+        udp_ports.extend(
+            removed
+                .into_iter()
+                .filter(|(_, proto, _)| *proto == IPPROTO_UDP)
+                .map(|(v6, _, port)| (v6, port)),
+        );
+    };
+    match Nft::open() {
+        Ok(mut n) => {
+            if let Some(removed) = errors.record(nft::del(&mut n, owner)) {
+                keep_udp(removed);
+            }
+            if IptablesPath::of_node() == IptablesPath::Netlink {
+                if let Some(removed) = errors.record(ipt::netlink_del(&mut n, owner)) {
+                    keep_udp(removed);
+                }
+            } else {
+                for v6 in [false, true] {
+                    if iptables_chosen || iptables_has_container(&mut n, owner, v6) {
+                        errors.record(ipt::restore_del(owner, v6));
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            if !iptables_chosen {
+                errors.push(e);
+            }
+            for v6 in [false, true] {
+                errors.record(ipt::restore_del(owner, v6));
+            }
+        }
+    }
+    udp_ports
+}
+
+/// GC of `network`'s attachments not in `valid`, on both backends (on
+/// iptables by processes only when the host port chains are there, or
+/// when `iptables_chosen`).
+pub fn gc(network: &str, valid: &[Attachment], iptables_chosen: bool, errors: &mut ErrorList) {
+    let mut n = Nft::open();
+    if let Ok(n) = n.as_mut() {
+        errors.record(nft::gc(n, network, valid));
+        if IptablesPath::of_node() == IptablesPath::Netlink {
+            errors.record(ipt::netlink_gc(n, network, valid));
+            return;
+        }
+    }
+    for v6 in [false, true] {
+        if iptables_chosen || n.as_mut().map_or(true, |n| iptables_has_hostports(n, v6)) {
+            errors.record(ipt::restore_gc(network, valid, v6));
+        }
+    }
+}
+
+/// Whether iptables-nft holds this container's chain (seen through
+/// nf_tables, without running iptables).
+fn iptables_has_container(nft: &mut Nft, owner: &Owner, v6: bool) -> bool {
+    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
+    nft.has_chain(family, "nat", &ipt::dnat_chain(owner))
+        .unwrap_or(true)
+}
+
+/// Whether iptables-nft holds the host port chains at all.
+fn iptables_has_hostports(nft: &mut Nft, v6: bool) -> bool {
+    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
+    nft.has_chain(family, "nat", ipt::IPT_DNAT_CHAIN)
+        .unwrap_or(true)
+}

@@ -1,0 +1,587 @@
+//! Host ports on iptables: exactly the Go plugin's (nat table): `CNI-HOSTPORT-DNAT` jumped from
+//! PREROUTING and OUTPUT for local destinations, a `CNI-DN-<hash>` chain per
+//! container with the hairpin/localhost mark rules and the DNAT rules,
+//! `CNI-HOSTPORT-SETMARK` and `CNI-HOSTPORT-MASQ`; see [`libcni::netfilter::iptables`].
+//! The decisions (what to add, what to delete) are made on the table as
+//! `iptables-save` shows it; they are applied by `iptables-restore`, or, on
+//! a node whose iptables is iptables-nft, written over netlink by
+//! [`libcni::netfilter::iptables_nft::nat`] (`netlink_*`), with the handles of a container's
+//! `CNI-HOSTPORT-DNAT` rules in a ledger so that neither ADD nor DEL lists
+//! that chain. With no `backend` key the default is the Go plugin's:
+//! iptables wherever the node has it ([`libcni::netfilter::default_backend`]).
+
+use std::collections::BTreeSet;
+
+use libcni::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use libcni::netfilter::iptables_nft::nat;
+use libcni::netfilter::ledger::{self, Entry, Ledger};
+use libcni::netfilter::nft::Nft;
+use libcni::netfilter::Owner;
+use libcni::types::{Attachment, IpPrefix};
+use libcni::{Error, Result};
+
+use crate::spec::*;
+use libcni::netfilter::iptables_nft::family;
+
+/// `CNI-HOSTPORT-DNAT`: jumped to for local destinations.
+pub const IPT_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
+/// `CNI-HOSTPORT-SETMARK`: sets the masquerade mark.
+pub const IPT_SETMARK_CHAIN: &str = "CNI-HOSTPORT-SETMARK";
+/// `CNI-HOSTPORT-MASQ`: masquerades marked packets.
+pub const IPT_MASQ_CHAIN: &str = "CNI-HOSTPORT-MASQ";
+/// The chain of old plugin versions' SNAT rules, cleaned up on DEL.
+const IPT_OLD_SNAT_CHAIN: &str = "CNI-HOSTPORT-SNAT";
+
+/// The per-container chain `CNI-DN-<21 hex>`.
+pub fn dnat_chain(owner: &Owner) -> String {
+    libcni::netfilter::go_chain_name("DN-", &owner.network, &owner.container_id)
+}
+
+fn mark_def(bit: u8) -> String {
+    let v = 1u32 << bit;
+    format!("{v:#x}/{v:#x}")
+}
+
+/// The Go plugin's comment of the entry rules.
+fn dnat_comment(owner: &Owner) -> String {
+    let mut c = format!(
+        "dnat name: \"{}\" id: \"{}\"",
+        owner.network, owner.container_id
+    );
+    // iptables comments hold 255 bytes (Go's trimComment).
+    c.truncate(255);
+    c
+}
+
+/// Ports of one protocol as multiport lists of at most 15.
+fn port_lists(ports: &[u16]) -> Vec<String> {
+    ports
+        .chunks(15)
+        .map(|c| c.iter().map(u16::to_string).collect::<Vec<_>>().join(","))
+        .collect()
+}
+
+/// iptables ADD for one family: `CNI-DN-<hash>` rebuilt from scratch, its
+/// entry rules replaced, the shared chains completed where missing. One
+/// `iptables-save` and one `iptables-restore`.
+pub fn restore_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
+    if spec.container(v6).is_none() || spec.mappings.is_empty() {
+        return Ok(());
+    }
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
+    add_changes(spec, v6, &saved, &mut r);
+    iptables::restore(fam, &r)
+}
+
+/// The changes of an iptables ADD for one family against the nat table
+/// `saved` (what [`ipt_add`] restores and [`ipt_add_native`] encodes).
+fn add_changes(spec: &PortMapSpec, v6: bool, saved: &SavedTable, r: &mut Restore) {
+    let Some(container) = spec.container(v6) else {
+        return;
+    };
+    if spec.snat && spec.external_set_mark_chain.is_none() {
+        masquerade_skeleton(spec, saved, r);
+    }
+    dnat_skeleton(saved, r);
+    container_rules(spec, v6, container, saved, r);
+}
+
+/// The shared chains and rules of `snat` (without an external mark chain):
+/// the mark set on host port traffic, its masquerade, and POSTROUTING's
+/// jump, each only when missing.
+fn masquerade_skeleton(spec: &PortMapSpec, saved: &SavedTable, r: &mut Restore) {
+    let mark = mark_def(spec.mark_bit);
+    let setmark_rule = iptables::rule_line(
+        IPT_SETMARK_CHAIN,
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "CNI portfwd masquerade mark",
+            "-j",
+            "MARK",
+            "--set-xmark",
+            &mark,
+        ],
+    );
+    if !saved.has_chain(IPT_SETMARK_CHAIN) {
+        r.declare(IPT_SETMARK_CHAIN);
+    }
+    if !saved.has_rule(&setmark_rule) {
+        r.append(setmark_rule);
+    }
+    let masq_rule = iptables::rule_line(
+        IPT_MASQ_CHAIN,
+        &["-m", "mark", "--mark", &mark, "-j", "MASQUERADE"],
+    );
+    if !saved.has_chain(IPT_MASQ_CHAIN) {
+        r.declare(IPT_MASQ_CHAIN);
+    }
+    if !saved.has_rule(&masq_rule) {
+        r.append(masq_rule);
+    }
+    let entry = iptables::rule_line(
+        "POSTROUTING",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "CNI portfwd requiring masquerade",
+            "-j",
+            IPT_MASQ_CHAIN,
+        ],
+    );
+    if !saved.has_rule(&entry) {
+        r.insert_first(&entry);
+    }
+}
+
+/// The shared DNAT chain and the PREROUTING and OUTPUT jumps to it for
+/// local destinations, each only when missing.
+fn dnat_skeleton(saved: &SavedTable, r: &mut Restore) {
+    if !saved.has_chain(IPT_DNAT_CHAIN) {
+        r.declare(IPT_DNAT_CHAIN);
+    }
+    for chain in ["PREROUTING", "OUTPUT"] {
+        let entry = iptables::rule_line(
+            chain,
+            &[
+                "-m",
+                "addrtype",
+                "--dst-type",
+                "LOCAL",
+                "-j",
+                IPT_DNAT_CHAIN,
+            ],
+        );
+        if !saved.has_rule(&entry) {
+            r.append(entry);
+        }
+    }
+}
+
+/// The container's own chain (declared, so an earlier ADD's rules go),
+/// the shared chain's jumps to it (one per protocol and 15 ports), and in
+/// it each mapping's mark (with `snat`) and DNAT.
+fn container_rules(
+    spec: &PortMapSpec,
+    v6: bool,
+    container: IpPrefix,
+    saved: &SavedTable,
+    r: &mut Restore,
+) {
+    let setmark = match &spec.external_set_mark_chain {
+        Some(c) => c.clone(),
+        None => IPT_SETMARK_CHAIN.to_string(),
+    };
+    let chain = dnat_chain(&spec.owner);
+    // Declaring the chain creates it, or flushes what an earlier ADD left.
+    r.declare(&chain);
+    for old in saved.jumps_to(IPT_DNAT_CHAIN, &chain) {
+        r.delete(old);
+    }
+    let comment = dnat_comment(&spec.owner);
+    let conds = spec.conditions.of(v6);
+    let cond_args: Vec<String> = conds
+        .iter()
+        .flat_map(|c| c.split_whitespace())
+        .map(str::to_string)
+        .collect();
+    // Entry rules: all mappings of each protocol (as the Go plugin does,
+    // whatever their hostIP family), protocols in sorted order.
+    let protocols: BTreeSet<Protocol> = spec.mappings.iter().map(|m| m.protocol).collect();
+    for proto in protocols {
+        let ports: Vec<u16> = spec
+            .mappings
+            .iter()
+            .filter(|m| m.protocol == proto)
+            .map(|m| m.host_port)
+            .collect();
+        for list in port_lists(&ports) {
+            let mut args: Vec<&str> = vec![
+                "-p",
+                proto.as_str(),
+                "-m",
+                "comment",
+                "--comment",
+                &comment,
+                "-m",
+                "multiport",
+                "--dports",
+                &list,
+            ];
+            args.extend(cond_args.iter().map(String::as_str));
+            args.extend(["-j", chain.as_str()]);
+            r.append(iptables::rule_line(IPT_DNAT_CHAIN, &args));
+        }
+    }
+    let masq_src = if spec.masq_all {
+        if v6 {
+            "::/0".to_string()
+        } else {
+            "0.0.0.0/0".to_string()
+        }
+    } else {
+        format!("{}/{}", container.network(), container.prefix_len())
+    };
+    for m in spec.family_mappings(v6) {
+        let matched = mapping_match(&m, v6);
+        let base: Vec<&str> = matched.iter().map(String::as_str).collect();
+        if spec.snat {
+            let mut hp: Vec<&str> = vec!["-s", masq_src.as_str()];
+            hp.extend(base.iter().copied());
+            hp.extend(["-j", setmark.as_str()]);
+            r.append(iptables::rule_line(&chain, &hp));
+            if !v6 && !spec.masq_all {
+                let mut lo: Vec<&str> = vec!["-s", "127.0.0.1/32"];
+                lo.extend(base.iter().copied());
+                lo.extend(["-j", setmark.as_str()]);
+                r.append(iptables::rule_line(&chain, &lo));
+            }
+        }
+        r.append(dnat_rule(&chain, &m, container, v6));
+    }
+}
+
+/// What selects mapping `m`'s traffic in the container's chain:
+/// `[-d <hostIP>/32|128] -p <proto> -m <proto> --dport <hostPort>`.
+fn mapping_match(m: &PortMapping, v6: bool) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(ip) = m.dst() {
+        args.extend([
+            "-d".to_string(),
+            format!("{ip}/{}", if v6 { 128 } else { 32 }),
+        ]);
+    }
+    let proto = m.protocol.as_str();
+    args.extend(["-p", proto, "-m", proto, "--dport"].map(str::to_string));
+    args.push(m.host_port.to_string());
+    args
+}
+
+/// The DNAT rule of mapping `m` in the container's chain `chain`, to the
+/// container address `container`.
+fn dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, v6: bool) -> String {
+    let to = if v6 {
+        format!("[{}]:{}", container.addr(), m.container_port)
+    } else {
+        format!("{}:{}", container.addr(), m.container_port)
+    };
+    let mut args = mapping_match(m, v6);
+    args.extend(["-j", "DNAT", "--to-destination"].map(str::to_string));
+    args.push(to);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    iptables::rule_line(chain, &args)
+}
+
+/// iptables DEL for one family: entry rules jumping to `CNI-DN-<hash>` (and
+/// the old `CNI-SN-<hash>`) removed, the chains flushed and deleted; found
+/// by the hashed name, so no mapping needs to be known. Nothing is run
+/// when nothing is there.
+pub fn restore_del(owner: &Owner, v6: bool) -> Result<()> {
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
+    remove_container(&saved, &mut r, owner);
+    iptables::restore(fam, &r)
+}
+
+fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
+    for (chain, entry) in [
+        (dnat_chain(owner), IPT_DNAT_CHAIN),
+        (
+            libcni::netfilter::go_chain_name("SN-", &owner.network, &owner.container_id),
+            IPT_OLD_SNAT_CHAIN,
+        ),
+    ] {
+        for line in saved.rules.iter().filter(|l| {
+            iptables::rule_chain(l) == Some(entry)
+                && iptables::rule_target(l).as_deref() == Some(chain.as_str())
+        }) {
+            r.delete(line);
+        }
+        if saved.has_chain(&chain) {
+            r.remove_chain(&chain);
+        }
+    }
+}
+
+/// iptables GC for one family: containers of `network` whose entry rules'
+/// comment names a container not in `valid` lose their chain.
+pub fn restore_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    let mut r = Restore::new(IptTable::Nat);
+    gc_changes(network, valid, &saved, &mut r);
+    iptables::restore(fam, &r)
+}
+
+fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut Restore) {
+    let mut done = BTreeSet::new();
+    for line in saved.rules_of(IPT_DNAT_CHAIN) {
+        let Some(comment) = iptables::rule_comment(line) else {
+            continue;
+        };
+        let Some(tag) = comment.strip_prefix("dnat ") else {
+            continue;
+        };
+        let Some((net, cid)) = libcni::netfilter::parse_go_comment(tag) else {
+            continue;
+        };
+        if net != network || valid.iter().any(|a| a.container_id == cid) {
+            continue;
+        }
+        let owner = Owner::new(net, cid);
+        if done.insert(cid.to_string()) {
+            remove_container(saved, r, &owner);
+        }
+    }
+}
+
+/// iptables CHECK for one family: the container's chain exists and holds
+/// the DNAT rule of every mapping.
+pub fn restore_check(spec: &PortMapSpec, v6: bool) -> Result<()> {
+    if spec.container(v6).is_none() {
+        return Ok(());
+    }
+    let fam = IptFamily::of_v6(v6);
+    let saved = iptables::save(fam, IptTable::Nat)?;
+    check_saved(spec, v6, &saved)
+}
+
+/// [`ipt_check`] against the nat table `saved`.
+fn check_saved(spec: &PortMapSpec, v6: bool, saved: &SavedTable) -> Result<()> {
+    let Some(container) = spec.container(v6) else {
+        return Ok(());
+    };
+    let chain = dnat_chain(&spec.owner);
+    if !saved.has_chain(&chain) {
+        return Err(Error::CheckFailed(format!(
+            "portmap: chain {chain} is missing from the {} nat table",
+            if v6 { "ip6tables" } else { "iptables" }
+        )));
+    }
+    if saved.jumps_to(IPT_DNAT_CHAIN, &chain).is_empty() {
+        return Err(Error::CheckFailed(format!(
+            "portmap: {IPT_DNAT_CHAIN} has no rule jumping to {chain}"
+        )));
+    }
+    for m in spec.family_mappings(v6) {
+        if !saved.has_rule(&dnat_rule(&chain, &m, container, v6)) {
+            return Err(Error::CheckFailed(format!(
+                "portmap: mapping {m} has no DNAT rule in {chain}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+// ---- iptables rules on iptables-nft, natively -------------------------------
+
+/// The ledger feature of the iptables rules written natively: the
+/// handles of a container's jumps in `CNI-HOSTPORT-DNAT`.
+const IPT_LEDGER: &str = "portmap-iptables";
+
+fn ledger(owner: &Owner) -> Option<Ledger> {
+    Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
+}
+
+const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
+
+/// iptables ADD on iptables-nft, both families, with no process: the same
+/// changes as [`ipt_add`], one batch per family; the handles of the
+/// container's jumps in `CNI-HOSTPORT-DNAT` go to its ledger. A family
+/// with `conditionsV4`/`conditionsV6` (free iptables text) is written by
+/// `iptables-restore`.
+pub fn netlink_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
+    let own = dnat_chain(&spec.owner);
+    let mut entries = Vec::new();
+    for v6 in [false, true] {
+        if spec.container(v6).is_none() || spec.mappings.is_empty() {
+            continue;
+        }
+        if !spec.conditions.of(v6).is_empty() {
+            restore_add(spec, v6)?;
+            continue;
+        }
+        let mut chains: Vec<String> = [IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN, IPT_DNAT_CHAIN]
+            .into_iter()
+            .chain(NAT_BASE)
+            .map(str::to_string)
+            .collect();
+        chains.push(own.clone());
+        let rules_of = |found: &BTreeSet<String>| {
+            let mut v: Vec<String> = NAT_BASE
+                .into_iter()
+                .chain([IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN])
+                .map(str::to_string)
+                .collect();
+            // Old jumps to the container's chain exist only with it.
+            if found.contains(&own) {
+                v.push(IPT_DNAT_CHAIN.to_string());
+            }
+            v
+        };
+        let plan = nat::ReadPlan {
+            chains,
+            rules_of: &rules_of,
+        };
+        let added = nat::apply(
+            nft,
+            v6,
+            &mut |n| nat::read(n, v6, &plan),
+            &mut |saved, r| add_changes(spec, v6, saved, r),
+            &|c| c == IPT_DNAT_CHAIN,
+        )?;
+        entries.extend(added.into_iter().map(|(_, chain, handle)| Entry {
+            family: family(v6),
+            table: nat::TABLE.to_string(),
+            chain,
+            handle,
+            note: own.clone(),
+        }));
+        crate::fault::point("portmap/between-families");
+    }
+    let Some(ledger) = ledger(&spec.owner) else {
+        return Ok(());
+    };
+    if let Err(e) = ledger.store(&entries) {
+        // A failed ADD leaves nothing.
+        let _ = netlink_del(nft, &spec.owner);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What a native DEL reads of one family: the container's chains, and the
+/// jumps to them, from the ledger when each of its entries of the family
+/// reads back as such a jump, else by listing `CNI-HOSTPORT-DNAT`.
+fn read_container(
+    nft: &mut Nft,
+    v6: bool,
+    owner: &Owner,
+    entries: &[Entry],
+) -> Result<(SavedTable, nat::Handles)> {
+    let own = dnat_chain(owner);
+    let old = libcni::netfilter::go_chain_name("SN-", &owner.network, &owner.container_id);
+    let plan = nat::ReadPlan {
+        chains: vec![
+            own.clone(),
+            old.clone(),
+            IPT_DNAT_CHAIN.to_string(),
+            IPT_OLD_SNAT_CHAIN.to_string(),
+        ],
+        rules_of: &|_| Vec::new(),
+    };
+    let (mut saved, mut handles) = nat::read(nft, v6, &plan)?;
+    let fam = family(v6);
+    if saved.has_chain(&own) {
+        for r in nft.rules_raw(fam, nat::TABLE, Some(&own))? {
+            nat::push_rule(&mut saved, &mut handles, &r, v6);
+        }
+        let rules = nat::jumps_by_ledger(nft, v6, entries, &own, IPT_DNAT_CHAIN)?;
+        for r in &rules {
+            nat::push_rule(&mut saved, &mut handles, r, v6);
+        }
+    }
+    if saved.has_chain(&old) && saved.has_chain(IPT_OLD_SNAT_CHAIN) {
+        for r in nft.rules_raw(fam, nat::TABLE, Some(IPT_OLD_SNAT_CHAIN))? {
+            nat::push_rule(&mut saved, &mut handles, &r, v6);
+        }
+    }
+    Ok((saved, handles))
+}
+
+/// The host port of a DNAT rule line of a container's chain.
+fn rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
+    let t = iptables::split_tokens(line);
+    if !t.iter().any(|x| x == "DNAT") {
+        return None;
+    }
+    let after = |k: &str| t.iter().position(|x| x == k).and_then(|i| t.get(i + 1));
+    let proto = Protocol::parse(after("-p")?)?.number();
+    Some((v6, proto, after("--dport")?.parse().ok()?))
+}
+
+/// iptables DEL on iptables-nft, both families, with no process: the same
+/// changes as [`ipt_del`]. Costs a few lookups when the container has no
+/// chain; with one, its own rules are listed and its ledger spares
+/// listing `CNI-HOSTPORT-DNAT`. Returns the host ports its DNAT rules
+/// mapped.
+pub fn netlink_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
+    let ledger = ledger(owner);
+    let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
+    let own = dnat_chain(owner);
+    let mut removed = Vec::new();
+    for v6 in [false, true] {
+        let mut ports = Vec::new();
+        nat::apply(
+            nft,
+            v6,
+            &mut |n| read_container(n, v6, owner, &entries),
+            &mut |saved, r| {
+                ports = saved
+                    .rules_of(&own)
+                    .filter_map(|l| rule_port(v6, l))
+                    .collect();
+                remove_container(saved, r, owner)
+            },
+            &|_| false,
+        )?;
+        removed.extend(ports);
+    }
+    if let Some(l) = ledger {
+        l.remove()?;
+    }
+    Ok(removed)
+}
+
+/// iptables GC on iptables-nft, both families, with no process (lists the
+/// table's chains and `CNI-HOSTPORT-DNAT`, as the Go plugin's GC does).
+pub fn netlink_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
+    for v6 in [false, true] {
+        nat::apply(
+            nft,
+            v6,
+            &mut |n| {
+                let chains = n.chain_names(family(v6), nat::TABLE)?;
+                let plan = nat::ReadPlan {
+                    chains,
+                    rules_of: &|_| vec![IPT_DNAT_CHAIN.into(), IPT_OLD_SNAT_CHAIN.into()],
+                };
+                nat::read(n, v6, &plan)
+            },
+            &mut |saved, r| gc_changes(network, valid, saved, r),
+            &|_| false,
+        )?;
+    }
+    ledger::remove_unlisted(IPT_LEDGER, network, |cid| {
+        valid.iter().any(|a| a.container_id == cid)
+    })?;
+    Ok(())
+}
+
+/// iptables CHECK on iptables-nft, read over netlink.
+pub fn netlink_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
+    let own = dnat_chain(&spec.owner);
+    for v6 in [false, true] {
+        if spec.container(v6).is_none() {
+            continue;
+        }
+        let plan = nat::ReadPlan {
+            chains: vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
+            rules_of: &|_| vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
+        };
+        let (saved, _) = nat::read(nft, v6, &plan)?;
+        check_saved(spec, v6, &saved)?;
+    }
+    Ok(())
+}
+
+/// Whether the nat table of iptables-nft holds the host port chains at
+/// all (seen through nf_tables).
+pub fn netlink_has_hostports(nft: &mut Nft, v6: bool) -> Result<bool> {
+    nft.has_chain(family(v6), nat::TABLE, IPT_DNAT_CHAIN)
+}

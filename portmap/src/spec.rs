@@ -1,0 +1,117 @@
+//! The validated host port mappings of one attachment, as both backends
+//! write them: [`PortMapping`], the conditions of each family and the
+//! whole [`PortMapSpec`].
+
+use std::fmt;
+use std::net::IpAddr;
+
+use libcni::netfilter::Owner;
+use libcni::types::IpPrefix;
+
+pub use libcni::netfilter::Protocol;
+
+/// One validated port mapping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PortMapping {
+    pub host_port: u16,
+    pub container_port: u16,
+    pub protocol: Protocol,
+    /// `None`: every local address of both families. An unspecified address
+    /// (`0.0.0.0`, `::`) means every local address of that family only.
+    pub host_ip: Option<IpAddr>,
+}
+
+impl PortMapping {
+    /// Whether the mapping applies to the IPv6 (or IPv4) container address.
+    pub fn applies_to(&self, v6: bool) -> bool {
+        self.host_ip.is_none_or(|ip| ip.is_ipv6() == v6)
+    }
+
+    /// The destination address to match, if the mapping names one.
+    pub fn dst(&self) -> Option<IpAddr> {
+        self.host_ip.filter(|ip| !ip.is_unspecified())
+    }
+}
+
+impl fmt::Display for PortMapping {
+    /// `tcp 8080 -> 80`, `udp [fd00::1]:53 -> 5353`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = self.protocol.as_str();
+        match self.host_ip {
+            Some(IpAddr::V6(ip)) => write!(f, "{p} [{ip}]:{}", self.host_port)?,
+            Some(ip) => write!(f, "{p} {ip}:{}", self.host_port)?,
+            None => write!(f, "{p} {}", self.host_port)?,
+        }
+        write!(f, " -> {}", self.container_port)
+    }
+}
+
+/// Extra match conditions on the DNAT entry, per family (the config's
+/// `conditionsV4` / `conditionsV6`), in the syntax of the backend.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Conditions {
+    pub v4: Vec<String>,
+    pub v6: Vec<String>,
+}
+
+impl Conditions {
+    /// The conditions of one family.
+    pub fn of(&self, v6: bool) -> &[String] {
+        if v6 {
+            &self.v6
+        } else {
+            &self.v4
+        }
+    }
+}
+
+/// Which syntax a condition list is written in: the Go plugin's rule (a
+/// first token starting with `-` or `!` is iptables syntax).
+pub fn conditions_are_iptables(conds: &[String]) -> Option<bool> {
+    let first = conds.iter().flat_map(|c| c.split_whitespace()).next()?;
+    Some(first.starts_with('-') || first.starts_with('!'))
+}
+
+/// Everything one container's host ports need.
+#[derive(Debug, Clone)]
+pub struct PortMapSpec {
+    pub owner: Owner,
+    pub mappings: Vec<PortMapping>,
+    /// The container's first IPv4 and IPv6 address (with prefix).
+    pub container_v4: Option<IpPrefix>,
+    pub container_v6: Option<IpPrefix>,
+    /// Masquerade hairpin and localhost traffic (default true).
+    pub snat: bool,
+    /// Masquerade every connection to the mapped ports.
+    pub masq_all: bool,
+    pub conditions: Conditions,
+    /// iptables only: the mark bit of `CNI-HOSTPORT-SETMARK` (default 13).
+    pub mark_bit: u8,
+    /// iptables only: a chain of the user that sets the masquerade mark.
+    pub external_set_mark_chain: Option<String>,
+}
+
+impl PortMapSpec {
+    pub(crate) fn container(&self, v6: bool) -> Option<IpPrefix> {
+        if v6 {
+            self.container_v6
+        } else {
+            self.container_v4
+        }
+    }
+
+    /// The mappings of one family, when the container has an address there.
+    pub(crate) fn family_mappings(&self, v6: bool) -> Vec<PortMapping> {
+        if self.container(v6).is_none() {
+            return Vec::new();
+        }
+        self.mappings
+            .iter()
+            .filter(|m| m.applies_to(v6))
+            .copied()
+            .collect()
+    }
+}
+
+/// A removed host port: (IPv6, IP protocol number, port).
+pub type RemovedPort = (bool, u8, u16);
