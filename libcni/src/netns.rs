@@ -283,37 +283,6 @@ pub mod testing {
         false
     }
 
-    /// Whether a `fullkernel_*` test can run: root, and a kernel with the
-    /// link kinds these machines lack (802.1Q VLAN, ipvlan, dummy, VRF) and
-    /// bridge VLAN filtering. Without them it says loudly that it runs in
-    /// the full-kernel VM step of `scripts/test.sh` and returns false (not
-    /// a failure, even under `CI=true`: that step runs it); inside the VM
-    /// (`FULLKERNEL_GUEST=1`) missing support fails the test.
-    pub fn full_kernel(test: &str) -> bool {
-        use crate::netlink::Netlink;
-        if !privileged(test) {
-            return false;
-        }
-        let ns = new_netns();
-        let mut nl = Netlink::open_in(&ns).expect("netlink in a new namespace");
-        let kinds = ["vlan", "ipvlan", "dummy", "vrf"]
-            .iter()
-            .all(|k| nl.kernel_has_kind(k).expect("probe a link kind"));
-        let filtering = nl.add_bridge_vlan_filtering("probebr0", None).is_ok();
-        if kinds && filtering {
-            return true;
-        }
-        if std::env::var("FULLKERNEL_GUEST").as_deref() == Ok("1") {
-            panic!("{test}: inside the full-kernel VM, and the kernel lacks a link kind or bridge VLAN filtering");
-        }
-        let _ = writeln!(
-            std::io::stderr(),
-            "!!! {test}: needs 802.1Q VLAN, ipvlan, dummy, VRF and bridge VLAN filtering, \
-             which this kernel lacks: it runs in the full-kernel VM step of scripts/test.sh !!!"
-        );
-        false
-    }
-
     /// A fresh, empty network namespace. A helper thread unshares into it and
     /// opens it; the returned handle keeps it alive after that thread ended,
     /// and dropping the handle destroys it (with the links inside). The

@@ -26,63 +26,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// suite if any is left afterwards.
 pub const NETNS_PREFIX: &str = "cnit-";
 
-/// True when this test may run privileged work. Not root: says so loudly
-/// and returns false, except under `CI=true`, where skipping is a failure.
-pub fn require_root(test: &str) -> bool {
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{test}: privileged test cannot run without root in CI");
-    }
-    eprintln!("!!! SKIPPED {test}: needs root (run the suite as root) !!!");
-    false
-}
-
-/// Whether the kernel has what the `fullkernel_*` tests need: 802.1Q VLAN,
-/// ipvlan, dummy and VRF links and bridge VLAN filtering (probed once per
-/// process, in a throwaway namespace).
-pub fn kernel_is_full() -> bool {
-    static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *FULL.get_or_init(|| {
-        let ns = Netns::new("kprobe");
-        ns.command("sh")
-            .args([
-                "-c",
-                "ip link add p0 type dummy && ip link add p1 link p0 type vlan id 2 \
-                 && ip link add p2 link p0 type ipvlan mode l2 \
-                 && ip link add p3 type vrf table 9 \
-                 && ip link add p4 type bridge vlan_filtering 1",
-            ])
-            .stderr(Stdio::null())
-            .status()
-            .expect("sh")
-            .success()
-    })
-}
-
-/// True when a `fullkernel_*` test may run: root ([`require_root`]) and a
-/// kernel with everything it needs ([`kernel_is_full`]). On a kernel
-/// without (these machines) it says loudly that the test runs in the
-/// full-kernel VM step of `scripts/test.sh` and returns false: not a
-/// failure, even under `CI=true`, since that step runs it. Inside the VM
-/// (`FULLKERNEL_GUEST=1`) a kernel without is a failure.
-pub fn full_kernel(test: &str) -> bool {
-    if !require_root(test) {
-        return false;
-    }
-    if kernel_is_full() {
-        return true;
-    }
-    if std::env::var("FULLKERNEL_GUEST").is_ok_and(|v| v == "1") {
-        panic!("{test}: inside the full-kernel VM, and the kernel lacks VLAN, ipvlan, dummy, VRF or bridge VLAN filtering");
-    }
-    eprintln!(
-        "!!! {test}: needs 802.1Q VLAN, ipvlan, dummy, VRF and bridge VLAN filtering, which \
-         this kernel lacks: it runs in the full-kernel VM step of scripts/test.sh !!!"
-    );
-    false
-}
+/// The privileged-test policy, one for unit and black-box tests: root, or
+/// a loud skip (a failure under `CI=true`); `full_kernel` adds the kernel
+/// the `fullkernel_*` tests need, else they run in the VM step.
+pub use libcni::netlink::testing::{full_kernel, kernel_is_full};
+pub use libcni::netns::testing::privileged as require_root;
 
 /// The directory holding the built binaries (`target/<profile>`).
 pub fn bin_dir() -> PathBuf {

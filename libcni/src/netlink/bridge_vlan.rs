@@ -6,7 +6,7 @@ use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::link::{InfoData, InfoKind, LinkAttribute, LinkInfo, LinkMessage};
 use netlink_packet_route::RouteNetlinkMessage;
 
-use super::link::link_message;
+use super::link_message;
 use super::Netlink;
 use crate::Result;
 use netlink_packet_route::link as rtlink;
@@ -305,7 +305,8 @@ mod vlan_message_tests {
     /// both ways: through `bridge_port_vlans` and with `bridge -j vlan show`.
     #[test]
     fn fullkernel_netlink_bridge_vlan_messages_read_back() {
-        use crate::netns::testing::{full_kernel, new_netns};
+        use crate::netlink::testing::full_kernel;
+        use crate::netns::testing::new_netns;
         if !full_kernel("fullkernel_netlink_bridge_vlan_messages_read_back") {
             return;
         }

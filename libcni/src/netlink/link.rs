@@ -13,6 +13,7 @@ use netlink_packet_route::link::{
 use netlink_packet_route::RouteNetlinkMessage;
 use std::os::fd::AsRawFd;
 
+use super::link_message;
 use super::macvlan::MacvlanMode;
 use super::{errno, Netlink};
 use crate::mac::format_mac;
@@ -199,12 +200,6 @@ impl Link {
         }
         link
     }
-}
-
-pub(super) fn link_message(index: u32) -> LinkMessage {
-    let mut msg = LinkMessage::default();
-    msg.header.index = index;
-    msg
 }
 
 fn links_of(replies: Vec<RouteNetlinkMessage>) -> Vec<Link> {

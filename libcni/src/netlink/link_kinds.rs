@@ -486,7 +486,8 @@ mod tests {
     /// not an unknown kind.
     #[test]
     fn fullkernel_netlink_link_kinds_created_and_read_back() {
-        use crate::netns::testing::{full_kernel, new_netns};
+        use crate::netlink::testing::full_kernel;
+        use crate::netns::testing::new_netns;
         if !full_kernel("fullkernel_netlink_link_kinds_created_and_read_back") {
             return;
         }

@@ -6,7 +6,7 @@ use netlink_packet_route::link::{InfoData, InfoKind, LinkAttribute, LinkInfo};
 use netlink_packet_route::RouteNetlinkMessage;
 use std::os::fd::AsRawFd;
 
-use super::link::link_message;
+use super::link_message;
 use super::Netlink;
 use crate::netns::NetNs;
 use crate::Result;

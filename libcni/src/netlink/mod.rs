@@ -363,6 +363,62 @@ pub fn is_exists(e: &Error) -> bool {
     errno(e) == Some(libc::EEXIST)
 }
 
+/// The full-kernel policy of the `fullkernel_*` tests, beside the
+/// privileged-test policy ([`crate::netns::testing`]).
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::Netlink;
+    use crate::netns::testing::{new_netns, privileged};
+    use std::io::Write;
+
+    /// Whether a `fullkernel_*` test can run: root, and a kernel with the
+    /// link kinds these machines lack ([`kernel_is_full`]). Without them it
+    /// says loudly that it runs in the full-kernel VM step of
+    /// `scripts/test.sh` and returns false (not a failure, even under
+    /// `CI=true`: that step runs it); inside the VM (`FULLKERNEL_GUEST=1`)
+    /// missing support fails the test.
+    pub fn full_kernel(test: &str) -> bool {
+        if !privileged(test) {
+            return false;
+        }
+        if kernel_is_full() {
+            return true;
+        }
+        if std::env::var("FULLKERNEL_GUEST").as_deref() == Ok("1") {
+            panic!("{test}: inside the full-kernel VM, and the kernel lacks a link kind or bridge VLAN filtering");
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "!!! {test}: needs 802.1Q VLAN, ipvlan, dummy, VRF and bridge VLAN filtering, \
+             which this kernel lacks: it runs in the full-kernel VM step of scripts/test.sh !!!"
+        );
+        false
+    }
+
+    /// Whether the kernel has 802.1Q VLAN, ipvlan, dummy and VRF links and
+    /// bridge VLAN filtering (probed once per process, in a throwaway
+    /// namespace; needs root).
+    pub fn kernel_is_full() -> bool {
+        static FULL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *FULL.get_or_init(|| {
+            let ns = new_netns();
+            let mut nl = Netlink::open_in(&ns).expect("netlink in a new namespace");
+            let kinds = ["vlan", "ipvlan", "dummy", "vrf"]
+                .iter()
+                .all(|k| nl.kernel_has_kind(k).expect("probe a link kind"));
+            kinds && nl.add_bridge_vlan_filtering("probebr0", None).is_ok()
+        })
+    }
+}
+
+/// An empty link message for the link with `index` (0: none, for a new
+/// link or a dump).
+fn link_message(index: u32) -> netlink_packet_route::link::LinkMessage {
+    let mut msg = netlink_packet_route::link::LinkMessage::default();
+    msg.header.index = index;
+    msg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
