@@ -140,41 +140,6 @@ pub fn all(dirs: &StateDirs) -> Vec<Chain> {
         note,
     };
     let ports = port_mapping(18080);
-    let flannel_ours = conflist(
-        "cbr0",
-        vec![
-            json!({
-                "type": "flannel",
-                "subnetFile": dirs.subnet_env,
-                "dataDir": dirs.flannel,
-                "ipam": {"dataDir": dirs.ipam},
-                "delegate": {"hairpinMode": true, "isDefaultGateway": true}
-            }),
-            portmap(),
-        ],
-    );
-    // What flannel renders from SUBNET_ENV and the delegate above (the
-    // runtime then inserts cniVersion and name, as flannel does).
-    let flannel_rendered = conflist(
-        "cbr0",
-        vec![
-            json!({
-                "type": "bridge",
-                "hairpinMode": true,
-                "isDefaultGateway": true,
-                "ipMasq": false,
-                "isGateway": true,
-                "mtu": 1450,
-                "ipam": {
-                    "type": "host-local",
-                    "dataDir": dirs.ipam,
-                    "ranges": [[{"subnet": "10.244.1.0/24"}]],
-                    "routes": [{"dst": "10.244.0.0/16"}]
-                }
-            }),
-            portmap(),
-        ],
-    );
     vec![
         same(
             "bridge",
@@ -215,22 +180,7 @@ pub fn all(dirs: &StateDirs) -> Vec<Chain> {
             json!({"bandwidth": bandwidth_limits()}),
             None,
         ),
-        Chain {
-            key: "flannel",
-            title: "kube-flannel: flannel (bridge + host-local) + portmap",
-            ifname: "eth0",
-            ours: flannel_ours,
-            reference: flannel_rendered,
-            capability_args: json!({"portMappings": ports})
-                .as_object()
-                .cloned()
-                .unwrap_or_default(),
-            note: Some(
-                "Debian packages no Go flannel: the reference side runs the chain flannel \
-                 renders (bridge with hairpin, default gateway, MTU 1450 + host-local on \
-                 FLANNEL_SUBNET + portmap), so ours pays one process more (flannel itself).",
-            ),
-        },
+        flannel(dirs, &ports),
         same(
             "full",
             "full: bridge (ipMasq) + host-local + portmap + bandwidth",
@@ -268,6 +218,62 @@ pub fn all(dirs: &StateDirs) -> Vec<Chain> {
             None,
         ),
     ]
+}
+
+/// kube-flannel's chain: ours runs flannel, the reference the chain Go's
+/// flannel renders (Debian packages no Go flannel).
+fn flannel(dirs: &StateDirs, ports: &Value) -> Chain {
+    let flannel_ours = conflist(
+        "cbr0",
+        vec![
+            json!({
+                "type": "flannel",
+                "subnetFile": dirs.subnet_env,
+                "dataDir": dirs.flannel,
+                "ipam": {"dataDir": dirs.ipam},
+                "delegate": {"hairpinMode": true, "isDefaultGateway": true}
+            }),
+            portmap(),
+        ],
+    );
+    // What flannel renders from SUBNET_ENV and the delegate above (the
+    // runtime then inserts cniVersion and name, as flannel does).
+    let flannel_rendered = conflist(
+        "cbr0",
+        vec![
+            json!({
+                "type": "bridge",
+                "hairpinMode": true,
+                "isDefaultGateway": true,
+                "ipMasq": false,
+                "isGateway": true,
+                "mtu": 1450,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": dirs.ipam,
+                    "ranges": [[{"subnet": "10.244.1.0/24"}]],
+                    "routes": [{"dst": "10.244.0.0/16"}]
+                }
+            }),
+            portmap(),
+        ],
+    );
+    Chain {
+        key: "flannel",
+        title: "kube-flannel: flannel (bridge + host-local) + portmap",
+        ifname: "eth0",
+        ours: flannel_ours,
+        reference: flannel_rendered,
+        capability_args: json!({"portMappings": ports})
+            .as_object()
+            .cloned()
+            .unwrap_or_default(),
+        note: Some(
+            "Debian packages no Go flannel: the reference side runs the chain flannel \
+             renders (bridge with hairpin, default gateway, MTU 1450 + host-local on \
+             FLANNEL_SUBNET + portmap), so ours pays one process more (flannel itself).",
+        ),
+    }
 }
 
 /// Every binary a conflist runs, delegates included, in order.

@@ -189,4 +189,18 @@ impl DhcpLan {
         };
         (hwm("our dhcp daemon"), hwm("the reference's dhcp daemon"))
     }
+
+    /// The report's line on the daemons' peak RSS.
+    pub fn peaks_note(&self) -> String {
+        let mib = |k: Option<u64>| {
+            k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+                .unwrap_or_else(|| "?".into())
+        };
+        let (o, r) = self.daemon_peaks();
+        format!(
+            "dhcp daemons' peak RSS over the run: ours {}, the reference's {}",
+            mib(o),
+            mib(r)
+        )
+    }
 }

@@ -34,6 +34,81 @@ fn canonical(p: &Path, what: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("{what} {}: {e}", p.display()))
 }
 
+/// Our binaries' directory (`--ours`, else this program's) and the
+/// references', canonical, announced on stderr.
+fn binary_dirs(opts: &Options) -> Result<(PathBuf, Vec<PathBuf>), String> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    let ours_dir = canonical(opts.ours.as_deref().unwrap_or(&exe_dir), "--ours")?;
+    let references: Vec<PathBuf> = opts
+        .reference
+        .iter()
+        .map(|r| canonical(r, "--reference"))
+        .collect::<Result<_, _>>()?;
+    eprintln!(
+        "cni-bench: ours {} against the reference {} ({})",
+        ours_dir.display(),
+        references
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and "),
+        opts.summary()
+    );
+    Ok((ours_dir, references))
+}
+
+/// The node namespace, entered by this process, with its loopback up as a
+/// host's is, and one pod namespace.
+fn node_and_pod() -> Result<(Namespaces, String), String> {
+    let mut ns = Namespaces::create().map_err(|e| format!("node namespace: {e}"))?;
+    ns.enter_node()
+        .map_err(|e| format!("entering {}: {e}", ns.node()))?;
+    let up = Command::new("ip")
+        .args(["link", "set", "lo", "up"])
+        .status()
+        .map_err(|e| e.to_string())?;
+    if !up.success() {
+        return Err("ip link set lo up failed in the node namespace".into());
+    }
+    let pod = ns
+        .add_pods(1)
+        .map_err(|e| e.to_string())?
+        .pop()
+        .ok_or("no pod")?;
+    Ok((ns, pod))
+}
+
+/// One run's fixed parts, which every phase reads.
+struct Run<'a> {
+    opts: &'a Options,
+    started: Instant,
+    set: Setting<'a>,
+    pod: &'a str,
+}
+
+impl Run<'_> {
+    /// One progress line, stamped with the seconds since the start.
+    fn progress(&self, what: std::fmt::Arguments) {
+        eprintln!("[{:>4.0}s] {what}", self.started.elapsed().as_secs_f64());
+    }
+
+    /// Whether `--chains` (absent: all) names the chain `key`.
+    fn wants(&self, key: &str) -> bool {
+        self.opts
+            .chains
+            .as_ref()
+            .is_none_or(|only| only.iter().any(|k| k == key))
+    }
+
+    /// The iterations of the diagnostics, fewer than the main table's.
+    fn diagnostic_iterations(&self) -> usize {
+        self.opts.iterations.clamp(5, 20)
+    }
+}
+
 fn run() -> Result<(), String> {
     let opts = Options::parse(std::env::args().skip(1))?;
     if opts.help {
@@ -53,66 +128,36 @@ fn run() -> Result<(), String> {
     let cpu_before = machine::CpuSnapshot::take();
     let load_before = machine::load_average();
     let machine = Machine::probe();
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    let ours_dir = canonical(opts.ours.as_deref().unwrap_or(&exe_dir), "--ours")?;
-    let references: Vec<PathBuf> = opts
-        .reference
-        .iter()
-        .map(|r| canonical(r, "--reference"))
-        .collect::<Result<_, _>>()?;
+    let (ours_dir, references) = binary_dirs(&opts)?;
     let reference_dir = references[0].clone();
-    eprintln!(
-        "cni-bench: ours {} against the reference {} ({})",
-        ours_dir.display(),
-        references
-            .iter()
-            .map(|r| r.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" and "),
-        opts.summary()
-    );
 
     // Declared first, dropped last: the namespaces go before their files.
     let scratch = Scratch::create().map_err(|e| format!("temp dir: {e}"))?;
-    let mut ns = Namespaces::create().map_err(|e| format!("node namespace: {e}"))?;
-    ns.enter_node()
-        .map_err(|e| format!("entering {}: {e}", ns.node()))?;
+    let (mut ns, pod) = node_and_pod()?;
     let io = |e: std::io::Error| e.to_string();
-    // A host has its loopback up; a new namespace does not.
-    let up = Command::new("ip")
-        .args(["link", "set", "lo", "up"])
-        .status()
-        .map_err(io)?;
-    if !up.success() {
-        return Err("ip link set lo up failed in the node namespace".into());
-    }
-    let pod = ns.add_pods(1).map_err(io)?.pop().ok_or("no pod")?;
     let ipam = scratch.dir("ipam").map_err(io)?;
     let flannel = scratch.dir("flannel").map_err(io)?;
     let subnet_env = scratch.root().join("subnet.env");
     std::fs::write(&subnet_env, chains::SUBNET_ENV).map_err(io)?;
     let conf_dir = scratch.dir("conf").map_err(io)?;
     let cache_dir = scratch.dir("cache").map_err(io)?;
-    let set = Setting {
-        ours_dir: &ours_dir,
-        reference_dir: &reference_dir,
-        conf_dir: &conf_dir,
-        cache_dir: &cache_dir,
-        iterations: opts.iterations,
-        rss_runs: opts.rss_runs,
+    let run = Run {
+        opts: &opts,
+        started,
+        set: Setting {
+            ours_dir: &ours_dir,
+            reference_dir: &reference_dir,
+            conf_dir: &conf_dir,
+            cache_dir: &cache_dir,
+            iterations: opts.iterations,
+            rss_runs: opts.rss_runs,
+        },
+        pod: &pod,
     };
 
     // The dhcp chain's LAN and daemons, when that chain runs.
-    let wants = |key: &str| {
-        opts.chains
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|k| k == key))
-    };
     let dhcp_dir = scratch.dir("dhcp").map_err(io)?;
-    let dhcp_lan = if wants("dhcp") {
+    let dhcp_lan = if run.wants("dhcp") {
         Some(bench::dhcp::DhcpLan::start(
             &mut ns,
             &dhcp_dir,
@@ -126,8 +171,10 @@ fn run() -> Result<(), String> {
         Some(Ok(l)) => (l.ours_socket.clone(), l.reference_socket.clone()),
         _ => (dhcp_dir.join("none.sock"), dhcp_dir.join("none.sock")),
     };
-
-    // The main table.
+    let no_lan = match &dhcp_lan {
+        Some(Err(e)) => Some(e.to_string()),
+        _ => None,
+    };
     let dirs = StateDirs {
         ipam: &ipam,
         flannel: &flannel,
@@ -135,12 +182,179 @@ fn run() -> Result<(), String> {
         dhcp_ours: &dhcp_ours,
         dhcp_reference: &dhcp_reference,
     };
+
+    // The main table, then again against each further reference.
+    let outcomes = main_table(&run, &run.set, &ns, &dirs, no_lan.as_deref())?;
+    let mut extra: Vec<report::ExtraReference> = Vec::new();
+    for dir in references.iter().skip(1) {
+        let set = Setting {
+            reference_dir: dir,
+            ..run.set
+        };
+        extra.push(report::ExtraReference {
+            dir: dir.clone(),
+            version: machine::plugin_version(dir),
+            chains: main_table(&run, &set, &ns, &dirs, no_lan.as_deref())?,
+            sizes: machine::sizes_of(dir, &machine::REFERENCE_FIVE),
+        });
+    }
+
+    // STATUS of each plugin of each chain that ran (ours), while the dhcp
+    // daemon is still up.
+    let status_costs = status_costs(&run, &outcomes);
+
+    let mut notes: Vec<String> = dhcp_lan
+        .iter()
+        .flatten()
+        .map(bench::dhcp::DhcpLan::peaks_note)
+        .collect();
+
+    let strace_dir = if diagnose::have_strace() {
+        Some(scratch.dir("strace").map_err(io)?)
+    } else {
+        notes.push("strace is not installed: no syscall summaries".into());
+        None
+    };
+    let mut diagnosis = where_time_goes(
+        &run,
+        &ns,
+        &outcomes,
+        &extra,
+        strace_dir.as_deref(),
+        &mut notes,
+    )?;
+    drop(dhcp_lan);
+
+    let mut sweeps = if opts.sweep {
+        run_sweeps(&run, &mut ns, &scratch, strace_dir.as_deref())?
+    } else {
+        Sweeps::default()
+    };
+    diagnosis
+        .syscalls
+        .extend(std::mem::take(&mut sweeps.syscalls));
+
+    let measured = Measured {
+        outcomes,
+        extra,
+        status_costs,
+        diagnosis,
+        sweeps,
+        notes,
+    };
+    write_results(&run, &machine, &measured, &cpu_before, &load_before)?;
+    drop(ns);
+    drop(scratch);
+    Ok(())
+}
+
+/// What the run measured, for the report.
+struct Measured {
+    outcomes: Vec<ChainOutcome>,
+    extra: Vec<report::ExtraReference>,
+    status_costs: Vec<bench::status::StatusCost>,
+    diagnosis: Diagnosis,
+    sweeps: Sweeps,
+    notes: Vec<String>,
+}
+
+/// STATUS of each plugin of each chain that ran (ours).
+fn status_costs(run: &Run, outcomes: &[ChainOutcome]) -> Vec<bench::status::StatusCost> {
+    run.progress(format_args!("STATUS per plugin"));
+    measured(outcomes)
+        .flat_map(|chain| bench::status::chain_costs(run.set.ours_dir, chain, run.opts.iterations))
+        .collect()
+}
+
+/// The results file (with the sizes of the binaries and how busy the
+/// machine was) and the plot.
+fn write_results(
+    run: &Run,
+    machine: &Machine,
+    m: &Measured,
+    cpu_before: &machine::CpuSnapshot,
+    load_before: &str,
+) -> Result<(), String> {
+    // Sizes.
+    let mut skip: Vec<&str> = machine::NOT_PLUGINS.to_vec();
+    skip.push("build-script-build");
+    let ours_sizes = machine::executables(run.set.ours_dir, &skip);
+    let reference_sizes = machine::sizes_of(run.set.reference_dir, &machine::REFERENCE_FIVE);
+    let cnitool_size = std::fs::metadata(run.set.ours_dir.join("cnitool"))
+        .ok()
+        .map(|m| m.len());
+
+    let plot_link = relative_link(&run.opts.results, &run.opts.plot);
+    let command_line = std::iter::once("cni-bench".to_string())
+        .chain(std::env::args().skip(1))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let others = machine::CpuSnapshot::take().others_since(cpu_before);
+    let load = format!(
+        "other work kept {} of the CPUs busy during the run (load average {} at the start, {} at the end)",
+        others
+            .map(|o| format!("{:.0}%", o * 100.0))
+            .unwrap_or_else(|| "?".into()),
+        load_before,
+        machine::load_average()
+    );
+    let rep = Report {
+        machine,
+        command_line,
+        settings: run.opts.summary(),
+        ours_dir: run.set.ours_dir,
+        reference_dir: run.set.reference_dir,
+        extra_references: &m.extra,
+        chains: &m.outcomes,
+        starts: m.diagnosis.starts.as_ref(),
+        floor: m.diagnosis.floor.as_ref(),
+        nft_floor: m.diagnosis.nft_floor.as_ref(),
+        status: &m.status_costs,
+        syscalls: &m.diagnosis.syscalls,
+        sweeps: &m.sweeps.sweeps,
+        sweep_errors: &m.sweeps.errors,
+        filling: m.sweeps.filling.as_ref(),
+        ours_sizes: &ours_sizes,
+        reference_sizes: &reference_sizes,
+        cnitool_size,
+        plot_file: &plot_link,
+        notes: &m.notes,
+        elapsed_s: run.started.elapsed().as_secs_f64(),
+        load: &load,
+    };
+    report::write(&run.opts.results, &rep.render())?;
+    let subtitle = format!(
+        "{} · {} CPUs · kernel {} · Go plugins {} · {} iterations per point",
+        machine.date, machine.cpus, machine.kernel, machine.go_plugins, run.opts.sweep_iterations
+    );
+    report::write(
+        &run.opts.plot,
+        &bench::plot::svg(&m.sweeps.sweeps, &subtitle),
+    )?;
+    run.progress(format_args!(
+        "wrote {} and {}",
+        run.opts.results.display(),
+        run.opts.plot.display()
+    ));
+    Ok(())
+}
+
+/// Every chain `--chains` names, measured against `set`'s reference. A
+/// chain that fails is reported skipped with its error; without a LAN
+/// (`no_lan`), the dhcp chain is skipped.
+fn main_table(
+    run: &Run,
+    set: &Setting,
+    ns: &Namespaces,
+    dirs: &StateDirs,
+    no_lan: Option<&str>,
+) -> Result<Vec<ChainOutcome>, String> {
     let mut outcomes = Vec::new();
-    for chain in chains::all(&dirs) {
-        if !wants(chain.key) {
+    for chain in chains::all(dirs) {
+        if !run.wants(chain.key) {
             continue;
         }
-        if let (true, Some(Err(e))) = (chain.key == "dhcp", &dhcp_lan) {
+        if let (true, Some(e)) = (chain.key == "dhcp", no_lan) {
             eprintln!("  skipped {}: {e}", chain.key);
             outcomes.push(ChainOutcome::Skipped {
                 chain: chain.clone(),
@@ -148,13 +362,13 @@ fn run() -> Result<(), String> {
             });
             continue;
         }
-        eprintln!(
-            "[{:>4.0}s] chain {}: {} iterations",
-            started.elapsed().as_secs_f64(),
+        run.progress(format_args!(
+            "chain {} against {}: {} iterations",
             chain.title,
-            opts.iterations
-        );
-        let outcome = match measure::chain(&set, &ns, &pod, &chain) {
+            set.reference_dir.display(),
+            set.iterations
+        ));
+        let outcome = match measure::chain(set, ns, run.pod, &chain) {
             Ok(o) => o,
             Err(e) => {
                 interrupt::check()?;
@@ -169,142 +383,49 @@ fn run() -> Result<(), String> {
         }
         outcomes.push(outcome);
     }
+    Ok(outcomes)
+}
 
-    // The further references: the main table again, against each.
-    let mut extra: Vec<report::ExtraReference> = Vec::new();
-    for dir in references.iter().skip(1) {
-        let set = Setting {
-            reference_dir: dir,
-            ..set
-        };
-        let mut outcomes = Vec::new();
-        for chain in chains::all(&dirs) {
-            if let Some(only) = &opts.chains {
-                if !only.iter().any(|k| k == chain.key) {
-                    continue;
-                }
-            }
-            eprintln!(
-                "[{:>4.0}s] chain {} against {}: {} iterations",
-                started.elapsed().as_secs_f64(),
-                chain.title,
-                dir.display(),
-                opts.iterations
-            );
-            let outcome = match measure::chain(&set, &ns, &pod, &chain) {
-                Ok(o) => o,
-                Err(e) => {
-                    interrupt::check()?;
-                    ChainOutcome::Skipped {
-                        chain: chain.clone(),
-                        reason: format!("error: {e}"),
-                    }
-                }
-            };
-            outcomes.push(outcome);
-        }
-        extra.push(report::ExtraReference {
-            dir: dir.clone(),
-            version: machine::plugin_version(dir),
-            chains: outcomes,
-            sizes: machine::sizes_of(dir, &machine::REFERENCE_FIVE),
-        });
-    }
+/// Where the time goes: start costs, the kernel's floors, syscalls.
+struct Diagnosis {
+    starts: Option<StartCosts>,
+    floor: Option<diagnose::KernelFloor>,
+    nft_floor: Option<diagnose::NftFloor>,
+    /// Syscall summaries by where they were taken.
+    syscalls: Vec<(String, Vec<Syscalls>)>,
+}
 
-    // STATUS of each plugin of each chain that ran (ours), while the dhcp
-    // daemon is still up.
-    eprintln!(
-        "[{:>4.0}s] STATUS per plugin",
-        started.elapsed().as_secs_f64()
-    );
-    let mut status_costs = Vec::new();
-    for o in &outcomes {
-        if let ChainOutcome::Measured { chain, .. } = o {
-            status_costs.extend(bench::status::chain_costs(
-                &ours_dir,
-                chain,
-                opts.iterations,
-            ));
-        }
-    }
-
-    let mut notes = Vec::new();
-    if let Some(Ok(l)) = &dhcp_lan {
-        let mib = |k: Option<u64>| {
-            k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
-                .unwrap_or_else(|| "?".into())
-        };
-        let (o, r) = l.daemon_peaks();
-        notes.push(format!(
-            "dhcp daemons' peak RSS over the run: ours {}, the reference's {}",
-            mib(o),
-            mib(r)
-        ));
-    }
-
-    // Where the time goes.
-    eprintln!(
-        "[{:>4.0}s] start costs and syscall summaries",
-        started.elapsed().as_secs_f64()
-    );
-    let mut programs: Vec<PathBuf> = Vec::new();
-    let with_extra = outcomes.iter().map(|o| (&reference_dir, o)).chain(
-        extra
-            .iter()
-            .flat_map(|e| e.chains.iter().map(move |o| (&e.dir, o))),
-    );
-    for (ref_dir, o) in with_extra {
-        if let ChainOutcome::Measured { chain, .. } = o {
-            for (dir, list) in [(&ours_dir, &chain.ours), (ref_dir, &chain.reference)] {
-                for b in chains::binaries(list) {
-                    let p = dir.join(b);
-                    if !programs.contains(&p) {
-                        programs.push(p);
-                    }
-                }
-            }
-        }
-    }
-    let starts: Option<StartCosts> =
-        match diagnose::start_costs(&programs, opts.iterations.clamp(5, 20)) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                interrupt::check()?;
-                notes.push(format!("start costs not measured: {e}"));
-                None
-            }
-        };
-    let floor = match diagnose::kernel_floor(&pod, opts.iterations.clamp(5, 20)) {
-        Ok(f) => Some(f),
-        Err(e) => {
-            interrupt::check()?;
-            notes.push(format!("kernel floor not measured: {e}"));
-            None
-        }
-    };
-    let nft_floor = match diagnose::nft_floor(opts.iterations.clamp(5, 20)) {
-        Ok(f) => Some(f),
-        Err(e) => {
-            interrupt::check()?;
-            notes.push(format!("nftables floor not measured: {e}"));
-            None
-        }
-    };
-    let mut syscalls: Vec<(String, Vec<Syscalls>)> = Vec::new();
-    let strace_dir = if diagnose::have_strace() {
-        Some(scratch.dir("strace").map_err(io)?)
-    } else {
-        None
-    };
-    if let Some(out_dir) = &strace_dir {
-        for o in &outcomes {
-            let ChainOutcome::Measured { chain, .. } = o else {
-                continue;
-            };
-            let traced = measure::setup(&set, chain, Side::Ours, chain.key).and_then(|side| {
+/// Measures what [`Diagnosis`] holds; what cannot be measured becomes a
+/// note instead.
+fn where_time_goes(
+    run: &Run,
+    ns: &Namespaces,
+    outcomes: &[ChainOutcome],
+    extra: &[report::ExtraReference],
+    strace_dir: Option<&Path>,
+    notes: &mut Vec<String>,
+) -> Result<Diagnosis, String> {
+    run.progress(format_args!("start costs and syscall summaries"));
+    let programs = programs_measured(run, outcomes, extra);
+    let iterations = run.diagnostic_iterations();
+    let starts = or_note(
+        diagnose::start_costs(&programs, iterations),
+        "start costs",
+        notes,
+    )?;
+    let floor = or_note(
+        diagnose::kernel_floor(run.pod, iterations),
+        "kernel floor",
+        notes,
+    )?;
+    let nft_floor = or_note(diagnose::nft_floor(iterations), "nftables floor", notes)?;
+    let mut syscalls = Vec::new();
+    if let Some(out_dir) = strace_dir {
+        for chain in measured(outcomes) {
+            let traced = measure::setup(&run.set, chain, Side::Ours, chain.key).and_then(|side| {
                 diagnose::strace_chain(
                     &side,
-                    &pod,
+                    run.pod,
                     chain.ifname,
                     &chain.capability_args,
                     chain.key,
@@ -315,138 +436,137 @@ fn run() -> Result<(), String> {
                 Ok(list) => syscalls.push((chain.title.to_string(), list)),
                 Err(e) => {
                     interrupt::check()?;
-                    let _ = ns.recreate_pod(&pod);
+                    let _ = ns.recreate_pod(run.pod);
                     notes.push(format!("strace of our {} chain failed: {e}", chain.key));
                 }
             }
         }
-    } else {
-        notes.push("strace is not installed: no syscall summaries".into());
     }
+    Ok(Diagnosis {
+        starts,
+        floor,
+        nft_floor,
+        syscalls,
+    })
+}
 
-    drop(dhcp_lan);
-
-    // The sweeps.
-    let mut sweeps: Vec<Sweep> = Vec::new();
-    let mut sweep_errors = Vec::new();
-    let mut filling: Option<Filling> = None;
-    if opts.sweep {
-        eprintln!(
-            "[{:>4.0}s] sweep: host-local with {:?} leases",
-            started.elapsed().as_secs_f64(),
-            opts.leases
-        );
-        let hl_dir = scratch.dir("hl").map_err(io)?;
-        let leases = sweep::leases(
-            &set,
-            &mut ns,
-            &hl_dir,
-            &opts.leases,
-            opts.sweep_iterations,
-            strace_dir.as_deref(),
-        );
-        match leases {
-            Ok((s, traced)) => {
-                sweeps.push(s);
-                syscalls.extend(traced);
-            }
-            Err(e) => {
-                interrupt::check()?;
-                sweep_errors.push(format!("host-local: {e}"));
-            }
+/// A diagnostic's value, or `None` and a note saying why it is missing (an
+/// interruption ends the run instead).
+fn or_note<T>(
+    measured: Result<T, String>,
+    what: &str,
+    notes: &mut Vec<String>,
+) -> Result<Option<T>, String> {
+    match measured {
+        Ok(v) => Ok(Some(v)),
+        Err(e) => {
+            interrupt::check()?;
+            notes.push(format!("{what} not measured: {e}"));
+            Ok(None)
         }
-        eprintln!(
-            "[{:>4.0}s] sweep: pods {:?}",
-            started.elapsed().as_secs_f64(),
-            opts.pods
+    }
+}
+
+/// The chains of `outcomes` that were measured.
+fn measured(outcomes: &[ChainOutcome]) -> impl Iterator<Item = &chains::Chain> {
+    outcomes.iter().filter_map(|o| match o {
+        ChainOutcome::Measured { chain, .. } => Some(chain),
+        _ => None,
+    })
+}
+
+/// Every plugin binary of every measured chain, ours and each reference's,
+/// once.
+fn programs_measured(
+    run: &Run,
+    outcomes: &[ChainOutcome],
+    extra: &[report::ExtraReference],
+) -> Vec<PathBuf> {
+    let with_extra = measured(outcomes)
+        .map(|c| (run.set.reference_dir, c))
+        .chain(
+            extra
+                .iter()
+                .flat_map(|e| measured(&e.chains).map(move |c| (e.dir.as_path(), c))),
         );
-        let scale_ipam = scratch.dir("scale-ipam").map_err(io)?;
-        let pods = sweep::pods(
-            &set,
-            &mut ns,
-            &scale_ipam,
-            &opts.pods,
-            opts.sweep_iterations,
-            strace_dir.as_deref(),
-        );
-        match pods {
-            Ok((s, f, traced)) => {
-                syscalls.extend(traced);
-                // Pods first, as in the plot.
-                let hl = std::mem::take(&mut sweeps);
-                sweeps = s;
-                sweeps.extend(hl);
-                filling = Some(f);
-            }
-            Err(e) => {
-                interrupt::check()?;
-                sweep_errors.push(format!("pods: {e}"));
+    let mut programs: Vec<PathBuf> = Vec::new();
+    for (ref_dir, chain) in with_extra {
+        for (dir, list) in [(run.set.ours_dir, &chain.ours), (ref_dir, &chain.reference)] {
+            for b in chains::binaries(list) {
+                let p = dir.join(b);
+                if !programs.contains(&p) {
+                    programs.push(p);
+                }
             }
         }
     }
+    programs
+}
 
-    // Sizes.
-    let mut skip: Vec<&str> = machine::NOT_PLUGINS.to_vec();
-    skip.push("build-script-build");
-    let ours_sizes = machine::executables(&ours_dir, &skip);
-    let reference_sizes = machine::sizes_of(&reference_dir, &machine::REFERENCE_FIVE);
-    let cnitool_size = std::fs::metadata(ours_dir.join("cnitool"))
-        .ok()
-        .map(|m| m.len());
+/// The sweeps' results, pods first as in the plot.
+#[derive(Default)]
+struct Sweeps {
+    sweeps: Vec<Sweep>,
+    errors: Vec<String>,
+    filling: Option<Filling>,
+    syscalls: Vec<(String, Vec<Syscalls>)>,
+}
 
-    let plot_link = relative_link(&opts.results, &opts.plot);
-    let command_line = std::iter::once("cni-bench".to_string())
-        .chain(std::env::args().skip(1))
-        .collect::<Vec<_>>()
-        .join(" ");
-    let others = machine::CpuSnapshot::take().others_since(&cpu_before);
-    let load = format!(
-        "other work kept {} of the CPUs busy during the run (load average {} at the start, {} at the end)",
-        others
-            .map(|o| format!("{:.0}%", o * 100.0))
-            .unwrap_or_else(|| "?".into()),
-        load_before,
-        machine::load_average()
-    );
-    let rep = Report {
-        machine: &machine,
-        command_line,
-        settings: opts.summary(),
-        ours_dir: &ours_dir,
-        reference_dir: &reference_dir,
-        extra_references: &extra,
-        chains: &outcomes,
-        starts: starts.as_ref(),
-        floor: floor.as_ref(),
-        nft_floor: nft_floor.as_ref(),
-        status: &status_costs,
-        syscalls: &syscalls,
-        sweeps: &sweeps,
-        sweep_errors: &sweep_errors,
-        filling: filling.as_ref(),
-        ours_sizes: &ours_sizes,
-        reference_sizes: &reference_sizes,
-        cnitool_size,
-        plot_file: &plot_link,
-        notes: &notes,
-        elapsed_s: started.elapsed().as_secs_f64(),
-        load: &load,
+/// The host-local leases sweep and the pods sweep.
+fn run_sweeps(
+    run: &Run,
+    ns: &mut Namespaces,
+    scratch: &Scratch,
+    strace_dir: Option<&Path>,
+) -> Result<Sweeps, String> {
+    let io = |e: std::io::Error| e.to_string();
+    let opts = run.opts;
+    let mut out = Sweeps::default();
+    run.progress(format_args!(
+        "sweep: host-local with {:?} leases",
+        opts.leases
+    ));
+    let hl_dir = scratch.dir("hl").map_err(io)?;
+    let hl = match sweep::leases(
+        &run.set,
+        ns,
+        &hl_dir,
+        &opts.leases,
+        opts.sweep_iterations,
+        strace_dir,
+    ) {
+        Ok((s, traced)) => {
+            out.syscalls.extend(traced);
+            Some(s)
+        }
+        Err(e) => {
+            interrupt::check()?;
+            out.errors.push(format!("host-local: {e}"));
+            None
+        }
     };
-    report::write(&opts.results, &rep.render())?;
-    let subtitle = format!(
-        "{} · {} CPUs · kernel {} · Go plugins {} · {} iterations per point",
-        machine.date, machine.cpus, machine.kernel, machine.go_plugins, opts.sweep_iterations
-    );
-    report::write(&opts.plot, &bench::plot::svg(&sweeps, &subtitle))?;
-    eprintln!(
-        "[{:>4.0}s] wrote {} and {}",
-        started.elapsed().as_secs_f64(),
-        opts.results.display(),
-        opts.plot.display()
-    );
-    drop(ns);
-    drop(scratch);
-    Ok(())
+    run.progress(format_args!("sweep: pods {:?}", opts.pods));
+    let scale_ipam = scratch.dir("scale-ipam").map_err(io)?;
+    match sweep::pods(
+        &run.set,
+        ns,
+        &scale_ipam,
+        &opts.pods,
+        opts.sweep_iterations,
+        strace_dir,
+    ) {
+        Ok((s, f, traced)) => {
+            out.syscalls.extend(traced);
+            out.sweeps = s;
+            out.filling = Some(f);
+        }
+        Err(e) => {
+            interrupt::check()?;
+            out.errors.push(format!("pods: {e}"));
+        }
+    }
+    out.sweeps.extend(hl);
+    Ok(out)
 }
 
 /// The plot's path as the results file should link it: its file name when

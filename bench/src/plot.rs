@@ -5,7 +5,7 @@
 //! an axis break).
 
 use crate::stats::Samples;
-use crate::sweep::Sweep;
+use crate::sweep::{Level, Sweep};
 use std::fmt::Write;
 
 const PANEL_W: f64 = 460.0;
@@ -204,56 +204,103 @@ fn panel(s: &mut String, sweep: &Sweep, ox: f64, oy: f64) {
         );
         return;
     }
-    let first_nonzero = levels
-        .iter()
-        .map(|l| l.present)
-        .filter(|&p| p > 0)
-        .min()
-        .unwrap_or(10);
-    let dmin = levels
-        .iter()
-        .map(|l| decade(l.present, first_nonzero))
-        .fold(f64::INFINITY, f64::min);
-    let dmax = levels
-        .iter()
-        .map(|l| decade(l.present, first_nonzero))
-        .fold(f64::NEG_INFINITY, f64::max)
-        .max(dmin + 1.0);
-    let pad = 0.25;
-    let xpos = |d: f64| x0 + (d - dmin + pad) / (dmax - dmin + 2.0 * pad) * (x1 - x0);
+    let frame = Frame::new(&levels, x0, x1, y0, y1);
+    y_grid(s, &frame);
+    x_axis(s, &frame, &levels, sweep, ox);
+    series_lines(s, &frame, &levels);
+}
 
-    // y range over every p50 and p90 shown.
-    let mut lo = f64::INFINITY;
-    let mut hi: f64 = 0.0;
-    for l in &levels {
-        for se in series() {
-            let samples = (se.pick)(l);
-            for v in [samples.p50(), samples.p90()].into_iter().flatten() {
-                if v > 0.0 {
-                    lo = lo.min(v);
-                    hi = hi.max(v);
+/// A panel's plotting area and its log scales.
+struct Frame {
+    x0: f64,
+    x1: f64,
+    y0: f64,
+    y1: f64,
+    first_nonzero: usize,
+    dmin: f64,
+    dmax: f64,
+    ylo: f64,
+    yhi: f64,
+}
+
+/// Room left and right of the outer levels, in decades.
+const PAD: f64 = 0.25;
+
+impl Frame {
+    fn new(levels: &[&Level], x0: f64, x1: f64, y0: f64, y1: f64) -> Frame {
+        let first_nonzero = levels
+            .iter()
+            .map(|l| l.present)
+            .filter(|&p| p > 0)
+            .min()
+            .unwrap_or(10);
+        let dmin = levels
+            .iter()
+            .map(|l| decade(l.present, first_nonzero))
+            .fold(f64::INFINITY, f64::min);
+        let dmax = levels
+            .iter()
+            .map(|l| decade(l.present, first_nonzero))
+            .fold(f64::NEG_INFINITY, f64::max)
+            .max(dmin + 1.0);
+
+        // y range over every p50 and p90 shown.
+        let mut lo = f64::INFINITY;
+        let mut hi: f64 = 0.0;
+        for l in levels {
+            for se in series() {
+                let samples = (se.pick)(l);
+                for v in [samples.p50(), samples.p90()].into_iter().flatten() {
+                    if v > 0.0 {
+                        lo = lo.min(v);
+                        hi = hi.max(v);
+                    }
                 }
             }
         }
+        if !lo.is_finite() || hi <= 0.0 {
+            lo = 1.0;
+            hi = 10.0;
+        }
+        let ylo = (lo * 0.8).log10().floor();
+        let yhi = (hi * 1.25).log10().ceil().max(ylo + 1.0);
+        Frame {
+            x0,
+            x1,
+            y0,
+            y1,
+            first_nonzero,
+            dmin,
+            dmax,
+            ylo,
+            yhi,
+        }
     }
-    if !lo.is_finite() || hi <= 0.0 {
-        lo = 1.0;
-        hi = 10.0;
-    }
-    let ylo = (lo * 0.8).log10().floor();
-    let yhi = (hi * 1.25).log10().ceil().max(ylo + 1.0);
-    let ypos = |v: f64| y1 - (v.log10() - ylo) / (yhi - ylo) * (y1 - y0);
 
-    // y grid: 1, 2, 5 per decade.
-    let mut e = ylo as i32;
-    while (e as f64) <= yhi {
+    /// The x of `present` items already there.
+    fn xpos(&self, present: usize) -> f64 {
+        let d = decade(present, self.first_nonzero);
+        self.x0 + (d - self.dmin + PAD) / (self.dmax - self.dmin + 2.0 * PAD) * (self.x1 - self.x0)
+    }
+
+    /// The y of `v` ms.
+    fn ypos(&self, v: f64) -> f64 {
+        self.y1 - (v.log10() - self.ylo) / (self.yhi - self.ylo) * (self.y1 - self.y0)
+    }
+}
+
+/// The y grid: 1, 2, 5 per decade.
+fn y_grid(s: &mut String, f: &Frame) {
+    let (x0, x1) = (f.x0, f.x1);
+    let mut e = f.ylo as i32;
+    while (e as f64) <= f.yhi {
         for m in [1.0, 2.0, 5.0] {
             let v = m * 10f64.powi(e);
             let lv = v.log10();
-            if lv < ylo - 1e-9 || lv > yhi + 1e-9 {
+            if lv < f.ylo - 1e-9 || lv > f.yhi + 1e-9 {
                 continue;
             }
-            let y = ypos(v);
+            let y = f.ypos(v);
             let major = m == 1.0;
             let _ = writeln!(
                 s,
@@ -270,9 +317,14 @@ fn panel(s: &mut String, sweep: &Sweep, ox: f64, oy: f64) {
         }
         e += 1;
     }
-    // x ticks at the levels.
-    for l in &levels {
-        let x = xpos(decade(l.present, first_nonzero));
+}
+
+/// The x ticks at the levels, the axis break before the first non-zero
+/// level, the axis titles.
+fn x_axis(s: &mut String, f: &Frame, levels: &[&Level], sweep: &Sweep, ox: f64) {
+    let (x0, x1, y0, y1) = (f.x0, f.x1, f.y0, f.y1);
+    for l in levels {
+        let x = f.xpos(l.present);
         let _ = writeln!(
             s,
             r##"<line x1="{x:.1}" y1="{y1}" x2="{x:.1}" y2="{}" stroke="#666"/>"##,
@@ -287,8 +339,7 @@ fn panel(s: &mut String, sweep: &Sweep, ox: f64, oy: f64) {
     }
     // The axis break between 0 and the first non-zero level.
     if levels.iter().any(|l| l.present == 0) {
-        let xb =
-            (xpos(decade(0, first_nonzero)) + xpos(decade(first_nonzero, first_nonzero))) / 2.0;
+        let xb = (f.xpos(0) + f.xpos(f.first_nonzero)) / 2.0;
         for dx in [-3.0, 3.0] {
             let _ = writeln!(
                 s,
@@ -313,7 +364,10 @@ fn panel(s: &mut String, sweep: &Sweep, ox: f64, oy: f64) {
         ox + 16.0,
         (y0 + y1) / 2.0
     );
+}
 
+/// Each series: its p50 line, p90 whiskers and markers.
+fn series_lines(s: &mut String, f: &Frame, levels: &[&Level]) {
     for se in series() {
         let points: Vec<(f64, f64, Option<f64>)> = levels
             .iter()
@@ -321,9 +375,9 @@ fn panel(s: &mut String, sweep: &Sweep, ox: f64, oy: f64) {
                 let samples = (se.pick)(l);
                 let p50 = samples.p50()?;
                 Some((
-                    xpos(decade(l.present, first_nonzero)) + se.dx,
-                    ypos(p50.max(1e-3)),
-                    samples.p90().map(|v| ypos(v.max(1e-3))),
+                    f.xpos(l.present) + se.dx,
+                    f.ypos(p50.max(1e-3)),
+                    samples.p90().map(|v| f.ypos(v.max(1e-3))),
                 ))
             })
             .collect();

@@ -318,12 +318,19 @@ pub fn pods(
         .map_err(|e| e.to_string())?
         .pop()
         .ok_or("no measurement pod")?;
-    let measured_caps = caps(19999);
+    let bench = PodBench {
+        filled,
+        empty,
+        twin,
+        with_portmap,
+        measured,
+        caps: caps(19999),
+    };
     let mut present = 0;
     let mut recreated = 0;
     for &level in levels {
         if level > present {
-            let (ours_s, ref_s) = fill(ns, &filled, with_portmap, present, level)
+            let (ours_s, ref_s) = fill(ns, &bench.filled, with_portmap, present, level)
                 .map_err(|e| format!("filling the node to {level} pods: {e}"))?;
             filling.steps.push((level, ours_s, ref_s));
             let (waited, quiet) = crate::machine::settle(std::time::Duration::from_secs(60));
@@ -335,59 +342,9 @@ pub fn pods(
             present = level;
         }
         eprintln!("  {present} pods present: measuring, alternating with the empty twin");
-        let mut curves = [
-            Level {
-                present,
-                ..Level::default()
-            },
-            Level {
-                present,
-                ..Level::default()
-            },
-            Level {
-                present,
-                ..Level::default()
-            },
-        ];
-        for i in 0..iterations {
-            let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-            let nodes = if i % 2 == 0 {
-                [Node::Filled, Node::Empty]
-            } else {
-                [Node::Empty, Node::Filled]
-            };
-            for on in nodes {
-                if ns.ensure_pod(&measured).map_err(|e| e.to_string())? {
-                    recreated += 1;
-                }
-                let id = format!("{}-{present}-{i}", on.tag());
-                let samples = match on {
-                    Node::Filled => {
-                        pod_round(&filled, with_portmap, &measured, &measured_caps, order, &id)
-                    }
-                    Node::Empty => namespaces::run_in(&twin, || {
-                        pod_round(&empty, with_portmap, &measured, &measured_caps, order, &id)
-                    })
-                    .map_err(|e| format!("entering the empty twin: {e}"))?,
-                }
-                .map_err(|e| {
-                    format!(
-                        "{} pods, {} node: {e}",
-                        present,
-                        if on == Node::Filled {
-                            "filled"
-                        } else {
-                            "empty"
-                        }
-                    )
-                })?;
-                for (curve, side, add, del) in samples {
-                    curves[curve].push(on, side, add, del);
-                }
-            }
-        }
+        let mut curves = measure_level(ns, &bench, present, iterations, &mut recreated)?;
         // The kernel's own cost at this level, on the filled node.
-        let floor = diagnose::kernel_floor(&measured, 7).ok();
+        let floor = diagnose::kernel_floor(&bench.measured, 7).ok();
         for c in &mut curves {
             c.floor = floor.clone();
         }
@@ -414,18 +371,95 @@ pub fn pods(
     // Where the time goes on the fullest node: our chain under strace.
     if let Some(dir) = strace {
         let (s, title) = if with_portmap {
-            (&filled.b[0], PORTMAP_TITLE)
+            (&bench.filled.b[0], PORTMAP_TITLE)
         } else {
-            (&filled.a[0], CHAIN_TITLE)
+            (&bench.filled.a[0], CHAIN_TITLE)
         };
         let label = format!("{title}, {present} pods present");
         let key = format!("scale-{present}");
-        match diagnose::strace_chain(s, &measured, "eth0", &measured_caps, &key, dir) {
+        match diagnose::strace_chain(s, &bench.measured, "eth0", &bench.caps, &key, dir) {
             Ok(list) => traced.push((label, list)),
             Err(e) => traced.push((format!("{label}: strace failed: {e}"), Vec::new())),
         }
     }
     Ok((sweeps.to_vec(), filling, traced))
+}
+
+/// The two nodes of the pod sweep and the pod measured on them.
+struct PodBench {
+    filled: NodeChains,
+    empty: NodeChains,
+    /// The empty twin's node namespace.
+    twin: File,
+    with_portmap: bool,
+    measured: String,
+    caps: Map<String, Value>,
+}
+
+/// One level's samples of the three curves: `iterations` rounds, each on
+/// the filled node and the empty twin, alternating which goes first (and
+/// which side, ours or the reference's).
+fn measure_level(
+    ns: &mut Namespaces,
+    bench: &PodBench,
+    present: usize,
+    iterations: usize,
+    recreated: &mut usize,
+) -> Result<[Level; 3], String> {
+    let mut curves: [Level; 3] = std::array::from_fn(|_| Level {
+        present,
+        ..Level::default()
+    });
+    for i in 0..iterations {
+        let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
+        let nodes = if i % 2 == 0 {
+            [Node::Filled, Node::Empty]
+        } else {
+            [Node::Empty, Node::Filled]
+        };
+        for on in nodes {
+            if ns.ensure_pod(&bench.measured).map_err(|e| e.to_string())? {
+                *recreated += 1;
+            }
+            let id = format!("{}-{present}-{i}", on.tag());
+            let samples = match on {
+                Node::Filled => pod_round(
+                    &bench.filled,
+                    bench.with_portmap,
+                    &bench.measured,
+                    &bench.caps,
+                    order,
+                    &id,
+                ),
+                Node::Empty => namespaces::run_in(&bench.twin, || {
+                    pod_round(
+                        &bench.empty,
+                        bench.with_portmap,
+                        &bench.measured,
+                        &bench.caps,
+                        order,
+                        &id,
+                    )
+                })
+                .map_err(|e| format!("entering the empty twin: {e}"))?,
+            }
+            .map_err(|e| {
+                format!(
+                    "{} pods, {} node: {e}",
+                    present,
+                    if on == Node::Filled {
+                        "filled"
+                    } else {
+                        "empty"
+                    }
+                )
+            })?;
+            for (curve, side, add, del) in samples {
+                curves[curve].push(on, side, add, del);
+            }
+        }
+    }
+    Ok(curves)
 }
 
 fn caps(host_port: u16) -> Map<String, Value> {
