@@ -44,6 +44,23 @@ fn case(what: &str, stdin: Value, code: u64, needle: &str) -> Case {
     }
 }
 
+/// A case on one line: `base` with the value at a JSON pointer replaced
+/// (`"/ptr" => value`, a single token tree or parenthesized), the code and
+/// the needle.
+macro_rules! set {
+    ($base:ident, $what:literal, $ptr:expr => $v:tt, $code:literal, $needle:expr) => {
+        case($what, with(&$base, $ptr, json!($v)), $code, $needle)
+    };
+}
+
+/// A case on one line: `base` with one environment variable set
+/// (`"VAR" => "value"`), the code and the needle.
+macro_rules! env_set {
+    ($base:ident, $what:literal, $var:literal => $value:literal, $code:literal, $needle:expr) => {
+        env_case($what, &$base, &[($var, Some($value))], $code, $needle)
+    };
+}
+
 fn env_case(
     what: &str,
     base: &Value,
@@ -570,126 +587,31 @@ fn bad_input_host_local() {
     let mut cases = b.common_cases(false);
     cases.extend([
         case("ipam missing", without(&base, "/ipam"), 7, "ipam"),
-        case(
-            "ipam not an object",
-            with(&base, "/ipam", json!([])),
-            7,
-            "ipam",
-        ),
-        case(
-            "ranges not a list",
-            with(&base, "/ipam/ranges", json!("10.0.0.0/8")),
-            7,
-            "ipam.ranges",
-        ),
-        case(
-            "no range at all",
-            with(&base, "/ipam/ranges", json!([])),
-            7,
-            "ipam.ranges",
-        ),
+        set!(base, "ipam not an object", "/ipam" => [], 7, "ipam"),
+        set!(base, "ranges not a list", "/ipam/ranges" => "10.0.0.0/8", 7, "ipam.ranges"),
+        set!(base, "no range at all", "/ipam/ranges" => [], 7, "ipam.ranges"),
         case(
             "subnet missing",
             without(&base, &format!("{r}/subnet")),
             7,
             "ipam.ranges[0][0].subnet",
         ),
-        case(
-            "subnet /33",
-            with(&base, &format!("{r}/subnet"), json!("10.88.0.0/33")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "subnet 300.0.0.0/8",
-            with(&base, &format!("{r}/subnet"), json!("300.0.0.0/8")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "subnet without prefix",
-            with(&base, &format!("{r}/subnet"), json!("10.88.0.0")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "subnet with host bits",
-            with(&base, &format!("{r}/subnet"), json!("10.88.0.5/24")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "subnet /32 too small",
-            with(&base, &format!("{r}/subnet"), json!("10.88.0.0/32")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "subnet IPv6 /129",
-            with(&base, &format!("{r}/subnet"), json!("fd00::/129")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "subnet a number",
-            with(&base, &format!("{r}/subnet"), json!(10)),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        case(
-            "rangeStart outside",
-            with(&base, &format!("{r}/rangeStart"), json!("10.99.0.1")),
-            7,
-            "rangeStart",
-        ),
-        case(
-            "rangeStart not an address",
-            with(&base, &format!("{r}/rangeStart"), json!("ten")),
-            7,
-            "rangeStart",
-        ),
-        case(
-            "rangeEnd before rangeStart",
-            with(&base, &format!("{r}/rangeEnd"), json!("10.88.0.5")),
-            7,
-            "rangeEnd",
-        ),
-        case(
-            "rangeEnd a number",
-            with(&base, &format!("{r}/rangeEnd"), json!(20)),
-            7,
-            "rangeEnd",
-        ),
-        case(
-            "gateway not an address",
-            with(&base, &format!("{r}/gateway"), json!("10.88.0.256")),
-            7,
-            "gateway",
-        ),
-        case(
-            "gateway outside the subnet",
-            with(&base, &format!("{r}/gateway"), json!("10.89.0.1")),
-            7,
-            "gateway",
-        ),
-        case(
-            "route dst not a CIDR",
-            with(&base, "/ipam/routes/0/dst", json!("0.0.0.0")),
-            7,
-            "ipam.routes[0].dst",
-        ),
-        case(
-            "route gw not an address",
-            with(&base, "/ipam/routes/0/gw", json!("x")),
-            7,
-            "ipam.routes[0].gw",
-        ),
-        case(
-            "dataDir a number",
-            with(&base, "/ipam/dataDir", json!(5)),
-            7,
-            "ipam.dataDir",
-        ),
+        set!(base, "subnet /33", &format!("{r}/subnet") => "10.88.0.0/33", 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "subnet 300.0.0.0/8", &format!("{r}/subnet") => "300.0.0.0/8", 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "subnet without prefix", &format!("{r}/subnet") => "10.88.0.0", 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "subnet with host bits", &format!("{r}/subnet") => "10.88.0.5/24", 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "subnet /32 too small", &format!("{r}/subnet") => "10.88.0.0/32", 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "subnet IPv6 /129", &format!("{r}/subnet") => "fd00::/129", 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "subnet a number", &format!("{r}/subnet") => 10, 7, "ipam.ranges[0][0].subnet"),
+        set!(base, "rangeStart outside", &format!("{r}/rangeStart") => "10.99.0.1", 7, "rangeStart"),
+        set!(base, "rangeStart not an address", &format!("{r}/rangeStart") => "ten", 7, "rangeStart"),
+        set!(base, "rangeEnd before rangeStart", &format!("{r}/rangeEnd") => "10.88.0.5", 7, "rangeEnd"),
+        set!(base, "rangeEnd a number", &format!("{r}/rangeEnd") => 20, 7, "rangeEnd"),
+        set!(base, "gateway not an address", &format!("{r}/gateway") => "10.88.0.256", 7, "gateway"),
+        set!(base, "gateway outside the subnet", &format!("{r}/gateway") => "10.89.0.1", 7, "gateway"),
+        set!(base, "route dst not a CIDR", "/ipam/routes/0/dst" => "0.0.0.0", 7, "ipam.routes[0].dst"),
+        set!(base, "route gw not an address", "/ipam/routes/0/gw" => "x", 7, "ipam.routes[0].gw"),
+        set!(base, "dataDir a number", "/ipam/dataDir" => 5, 7, "ipam.dataDir"),
         case(
             "overlapping range sets",
             with(
@@ -710,39 +632,11 @@ fn bad_input_host_local() {
             7,
             "cniVersion",
         ),
-        case(
-            "runtimeConfig.ips outside every set",
-            with(&base, "/runtimeConfig", json!({"ips": ["10.99.0.5/24"]})),
-            7,
-            "runtimeConfig.ips",
-        ),
-        case(
-            "args.cni.ips not addresses",
-            with(&base, "/args", json!({"cni": {"ips": ["x"]}})),
-            7,
-            "args.cni.ips",
-        ),
-        env_case(
-            "CNI_ARGS IP= not an address",
-            &base,
-            &[("CNI_ARGS", Some("IP=ten"))],
-            4,
-            "CNI_ARGS",
-        ),
-        env_case(
-            "CNI_ARGS IP= outside the range",
-            &base,
-            &[("CNI_ARGS", Some("IP=10.99.0.5"))],
-            4,
-            "CNI_ARGS",
-        ),
-        env_case(
-            "CNI_ARGS unknown key",
-            &base,
-            &[("CNI_ARGS", Some("FOO=bar"))],
-            4,
-            "FOO",
-        ),
+        set!(base, "runtimeConfig.ips outside every set", "/runtimeConfig" => {"ips": ["10.99.0.5/24"]}, 7, "runtimeConfig.ips"),
+        set!(base, "args.cni.ips not addresses", "/args" => {"cni": {"ips": ["x"]}}, 7, "args.cni.ips"),
+        env_set!(base, "CNI_ARGS IP= not an address", "CNI_ARGS" => "IP=ten", 4, "CNI_ARGS"),
+        env_set!(base, "CNI_ARGS IP= outside the range", "CNI_ARGS" => "IP=10.99.0.5", 4, "CNI_ARGS"),
+        env_set!(base, "CNI_ARGS unknown key", "CNI_ARGS" => "FOO=bar", 4, "FOO"),
     ]);
     b.run(cases);
 }
@@ -763,41 +657,16 @@ fn bad_input_bridge() {
     let fresh = |n: u32| with(&base, "/bridge", json!(format!("cni-fresh{n}")));
     let mut cases = b.common_cases(true);
     cases.extend([
-        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
-        case("mtu -1", with(&base, "/mtu", json!(-1)), 7, "mtu"),
-        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
-        case("mtu 1e30", with(&base, "/mtu", json!(1e30)), 7, "mtu"),
-        case("vlan 5000", with(&base, "/vlan", json!(5000)), 7, "vlan"),
-        case(
-            "vlanTrunk maxID < minID",
-            with(&base, "/vlanTrunk", json!([{"minID": 20, "maxID": 10}])),
-            7,
-            "vlanTrunk[0]",
-        ),
-        case(
-            "bridge name of 16 bytes",
-            with(&base, "/bridge", json!("cni-bridge-01234")),
-            7,
-            "bridge",
-        ),
-        case(
-            "bridge name with /",
-            with(&base, "/bridge", json!("a/b")),
-            7,
-            "bridge",
-        ),
-        case(
-            "bridge a number",
-            with(&base, "/bridge", json!(0)),
-            7,
-            "bridge",
-        ),
-        case(
-            "isGateway a string",
-            with(&base, "/isGateway", json!("yes")),
-            7,
-            "isGateway",
-        ),
+        set!(base, "mtu 70000", "/mtu" => 70000, 7, "mtu"),
+        set!(base, "mtu -1", "/mtu" => (-1), 7, "mtu"),
+        set!(base, "mtu a string", "/mtu" => "1400", 7, "mtu"),
+        set!(base, "mtu 1e30", "/mtu" => 1e30, 7, "mtu"),
+        set!(base, "vlan 5000", "/vlan" => 5000, 7, "vlan"),
+        set!(base, "vlanTrunk maxID < minID", "/vlanTrunk" => [{"minID": 20, "maxID": 10}], 7, "vlanTrunk[0]"),
+        set!(base, "bridge name of 16 bytes", "/bridge" => "cni-bridge-01234", 7, "bridge"),
+        set!(base, "bridge name with /", "/bridge" => "a/b", 7, "bridge"),
+        set!(base, "bridge a number", "/bridge" => 0, 7, "bridge"),
+        set!(base, "isGateway a string", "/isGateway" => "yes", 7, "isGateway"),
         case(
             "hairpinMode and promiscMode",
             with(
@@ -808,43 +677,12 @@ fn bad_input_bridge() {
             7,
             "hairpinMode",
         ),
-        case(
-            "ipMasqBackend unknown",
-            with(&base, "/ipMasqBackend", json!("pf")),
-            7,
-            "ipMasqBackend",
-        ),
-        case(
-            "runtimeConfig.mac not a MAC",
-            with(&base, "/runtimeConfig", json!({"mac": "zz:zz"})),
-            7,
-            "runtimeConfig.mac",
-        ),
-        case(
-            "args.cni.mac multicast",
-            with(&base, "/args", json!({"cni": {"mac": "01:00:5e:00:00:01"}})),
-            7,
-            "args.cni.mac",
-        ),
-        case(
-            "ipam not an object",
-            with(&base, "/ipam", json!("host-local")),
-            7,
-            "ipam",
-        ),
-        case(
-            "an IPAM error keeps its code and key (its bridge exists)",
-            with(&base, "/ipam/ranges/0/0/subnet", json!("10.89.0.0/33")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
-        env_case(
-            "CNI_ARGS MAC= not a MAC",
-            &base,
-            &[("CNI_ARGS", Some("MAC=zz"))],
-            4,
-            "CNI_ARGS",
-        ),
+        set!(base, "ipMasqBackend unknown", "/ipMasqBackend" => "pf", 7, "ipMasqBackend"),
+        set!(base, "runtimeConfig.mac not a MAC", "/runtimeConfig" => {"mac": "zz:zz"}, 7, "runtimeConfig.mac"),
+        set!(base, "args.cni.mac multicast", "/args" => {"cni": {"mac": "01:00:5e:00:00:01"}}, 7, "args.cni.mac"),
+        set!(base, "ipam not an object", "/ipam" => "host-local", 7, "ipam"),
+        set!(base, "an IPAM error keeps its code and key (its bridge exists)", "/ipam/ranges/0/0/subnet" => "10.89.0.0/33", 7, "ipam.ranges[0][0].subnet"),
+        env_set!(base, "CNI_ARGS MAC= not a MAC", "CNI_ARGS" => "MAC=zz", 4, "CNI_ARGS"),
         env_case(
             "CNI_PATH missing (IPAM delegation)",
             &fresh(1),
@@ -881,48 +719,18 @@ fn bad_input_bandwidth() {
     let base = b.base.clone();
     let mut cases = b.common_cases(true);
     cases.extend([
-        case(
-            "ingressRate negative",
-            with(&base, "/ingressRate", json!(-8)),
-            7,
-            "ingressRate",
-        ),
-        case(
-            "ingressRate a string",
-            with(&base, "/ingressRate", json!("8M")),
-            7,
-            "ingressRate",
-        ),
-        case(
-            "ingressRate fractional",
-            with(&base, "/ingressRate", json!(1.5)),
-            7,
-            "ingressRate",
-        ),
-        case(
-            "ingressRate 1e30",
-            with(&base, "/ingressRate", json!(1e30)),
-            7,
-            "ingressRate",
-        ),
-        case(
-            "egressRate u64::MAX",
-            with(&base, "/egressRate", json!(u64::MAX)),
-            7,
-            "egressRate",
-        ),
+        set!(base, "ingressRate negative", "/ingressRate" => (-8), 7, "ingressRate"),
+        set!(base, "ingressRate a string", "/ingressRate" => "8M", 7, "ingressRate"),
+        set!(base, "ingressRate fractional", "/ingressRate" => 1.5, 7, "ingressRate"),
+        set!(base, "ingressRate 1e30", "/ingressRate" => 1e30, 7, "ingressRate"),
+        set!(base, "egressRate u64::MAX", "/egressRate" => (u64::MAX), 7, "egressRate"),
         case(
             "egressBurst missing",
             without(&base, "/egressBurst"),
             7,
             "egressBurst",
         ),
-        case(
-            "ingressBurst 2^40 bits",
-            with(&base, "/ingressBurst", json!(1u64 << 40)),
-            7,
-            "ingressBurst",
-        ),
+        set!(base, "ingressBurst 2^40 bits", "/ingressBurst" => (1u64 << 40), 7, "ingressBurst"),
         case(
             "runtimeConfig.bandwidth bad",
             with(
@@ -945,12 +753,7 @@ fn bad_input_bandwidth() {
             7,
             "prevResult",
         ),
-        case(
-            "prevResult not a result",
-            with(&base, "/prevResult", json!({"ips": [{"address": "nope"}]})),
-            7,
-            "prevResult",
-        ),
+        set!(base, "prevResult not a result", "/prevResult" => {"ips": [{"address": "nope"}]}, 7, "prevResult"),
         case(
             "prevResult names no host veth",
             with(
@@ -961,19 +764,8 @@ fn bad_input_bandwidth() {
             7,
             "prevResult",
         ),
-        case(
-            "version 0.2.0 (no interfaces in results)",
-            with(&base, "/cniVersion", json!("0.2.0")),
-            1,
-            "0.2.0",
-        ),
-        env_case(
-            "CNI_IFNAME not in the pod",
-            &base,
-            &[("CNI_IFNAME", Some("eth7"))],
-            4,
-            "CNI_IFNAME",
-        ),
+        set!(base, "version 0.2.0 (no interfaces in results)", "/cniVersion" => "0.2.0", 1, "0.2.0"),
+        env_set!(base, "CNI_IFNAME not in the pod", "CNI_IFNAME" => "eth7", 4, "CNI_IFNAME"),
     ]);
     b.run(cases);
 }
@@ -1009,85 +801,20 @@ fn bad_input_flannel() {
     let mut cases = b.common_cases(true);
     let p = |f: &PathBuf| json!(f);
     cases.extend([
-        case(
-            "subnetFile relative",
-            with(&base, "/subnetFile", json!("run/flannel/subnet.env")),
-            7,
-            "subnetFile",
-        ),
-        case(
-            "subnetFile a number",
-            with(&base, "/subnetFile", json!(1)),
-            7,
-            "subnetFile",
-        ),
-        case(
-            "dataDir relative",
-            with(&base, "/dataDir", json!("flannel")),
-            7,
-            "dataDir",
-        ),
-        case(
-            "dataDir an object",
-            with(&base, "/dataDir", json!({})),
-            7,
-            "dataDir",
-        ),
-        case(
-            "delegate a string",
-            with(&base, "/delegate", json!("bridge")),
-            7,
-            "delegate",
-        ),
-        case(
-            "delegate.type a number",
-            with(&base, "/delegate/type", json!(1)),
-            7,
-            "delegate.type",
-        ),
-        case(
-            "delegate.type a path",
-            with(&base, "/delegate/type", json!("../bridge")),
-            7,
-            "delegate.type",
-        ),
-        case(
-            "delegate.name set",
-            with(&base, "/delegate/name", json!("other")),
-            7,
-            "delegate.name",
-        ),
-        case(
-            "delegate.ipam set",
-            with(&base, "/delegate/ipam", json!({})),
-            7,
-            "delegate.ipam",
-        ),
-        case("ipam a list", with(&base, "/ipam", json!([])), 7, "ipam"),
-        case(
-            "ipam.routes an object",
-            with(&base, "/ipam/routes", json!({})),
-            7,
-            "ipam.routes",
-        ),
-        case(
-            "ipam.routes[0].dst not a CIDR",
-            with(&base, "/ipam/routes/0/dst", json!("10.96.0.0")),
-            7,
-            "ipam.routes[0].dst",
-        ),
-        case(
-            "ipam.routes[0].gw not an address",
-            with(&base, "/ipam/routes/0/gw", json!("gw")),
-            7,
-            "ipam.routes[0].gw",
-        ),
-        case(
-            "subnet.env missing",
-            with(&base, "/subnetFile", json!("/run/cnit-no-such/subnet.env")),
-            11,
-            "/run/cnit-no-such/subnet.env",
-        ),
+        set!(base, "subnetFile relative", "/subnetFile" => "run/flannel/subnet.env", 7, "subnetFile"),
+        set!(base, "subnetFile a number", "/subnetFile" => 1, 7, "subnetFile"),
+        set!(base, "dataDir relative", "/dataDir" => "flannel", 7, "dataDir"),
+        set!(base, "dataDir an object", "/dataDir" => {}, 7, "dataDir"),
+        set!(base, "delegate a string", "/delegate" => "bridge", 7, "delegate"),
+        set!(base, "delegate.type a number", "/delegate/type" => 1, 7, "delegate.type"),
+        set!(base, "delegate.type a path", "/delegate/type" => "../bridge", 7, "delegate.type"),
+        set!(base, "delegate.name set", "/delegate/name" => "other", 7, "delegate.name"),
+        set!(base, "delegate.ipam set", "/delegate/ipam" => {}, 7, "delegate.ipam"),
+        set!(base, "ipam a list", "/ipam" => [], 7, "ipam"),
+        set!(base, "ipam.routes an object", "/ipam/routes" => {}, 7, "ipam.routes"),
+        set!(base, "ipam.routes[0].dst not a CIDR", "/ipam/routes/0/dst" => "10.96.0.0", 7, "ipam.routes[0].dst"),
+        set!(base, "ipam.routes[0].gw not an address", "/ipam/routes/0/gw" => "gw", 7, "ipam.routes[0].gw"),
+        set!(base, "subnet.env missing", "/subnetFile" => "/run/cnit-no-such/subnet.env", 11, "/run/cnit-no-such/subnet.env"),
         case(
             "subnet.env without FLANNEL_SUBNET",
             with(&base, "/subnetFile", p(&no_subnet)),
@@ -1118,12 +845,7 @@ fn bad_input_flannel() {
             11,
             "FLANNEL_NETWORK",
         ),
-        case(
-            "subnet.env a directory",
-            with(&base, "/subnetFile", json!(b.path("leases-dir-as-env"))),
-            11,
-            "leases-dir-as-env",
-        ),
+        set!(base, "subnet.env a directory", "/subnetFile" => (b.path("leases-dir-as-env")), 11, "leases-dir-as-env"),
         case(
             "delegate not in CNI_PATH",
             with(&fresh(1), "/delegate/type", json!("no-such-plugin")),
@@ -1203,24 +925,14 @@ fn bad_input_portmap() {
             7,
             &key("hostIP"),
         ),
-        case(
-            "portMappings an object",
-            with(&base, "/runtimeConfig/portMappings", json!({})),
-            7,
-            "runtimeConfig.portMappings",
-        ),
+        set!(base, "portMappings an object", "/runtimeConfig/portMappings" => {}, 7, "runtimeConfig.portMappings"),
         case(
             "the same host port twice",
             with(&base, "/runtimeConfig/portMappings", twice),
             7,
             "runtimeConfig.portMappings[1].hostPort",
         ),
-        case(
-            "markMasqBit 32",
-            with(&base, "/markMasqBit", json!(32)),
-            7,
-            "markMasqBit",
-        ),
+        set!(base, "markMasqBit 32", "/markMasqBit" => 32, 7, "markMasqBit"),
         case(
             "markMasqBit and externalSetMarkChain",
             with(
@@ -1231,36 +943,16 @@ fn bad_input_portmap() {
             7,
             "externalSetMarkChain",
         ),
-        case(
-            "backend unknown",
-            with(&base, "/backend", json!("pf")),
-            7,
-            "backend",
-        ),
-        case(
-            "conditionsV4 a string",
-            with(&base, "/conditionsV4", json!("-s 1.2.3.4")),
-            7,
-            "conditionsV4",
-        ),
-        case(
-            "snat a string",
-            with(&base, "/snat", json!("true")),
-            7,
-            "snat",
-        ),
+        set!(base, "backend unknown", "/backend" => "pf", 7, "backend"),
+        set!(base, "conditionsV4 a string", "/conditionsV4" => "-s 1.2.3.4", 7, "conditionsV4"),
+        set!(base, "snat a string", "/snat" => "true", 7, "snat"),
         case(
             "prevResult missing",
             without(&base, "/prevResult"),
             7,
             "prevResult",
         ),
-        case(
-            "prevResult not a result",
-            with(&base, "/prevResult", json!({"ips": "10.66.0.2"})),
-            7,
-            "prevResult",
-        ),
+        set!(base, "prevResult not a result", "/prevResult" => {"ips": "10.66.0.2"}, 7, "prevResult"),
     ]);
     b.run(cases);
 }
@@ -1280,74 +972,27 @@ fn bad_input_tuning() {
     let base = b.base.clone();
     let mut cases = b.common_cases(true);
     cases.extend([
-        case(
-            "sysctl outside net",
-            with(&base, "/sysctl", json!({"kernel.panic": "1"})),
-            7,
-            "kernel.panic",
-        ),
-        case(
-            "sysctl with ..",
-            with(&base, "/sysctl", json!({"net/../../kernel/panic": "1"})),
-            7,
-            "sysctl",
-        ),
-        case(
-            "sysctl value a number",
-            with(&base, "/sysctl", json!({"net.core.somaxconn": 1000})),
-            7,
-            "sysctl",
-        ),
-        case(
-            "sysctl a list",
-            with(&base, "/sysctl", json!(["net.core.somaxconn"])),
-            7,
-            "sysctl",
-        ),
-        case(
-            "mac not a MAC",
-            with(&base, "/mac", json!("0a:58")),
-            7,
-            "mac",
-        ),
-        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
+        set!(base, "sysctl outside net", "/sysctl" => {"kernel.panic": "1"}, 7, "kernel.panic"),
+        set!(base, "sysctl with ..", "/sysctl" => {"net/../../kernel/panic": "1"}, 7, "sysctl"),
+        set!(base, "sysctl value a number", "/sysctl" => {"net.core.somaxconn": 1000}, 7, "sysctl"),
+        set!(base, "sysctl a list", "/sysctl" => ["net.core.somaxconn"], 7, "sysctl"),
+        set!(base, "mac not a MAC", "/mac" => "0a:58", 7, "mac"),
+        set!(base, "mtu a string", "/mtu" => "1400", 7, "mtu"),
         // Above 65535 is the device's to refuse (lo takes more): no range
         // of ours, so only what no device takes.
-        case("mtu -1", with(&base, "/mtu", json!(-1)), 7, "mtu"),
-        case("mtu 2^31", with(&base, "/mtu", json!(1u64 << 31)), 7, "mtu"),
-        case("txQLen -1", with(&base, "/txQLen", json!(-1)), 7, "txQLen"),
-        case(
-            "promisc a string",
-            with(&base, "/promisc", json!("on")),
-            7,
-            "promisc",
-        ),
-        case(
-            "dataDir relative",
-            with(&base, "/dataDir", json!("tuning")),
-            7,
-            "dataDir",
-        ),
+        set!(base, "mtu -1", "/mtu" => (-1), 7, "mtu"),
+        set!(base, "mtu 2^31", "/mtu" => (1u64 << 31), 7, "mtu"),
+        set!(base, "txQLen -1", "/txQLen" => (-1), 7, "txQLen"),
+        set!(base, "promisc a string", "/promisc" => "on", 7, "promisc"),
+        set!(base, "dataDir relative", "/dataDir" => "tuning", 7, "dataDir"),
         case(
             "prevResult missing",
             without(&base, "/prevResult"),
             7,
             "prevResult",
         ),
-        env_case(
-            "CNI_ARGS MAC= not a MAC",
-            &base,
-            &[("CNI_ARGS", Some("MAC=zz"))],
-            4,
-            "CNI_ARGS",
-        ),
-        env_case(
-            "CNI_IFNAME not in the pod",
-            &base,
-            &[("CNI_IFNAME", Some("eth7"))],
-            4,
-            "eth7",
-        ),
+        env_set!(base, "CNI_ARGS MAC= not a MAC", "CNI_ARGS" => "MAC=zz", 4, "CNI_ARGS"),
+        env_set!(base, "CNI_IFNAME not in the pod", "CNI_IFNAME" => "eth7", 4, "eth7"),
     ]);
     b.run(cases);
 }
@@ -1367,36 +1012,11 @@ fn bad_input_firewall() {
     let base = b.base.clone();
     let mut cases = b.common_cases(false);
     cases.extend([
-        case(
-            "backend unknown",
-            with(&base, "/backend", json!("ebtables")),
-            7,
-            "backend: unknown backend \"ebtables\"",
-        ),
-        case(
-            "backend a number",
-            with(&base, "/backend", json!(1)),
-            7,
-            "backend",
-        ),
-        case(
-            "backend firewalld where it does not run",
-            with(&base, "/backend", json!("firewalld")),
-            2,
-            "\"backend\": \"firewalld\": firewalld is not running on this node",
-        ),
-        case(
-            "ingressPolicy unknown",
-            with(&base, "/ingressPolicy", json!("closed")),
-            7,
-            "ingressPolicy: unknown ingress policy \"closed\"",
-        ),
-        case(
-            "ingressPolicy a list",
-            with(&base, "/ingressPolicy", json!(["isolated"])),
-            7,
-            "ingressPolicy",
-        ),
+        set!(base, "backend unknown", "/backend" => "ebtables", 7, "backend: unknown backend \"ebtables\""),
+        set!(base, "backend a number", "/backend" => 1, 7, "backend"),
+        set!(base, "backend firewalld where it does not run", "/backend" => "firewalld", 2, "\"backend\": \"firewalld\": firewalld is not running on this node"),
+        set!(base, "ingressPolicy unknown", "/ingressPolicy" => "closed", 7, "ingressPolicy: unknown ingress policy \"closed\""),
+        set!(base, "ingressPolicy a list", "/ingressPolicy" => ["isolated"], 7, "ingressPolicy"),
         case(
             "isolated without interfaces",
             without(&base, "/prevResult/interfaces"),
@@ -1413,30 +1033,10 @@ fn bad_input_firewall() {
             7,
             "prevResult.interfaces[0]",
         ),
-        case(
-            "bridge name a wildcard",
-            with(&base, "/prevResult/interfaces/0/name", json!("fw+")),
-            7,
-            "prevResult.interfaces[0].name: \"fw+\" is not a bridge name",
-        ),
-        case(
-            "iptablesAdminChainName with a space",
-            with(&base, "/iptablesAdminChainName", json!("MY ADMIN")),
-            7,
-            "iptablesAdminChainName: \"MY ADMIN\" is not a usable iptables chain name",
-        ),
-        case(
-            "iptablesAdminChainName too long",
-            with(&base, "/iptablesAdminChainName", json!("A".repeat(29))),
-            7,
-            "is longer than 28 characters",
-        ),
-        case(
-            "iptablesAdminChainName a built-in chain",
-            with(&base, "/iptablesAdminChainName", json!("INPUT")),
-            7,
-            "iptablesAdminChainName",
-        ),
+        set!(base, "bridge name a wildcard", "/prevResult/interfaces/0/name" => "fw+", 7, "prevResult.interfaces[0].name: \"fw+\" is not a bridge name"),
+        set!(base, "iptablesAdminChainName with a space", "/iptablesAdminChainName" => "MY ADMIN", 7, "iptablesAdminChainName: \"MY ADMIN\" is not a usable iptables chain name"),
+        set!(base, "iptablesAdminChainName too long", "/iptablesAdminChainName" => ("A".repeat(29)), 7, "is longer than 28 characters"),
+        set!(base, "iptablesAdminChainName a built-in chain", "/iptablesAdminChainName" => "INPUT", 7, "iptablesAdminChainName"),
         case(
             "iptablesAdminChainName a target, with nftables",
             with(
@@ -1447,12 +1047,7 @@ fn bad_input_firewall() {
             7,
             "iptablesAdminChainName: \"DROP\" is not a usable iptables chain name",
         ),
-        case(
-            "backend in capitals",
-            with(&base, "/backend", json!("NFTables")),
-            7,
-            "backend: unknown backend \"NFTables\"",
-        ),
+        set!(base, "backend in capitals", "/backend" => "NFTables", 7, "backend: unknown backend \"NFTables\""),
         case(
             "firewalldZone not a zone name",
             with(
@@ -1473,42 +1068,17 @@ fn bad_input_firewall() {
             7,
             "firewalldZone",
         ),
-        case(
-            "firewalldZone a number",
-            with(&base, "/firewalldZone", json!(3)),
-            7,
-            "firewalldZone",
-        ),
-        case(
-            "dataDir relative",
-            with(&base, "/dataDir", json!("firewall")),
-            7,
-            "dataDir: \"firewall\" is not an absolute path",
-        ),
-        case(
-            "dataDir with ..",
-            with(&base, "/dataDir", json!("/run/../etc")),
-            7,
-            "dataDir",
-        ),
-        case(
-            "dataDir a number",
-            with(&base, "/dataDir", json!(0)),
-            7,
-            "dataDir",
-        ),
+        set!(base, "firewalldZone a number", "/firewalldZone" => 3, 7, "firewalldZone"),
+        set!(base, "dataDir relative", "/dataDir" => "firewall", 7, "dataDir: \"firewall\" is not an absolute path"),
+        set!(base, "dataDir with ..", "/dataDir" => "/run/../etc", 7, "dataDir"),
+        set!(base, "dataDir a number", "/dataDir" => 0, 7, "dataDir"),
         case(
             "prevResult missing",
             without(&base, "/prevResult"),
             7,
             "prevResult",
         ),
-        case(
-            "prevResult address not a CIDR",
-            with(&base, "/prevResult/ips/0/address", json!("10.66.0.2")),
-            7,
-            "prevResult",
-        ),
+        set!(base, "prevResult address not a CIDR", "/prevResult/ips/0/address" => "10.66.0.2", 7, "prevResult"),
     ]);
     b.run(cases);
 }
@@ -1530,33 +1100,13 @@ fn bad_input_macvlan() {
     let base = b.base.clone();
     let mut cases = b.common_cases(true);
     cases.extend([
-        case(
-            "mode unknown",
-            with(&base, "/mode", json!("tunnel")),
-            7,
-            "mode",
-        ),
-        case(
-            "master of 16 bytes",
-            with(&base, "/master", json!("master0123456789")),
-            7,
-            "master",
-        ),
-        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
-        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
-        case("mac not a MAC", with(&base, "/mac", json!("zz")), 7, "mac"),
-        case(
-            "bcqueuelen -1",
-            with(&base, "/bcqueuelen", json!(-1)),
-            7,
-            "bcqueuelen",
-        ),
-        case(
-            "an IPAM error keeps its code and key",
-            with(&base, "/ipam/ranges/0/0/subnet", json!("10.90.0.0/33")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
+        set!(base, "mode unknown", "/mode" => "tunnel", 7, "mode"),
+        set!(base, "master of 16 bytes", "/master" => "master0123456789", 7, "master"),
+        set!(base, "mtu 70000", "/mtu" => 70000, 7, "mtu"),
+        set!(base, "mtu a string", "/mtu" => "1400", 7, "mtu"),
+        set!(base, "mac not a MAC", "/mac" => "zz", 7, "mac"),
+        set!(base, "bcqueuelen -1", "/bcqueuelen" => (-1), 7, "bcqueuelen"),
+        set!(base, "an IPAM error keeps its code and key", "/ipam/ranges/0/0/subnet" => "10.90.0.0/33", 7, "ipam.ranges[0][0].subnet"),
         env_case(
             "CNI_PATH missing (IPAM delegation)",
             &base,
@@ -1564,12 +1114,7 @@ fn bad_input_macvlan() {
             4,
             "CNI_PATH",
         ),
-        case(
-            "IPAM plugin not in CNI_PATH",
-            with(&base, "/ipam/type", json!("no-such-ipam")),
-            101,
-            "no-such-ipam",
-        ),
+        set!(base, "IPAM plugin not in CNI_PATH", "/ipam/type" => "no-such-ipam", 101, "no-such-ipam"),
     ]);
     b.run(cases);
 }
@@ -1663,12 +1208,7 @@ fn bad_input_dhcp() {
     let request = |v: Value| with(&base, "/ipam/request", v);
     let mut cases = b.common_cases(true);
     cases.extend([
-        case(
-            "daemonSocketPath relative",
-            with(&base, "/ipam/daemonSocketPath", json!("run/dhcp.sock")),
-            7,
-            "ipam.daemonSocketPath",
-        ),
+        set!(base, "daemonSocketPath relative", "/ipam/daemonSocketPath" => "run/dhcp.sock", 7, "ipam.daemonSocketPath"),
         case(
             "daemonSocketPath of 200 bytes",
             with(
@@ -1679,24 +1219,9 @@ fn bad_input_dhcp() {
             7,
             "ipam.daemonSocketPath",
         ),
-        case(
-            "daemonSocketPath a number",
-            with(&base, "/ipam/daemonSocketPath", json!(7)),
-            7,
-            "ipam.daemonSocketPath",
-        ),
-        case(
-            "a daemon that is not running",
-            with(&base, "/ipam/daemonSocketPath", json!(no_daemon)),
-            11,
-            no_daemon.to_str().unwrap(),
-        ),
-        case(
-            "daemonSocketPath a regular file",
-            with(&base, "/ipam/daemonSocketPath", json!(plain)),
-            11,
-            plain.to_str().unwrap(),
-        ),
+        set!(base, "daemonSocketPath a number", "/ipam/daemonSocketPath" => 7, 7, "ipam.daemonSocketPath"),
+        set!(base, "a daemon that is not running", "/ipam/daemonSocketPath" => no_daemon, 11, no_daemon.to_str().unwrap()),
+        set!(base, "daemonSocketPath a regular file", "/ipam/daemonSocketPath" => plain, 11, plain.to_str().unwrap()),
         case(
             "provide an object",
             provide(json!({"option": "12"})),
@@ -1776,19 +1301,8 @@ fn bad_input_dhcp() {
             7,
             "ipam.request[0].skipDefault",
         ),
-        case(
-            "priority -5",
-            with(&base, "/ipam/priority", json!(-5)),
-            7,
-            "ipam.priority",
-        ),
-        env_case(
-            "CNI_IFNAME not in the pod",
-            &base,
-            &[("CNI_IFNAME", Some("eth7"))],
-            4,
-            "eth7",
-        ),
+        set!(base, "priority -5", "/ipam/priority" => (-5), 7, "ipam.priority"),
+        env_set!(base, "CNI_IFNAME not in the pod", "CNI_IFNAME" => "eth7", 4, "eth7"),
     ]);
     b.run(cases);
 }
@@ -1806,64 +1320,19 @@ fn bad_input_ptp() {
     let base = b.base.clone();
     let mut cases = b.common_cases(true);
     cases.extend([
-        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
-        case("mtu 67", with(&base, "/mtu", json!(67)), 7, "mtu"),
-        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
-        case(
-            "MTU capitalised, out of range",
-            with(&base, "/MTU", json!(-5)),
-            7,
-            "mtu",
-        ),
-        case(
-            "ipMasq a string",
-            with(&base, "/ipMasq", json!("yes")),
-            7,
-            "ipMasq",
-        ),
-        case(
-            "ipMasqBackend unknown",
-            with(&base, "/ipMasqBackend", json!("pf")),
-            7,
-            "ipMasqBackend",
-        ),
-        case(
-            "ipMasqBackend a number",
-            with(&base, "/ipMasqBackend", json!(5)),
-            7,
-            "ipMasqBackend",
-        ),
+        set!(base, "mtu 70000", "/mtu" => 70000, 7, "mtu"),
+        set!(base, "mtu 67", "/mtu" => 67, 7, "mtu"),
+        set!(base, "mtu a string", "/mtu" => "1400", 7, "mtu"),
+        set!(base, "MTU capitalised, out of range", "/MTU" => (-5), 7, "mtu"),
+        set!(base, "ipMasq a string", "/ipMasq" => "yes", 7, "ipMasq"),
+        set!(base, "ipMasqBackend unknown", "/ipMasqBackend" => "pf", 7, "ipMasqBackend"),
+        set!(base, "ipMasqBackend a number", "/ipMasqBackend" => 5, 7, "ipMasqBackend"),
         case("ipam missing", without(&base, "/ipam"), 7, "ipam"),
-        case(
-            "ipam without a type",
-            with(&base, "/ipam", json!({})),
-            7,
-            "ipam",
-        ),
-        case(
-            "ipam a string",
-            with(&base, "/ipam", json!("host-local")),
-            7,
-            "ipam",
-        ),
-        case(
-            "dns a list",
-            with(&base, "/dns", json!(["10.0.0.53"])),
-            7,
-            "dns",
-        ),
-        case(
-            "prevResult a string",
-            with(&base, "/prevResult", json!("x")),
-            7,
-            "prevResult",
-        ),
-        case(
-            "an IPAM error keeps its code and key",
-            with(&base, "/ipam/ranges/0/0/subnet", json!("10.91.0.0/33")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
+        set!(base, "ipam without a type", "/ipam" => {}, 7, "ipam"),
+        set!(base, "ipam a string", "/ipam" => "host-local", 7, "ipam"),
+        set!(base, "dns a list", "/dns" => ["10.0.0.53"], 7, "dns"),
+        set!(base, "prevResult a string", "/prevResult" => "x", 7, "prevResult"),
+        set!(base, "an IPAM error keeps its code and key", "/ipam/ranges/0/0/subnet" => "10.91.0.0/33", 7, "ipam.ranges[0][0].subnet"),
         env_case(
             "CNI_PATH missing (IPAM delegation)",
             &base,
@@ -1871,12 +1340,7 @@ fn bad_input_ptp() {
             4,
             "CNI_PATH",
         ),
-        case(
-            "IPAM plugin not in CNI_PATH",
-            with(&base, "/ipam/type", json!("no-such-ipam")),
-            101,
-            "no-such-ipam",
-        ),
+        set!(base, "IPAM plugin not in CNI_PATH", "/ipam/type" => "no-such-ipam", 101, "no-such-ipam"),
     ]);
     b.run(cases);
 }
@@ -1898,88 +1362,22 @@ fn bad_input_tap() {
     let base = b.base.clone();
     let mut cases = b.common_cases(true);
     cases.extend([
-        case("mtu 70000", with(&base, "/mtu", json!(70000)), 7, "mtu"),
-        case("mtu a string", with(&base, "/mtu", json!("1400")), 7, "mtu"),
-        case(
-            "MTU capitalised, negative",
-            with(&base, "/MTU", json!(-1)),
-            7,
-            "mtu",
-        ),
-        case(
-            "multiQueue a string",
-            with(&base, "/multiQueue", json!("yes")),
-            7,
-            "multiQueue",
-        ),
-        case(
-            "owner negative",
-            with(&base, "/owner", json!(-1)),
-            7,
-            "owner",
-        ),
-        case(
-            "owner above 32 bits",
-            with(&base, "/owner", json!(4294967296u64)),
-            7,
-            "owner",
-        ),
-        case(
-            "owner a name",
-            with(&base, "/owner", json!("qemu")),
-            7,
-            "owner",
-        ),
-        case(
-            "group a fraction",
-            with(&base, "/group", json!(1.5)),
-            7,
-            "group",
-        ),
-        case(
-            "bridge a number",
-            with(&base, "/bridge", json!(5)),
-            7,
-            "bridge",
-        ),
-        case(
-            "bridge of 16 bytes",
-            with(&base, "/bridge", json!("bridge0123456789")),
-            7,
-            "bridge",
-        ),
-        case(
-            "bridge not in the pod",
-            with(&base, "/bridge", json!("br-none")),
-            7,
-            "bridge",
-        ),
-        case(
-            "bridge not a bridge",
-            with(&base, "/bridge", json!("not-br")),
-            7,
-            "bridge",
-        ),
-        case("mac not a MAC", with(&base, "/mac", json!("zz")), 7, "mac"),
-        case(
-            "runtimeConfig.mac multicast",
-            with(&base, "/runtimeConfig", json!({"mac": "01:00:5e:00:00:01"})),
-            7,
-            "runtimeConfig.mac",
-        ),
-        case(
-            "args.cni.mac not a MAC",
-            with(&base, "/args", json!({"cni": {"mac": "0a:00"}})),
-            7,
-            "args.cni.mac",
-        ),
-        env_case(
-            "CNI_ARGS MAC not a MAC",
-            &base,
-            &[("CNI_ARGS", Some("IgnoreUnknown=1;MAC=nope"))],
-            4,
-            "CNI_ARGS MAC",
-        ),
+        set!(base, "mtu 70000", "/mtu" => 70000, 7, "mtu"),
+        set!(base, "mtu a string", "/mtu" => "1400", 7, "mtu"),
+        set!(base, "MTU capitalised, negative", "/MTU" => (-1), 7, "mtu"),
+        set!(base, "multiQueue a string", "/multiQueue" => "yes", 7, "multiQueue"),
+        set!(base, "owner negative", "/owner" => (-1), 7, "owner"),
+        set!(base, "owner above 32 bits", "/owner" => 4294967296u64, 7, "owner"),
+        set!(base, "owner a name", "/owner" => "qemu", 7, "owner"),
+        set!(base, "group a fraction", "/group" => 1.5, 7, "group"),
+        set!(base, "bridge a number", "/bridge" => 5, 7, "bridge"),
+        set!(base, "bridge of 16 bytes", "/bridge" => "bridge0123456789", 7, "bridge"),
+        set!(base, "bridge not in the pod", "/bridge" => "br-none", 7, "bridge"),
+        set!(base, "bridge not a bridge", "/bridge" => "not-br", 7, "bridge"),
+        set!(base, "mac not a MAC", "/mac" => "zz", 7, "mac"),
+        set!(base, "runtimeConfig.mac multicast", "/runtimeConfig" => {"mac": "01:00:5e:00:00:01"}, 7, "runtimeConfig.mac"),
+        set!(base, "args.cni.mac not a MAC", "/args" => {"cni": {"mac": "0a:00"}}, 7, "args.cni.mac"),
+        env_set!(base, "CNI_ARGS MAC not a MAC", "CNI_ARGS" => "IgnoreUnknown=1;MAC=nope", 4, "CNI_ARGS MAC"),
         case(
             "selinuxContext without SELinux",
             with(
@@ -1990,18 +1388,8 @@ fn bad_input_tap() {
             2,
             "selinuxContext",
         ),
-        case(
-            "selinuxContext a number",
-            with(&base, "/selinuxContext", json!(1)),
-            7,
-            "selinuxContext",
-        ),
-        case(
-            "an IPAM error keeps its code and key",
-            with(&base, "/ipam/ranges/0/0/subnet", json!("10.92.0.0/33")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
+        set!(base, "selinuxContext a number", "/selinuxContext" => 1, 7, "selinuxContext"),
+        set!(base, "an IPAM error keeps its code and key", "/ipam/ranges/0/0/subnet" => "10.92.0.0/33", 7, "ipam.ranges[0][0].subnet"),
         env_case(
             "CNI_PATH missing (IPAM delegation)",
             &base,
@@ -2009,12 +1397,7 @@ fn bad_input_tap() {
             4,
             "CNI_PATH",
         ),
-        case(
-            "IPAM plugin not in CNI_PATH",
-            with(&base, "/ipam/type", json!("no-such-ipam")),
-            101,
-            "no-such-ipam",
-        ),
+        set!(base, "IPAM plugin not in CNI_PATH", "/ipam/type" => "no-such-ipam", 101, "no-such-ipam"),
     ]);
     b.run(cases);
 }
@@ -2054,48 +1437,13 @@ fn bad_input_host_device() {
             7,
             "device",
         ),
-        case(
-            "device a number",
-            with(&base, "/device", json!(5)),
-            7,
-            "device",
-        ),
-        case(
-            "device of 16 bytes",
-            with(&base, "/device", json!("device0123456789")),
-            7,
-            "device",
-        ),
-        case(
-            "device with a slash",
-            with(&base, "/device", json!("a/b")),
-            7,
-            "device",
-        ),
-        case(
-            "device not on the node",
-            with(&base, "/device", json!("hd-none")),
-            7,
-            "device",
-        ),
-        case(
-            "device a bridge port",
-            with(&base, "/device", json!("hd-port")),
-            7,
-            "device",
-        ),
-        case(
-            "device with an address of the node",
-            with(&base, "/device", json!("hd-used")),
-            7,
-            "device",
-        ),
-        case(
-            "device a bridge (stays in its namespace)",
-            with(&base, "/device", json!("hd-br")),
-            7,
-            "device",
-        ),
+        set!(base, "device a number", "/device" => 5, 7, "device"),
+        set!(base, "device of 16 bytes", "/device" => "device0123456789", 7, "device"),
+        set!(base, "device with a slash", "/device" => "a/b", 7, "device"),
+        set!(base, "device not on the node", "/device" => "hd-none", 7, "device"),
+        set!(base, "device a bridge port", "/device" => "hd-port", 7, "device"),
+        set!(base, "device with an address of the node", "/device" => "hd-used", 7, "device"),
+        set!(base, "device a bridge (stays in its namespace)", "/device" => "hd-br", 7, "device"),
         case(
             "DEVICE capitalised, not on the node",
             other(json!({"DEVICE": "hd-none"})),
@@ -2205,42 +1553,12 @@ fn bad_input_host_device() {
             7,
             "runtimeConfig.deviceID",
         ),
-        case(
-            "runtimeConfig a string",
-            with(&base, "/runtimeConfig", json!("x")),
-            7,
-            "runtimeConfig",
-        ),
-        case(
-            "DPDKMode a string",
-            with(&base, "/DPDKMode", json!("yes")),
-            7,
-            "DPDKMode",
-        ),
-        case(
-            "dns a list",
-            with(&base, "/dns", json!(["10.0.0.53"])),
-            7,
-            "dns",
-        ),
-        case(
-            "ipam a string",
-            with(&base, "/ipam", json!("host-local")),
-            7,
-            "ipam",
-        ),
-        case(
-            "prevResult a string",
-            with(&base, "/prevResult", json!("x")),
-            7,
-            "prevResult",
-        ),
-        case(
-            "an IPAM error keeps its code and key",
-            with(&base, "/ipam/ranges/0/0/subnet", json!("10.93.0.0/33")),
-            7,
-            "ipam.ranges[0][0].subnet",
-        ),
+        set!(base, "runtimeConfig a string", "/runtimeConfig" => "x", 7, "runtimeConfig"),
+        set!(base, "DPDKMode a string", "/DPDKMode" => "yes", 7, "DPDKMode"),
+        set!(base, "dns a list", "/dns" => ["10.0.0.53"], 7, "dns"),
+        set!(base, "ipam a string", "/ipam" => "host-local", 7, "ipam"),
+        set!(base, "prevResult a string", "/prevResult" => "x", 7, "prevResult"),
+        set!(base, "an IPAM error keeps its code and key", "/ipam/ranges/0/0/subnet" => "10.93.0.0/33", 7, "ipam.ranges[0][0].subnet"),
         env_case(
             "CNI_PATH missing (IPAM delegation)",
             &base,
@@ -2248,12 +1566,7 @@ fn bad_input_host_device() {
             4,
             "CNI_PATH",
         ),
-        case(
-            "IPAM plugin not in CNI_PATH",
-            with(&base, "/ipam/type", json!("no-such-ipam")),
-            101,
-            "no-such-ipam",
-        ),
+        set!(base, "IPAM plugin not in CNI_PATH", "/ipam/type" => "no-such-ipam", 101, "no-such-ipam"),
     ]);
     b.run(cases);
 }
@@ -2279,60 +1592,20 @@ fn bad_input_static() {
     args["args"] = json!({"cni": {"ips": ["10.91.0.7/24"]}});
     cases.extend([
         case("ipam missing", without(&base, "/ipam"), 7, "ipam"),
-        case(
-            "addresses not a list",
-            with(&base, "/ipam/addresses", json!({"address": "10.91.0.5/24"})),
-            7,
-            "ipam.addresses",
-        ),
-        case(
-            "an address not an object",
-            with(&base, "/ipam/addresses/0", json!("10.91.0.5/24")),
-            7,
-            "ipam.addresses[0]",
-        ),
-        case(
-            "address without a prefix",
-            with(&base, "/ipam/addresses/0/address", json!("10.91.0.5")),
-            7,
-            "ipam.addresses[0].address",
-        ),
-        case(
-            "address /33",
-            with(&base, "/ipam/addresses/1/address", json!("10.91.0.5/33")),
-            7,
-            "ipam.addresses[1].address",
-        ),
+        set!(base, "addresses not a list", "/ipam/addresses" => {"address": "10.91.0.5/24"}, 7, "ipam.addresses"),
+        set!(base, "an address not an object", "/ipam/addresses/0" => "10.91.0.5/24", 7, "ipam.addresses[0]"),
+        set!(base, "address without a prefix", "/ipam/addresses/0/address" => "10.91.0.5", 7, "ipam.addresses[0].address"),
+        set!(base, "address /33", "/ipam/addresses/1/address" => "10.91.0.5/33", 7, "ipam.addresses[1].address"),
         case(
             "address missing",
             without(&base, "/ipam/addresses/1/address"),
             7,
             "ipam.addresses[1].address",
         ),
-        case(
-            "address a number",
-            with(&base, "/ipam/addresses/0/address", json!(5)),
-            7,
-            "ipam.addresses[0].address",
-        ),
-        case(
-            "gateway not an address",
-            with(&base, "/ipam/addresses/0/gateway", json!("10.91.0")),
-            7,
-            "ipam.addresses[0].gateway",
-        ),
-        case(
-            "gateway of the other family",
-            with(&base, "/ipam/addresses/0/gateway", json!("fd91::1")),
-            7,
-            "ipam.addresses[0].gateway",
-        ),
-        case(
-            "the same address twice",
-            with(&base, "/ipam/addresses/1/address", json!("10.91.0.5/16")),
-            7,
-            "ipam.addresses[1]",
-        ),
+        set!(base, "address a number", "/ipam/addresses/0/address" => 5, 7, "ipam.addresses[0].address"),
+        set!(base, "gateway not an address", "/ipam/addresses/0/gateway" => "10.91.0", 7, "ipam.addresses[0].gateway"),
+        set!(base, "gateway of the other family", "/ipam/addresses/0/gateway" => "fd91::1", 7, "ipam.addresses[0].gateway"),
+        set!(base, "the same address twice", "/ipam/addresses/1/address" => "10.91.0.5/16", 7, "ipam.addresses[1]"),
         case(
             "two IPv4 addresses at 0.2.0",
             with(
@@ -2343,18 +1616,8 @@ fn bad_input_static() {
             7,
             "cniVersion",
         ),
-        case(
-            "routes not a list",
-            with(&base, "/ipam/routes", json!("0.0.0.0/0")),
-            7,
-            "ipam.routes",
-        ),
-        case(
-            "route without dst",
-            with(&base, "/ipam/routes/0", json!({"gw": "10.91.0.1"})),
-            7,
-            "ipam.routes[0].dst",
-        ),
+        set!(base, "routes not a list", "/ipam/routes" => "0.0.0.0/0", 7, "ipam.routes"),
+        set!(base, "route without dst", "/ipam/routes/0" => {"gw": "10.91.0.1"}, 7, "ipam.routes[0].dst"),
         case(
             "route gw not an address",
             with(
@@ -2365,18 +1628,8 @@ fn bad_input_static() {
             7,
             "ipam.routes[0].gw",
         ),
-        case(
-            "dns not an object",
-            with(&base, "/ipam/dns", json!(["10.91.0.1"])),
-            7,
-            "ipam.dns",
-        ),
-        case(
-            "dns nameservers not a list",
-            with(&base, "/ipam/dns/nameservers", json!("10.91.0.1")),
-            7,
-            "ipam.dns.nameservers",
-        ),
+        set!(base, "dns not an object", "/ipam/dns" => ["10.91.0.1"], 7, "ipam.dns"),
+        set!(base, "dns nameservers not a list", "/ipam/dns/nameservers" => "10.91.0.1", 7, "ipam.dns.nameservers"),
         case(
             "runtimeConfig.ips not CIDRs",
             with(&runtime, "/runtimeConfig/ips/0", json!("10.91.0.6")),
@@ -2395,27 +1648,9 @@ fn bad_input_static() {
             7,
             "args.cni.ips[0]",
         ),
-        env_case(
-            "CNI_ARGS IP= without a prefix",
-            &base,
-            &[("CNI_ARGS", Some("IP=10.91.0.9"))],
-            4,
-            "CNI_ARGS IP=10.91.0.9",
-        ),
-        env_case(
-            "CNI_ARGS GATEWAY= not an address",
-            &base,
-            &[("CNI_ARGS", Some("IP=10.91.0.9/24;GATEWAY=gw"))],
-            4,
-            "CNI_ARGS GATEWAY=gw",
-        ),
-        env_case(
-            "CNI_ARGS an unknown key",
-            &base,
-            &[("CNI_ARGS", Some("IP=10.91.0.9/24;MAC=0a:58:00:00:00:01"))],
-            4,
-            "MAC",
-        ),
+        env_set!(base, "CNI_ARGS IP= without a prefix", "CNI_ARGS" => "IP=10.91.0.9", 4, "CNI_ARGS IP=10.91.0.9"),
+        env_set!(base, "CNI_ARGS GATEWAY= not an address", "CNI_ARGS" => "IP=10.91.0.9/24;GATEWAY=gw", 4, "CNI_ARGS GATEWAY=gw"),
+        env_set!(base, "CNI_ARGS an unknown key", "CNI_ARGS" => "IP=10.91.0.9/24;MAC=0a:58:00:00:00:01", 4, "MAC"),
     ]);
     b.run(cases);
 }
@@ -2432,39 +1667,14 @@ fn bad_input_sbr() {
     let base = b.base.clone();
     let mut cases = b.common_cases(true);
     cases.extend([
-        case("table 0", with(&base, "/table", json!(0)), 7, "table"),
-        case("table -5", with(&base, "/table", json!(-5)), 7, "table"),
-        case(
-            "table 2^32",
-            with(&base, "/table", json!(1u64 << 32)),
-            7,
-            "table",
-        ),
-        case("table main", with(&base, "/table", json!(254)), 7, "table"),
-        case(
-            "table a string",
-            with(&base, "/table", json!("100")),
-            7,
-            "table",
-        ),
-        case(
-            "gateways not a list",
-            with(&base, "/gateways", json!("10.66.0.1")),
-            7,
-            "gateways",
-        ),
-        case(
-            "a gateway not an address",
-            with(&base, "/gateways", json!(["10.66.0"])),
-            7,
-            "gateways[0]",
-        ),
-        case(
-            "two IPv4 gateways",
-            with(&base, "/gateways", json!(["10.66.0.1", "10.66.0.254"])),
-            7,
-            "gateways[1]",
-        ),
+        set!(base, "table 0", "/table" => 0, 7, "table"),
+        set!(base, "table -5", "/table" => (-5), 7, "table"),
+        set!(base, "table 2^32", "/table" => (1u64 << 32), 7, "table"),
+        set!(base, "table main", "/table" => 254, 7, "table"),
+        set!(base, "table a string", "/table" => "100", 7, "table"),
+        set!(base, "gateways not a list", "/gateways" => "10.66.0.1", 7, "gateways"),
+        set!(base, "a gateway not an address", "/gateways" => ["10.66.0"], 7, "gateways[0]"),
+        set!(base, "two IPv4 gateways", "/gateways" => ["10.66.0.1", "10.66.0.254"], 7, "gateways[1]"),
         case(
             "three gateways",
             with(
@@ -2475,30 +1685,15 @@ fn bad_input_sbr() {
             7,
             "gateways",
         ),
-        case(
-            "a multicast gateway",
-            with(&base, "/gateways", json!(["224.0.0.1"])),
-            7,
-            "gateways[0]",
-        ),
-        case(
-            "addSourceHints a string",
-            with(&base, "/addSourceHints", json!("yes")),
-            7,
-            "addSourceHints",
-        ),
+        set!(base, "a multicast gateway", "/gateways" => ["224.0.0.1"], 7, "gateways[0]"),
+        set!(base, "addSourceHints a string", "/addSourceHints" => "yes", 7, "addSourceHints"),
         case(
             "prevResult missing",
             without(&base, "/prevResult"),
             7,
             "prevResult",
         ),
-        case(
-            "prevResult not a result",
-            with(&base, "/prevResult", json!({"ips": [{"address": "nope"}]})),
-            7,
-            "prevResult",
-        ),
+        set!(base, "prevResult not a result", "/prevResult" => {"ips": [{"address": "nope"}]}, 7, "prevResult"),
         case(
             "prevResult without an address for the interface",
             with(
@@ -2509,19 +1704,8 @@ fn bad_input_sbr() {
             7,
             "prevResult",
         ),
-        case(
-            "a gateway the kernel refuses (rolled back)",
-            with(&base, "/gateways", json!(["192.0.2.1"])),
-            100,
-            "192.0.2.1",
-        ),
-        env_case(
-            "CNI_IFNAME not in the pod",
-            &base,
-            &[("CNI_IFNAME", Some("eth7"))],
-            7,
-            "prevResult",
-        ),
+        set!(base, "a gateway the kernel refuses (rolled back)", "/gateways" => ["192.0.2.1"], 100, "192.0.2.1"),
+        env_set!(base, "CNI_IFNAME not in the pod", "CNI_IFNAME" => "eth7", 7, "prevResult"),
     ]);
     b.run(cases);
 }
@@ -2541,24 +1725,14 @@ fn bad_input_tc_redirect_tap() {
     };
     let mut cases = b.common_cases(true);
     cases.extend([
-        case(
-            "cniVersion 0.2.0 (no chaining)",
-            with(&base, "/cniVersion", json!("0.2.0")),
-            1,
-            "0.2.0",
-        ),
+        set!(base, "cniVersion 0.2.0 (no chaining)", "/cniVersion" => "0.2.0", 1, "0.2.0"),
         case(
             "prevResult missing",
             without(&base, "/prevResult"),
             7,
             "prevResult",
         ),
-        case(
-            "prevResult not a result",
-            with(&base, "/prevResult", json!({"ips": [{"address": "nope"}]})),
-            7,
-            "prevResult",
-        ),
+        set!(base, "prevResult not a result", "/prevResult" => {"ips": [{"address": "nope"}]}, 7, "prevResult"),
         case(
             "prevResult without a sandbox interface",
             with(
@@ -2575,13 +1749,7 @@ fn bad_input_tc_redirect_tap() {
             7,
             "prevResult.interfaces",
         ),
-        env_case(
-            "CNI_IFNAME not the sandbox interface",
-            &base,
-            &[("CNI_IFNAME", Some("eth7"))],
-            7,
-            "CNI_IFNAME",
-        ),
+        env_set!(base, "CNI_IFNAME not the sandbox interface", "CNI_IFNAME" => "eth7", 7, "CNI_IFNAME"),
         arg(
             "TC_REDIRECT_TAP_NAME of 16 bytes",
             "TC_REDIRECT_TAP_NAME=tap0123456789abc",
@@ -2642,13 +1810,7 @@ fn bad_input_tc_redirect_tap() {
             "TC_REDIRECT_TAP_GID=0x10",
             "TC_REDIRECT_TAP_GID",
         ),
-        env_case(
-            "TC_REDIRECT_TAP_NAME taken (the veth's)",
-            &base,
-            &[("CNI_ARGS", Some("TC_REDIRECT_TAP_NAME=eth0"))],
-            100,
-            "TC_REDIRECT_TAP_NAME",
-        ),
+        env_set!(base, "TC_REDIRECT_TAP_NAME taken (the veth's)", "CNI_ARGS" => "TC_REDIRECT_TAP_NAME=eth0", 100, "TC_REDIRECT_TAP_NAME"),
     ]);
     b.run(cases);
 }
@@ -2748,24 +1910,9 @@ fn bad_input_vlan() {
     let mut cases = b.common_cases(true);
     cases.extend(master_cases(&b));
     cases.extend([
-        case(
-            "vlanId 4095",
-            with(&base, "/vlanId", json!(4095)),
-            7,
-            "vlanId: invalid VLAN ID 4095 (must be between 0 and 4094)",
-        ),
-        case(
-            "vlanId -1",
-            with(&base, "/vlanId", json!(-1)),
-            7,
-            "vlanId: invalid VLAN ID -1",
-        ),
-        case(
-            "vlanId a string",
-            with(&base, "/vlanId", json!("100")),
-            7,
-            "vlanId",
-        ),
+        set!(base, "vlanId 4095", "/vlanId" => 4095, 7, "vlanId: invalid VLAN ID 4095 (must be between 0 and 4094)"),
+        set!(base, "vlanId -1", "/vlanId" => (-1), 7, "vlanId: invalid VLAN ID -1"),
+        set!(base, "vlanId a string", "/vlanId" => "100", 7, "vlanId"),
         case(
             "VLANID 5000 (Go's case folding)",
             with(&without(&base, "/vlanId"), "/VLANID", json!(5000)),
@@ -2774,12 +1921,7 @@ fn bad_input_vlan() {
         ),
         // No `ipam`, or one without a type, is layer 2 only (upstream
         // #1302), so only a type of the wrong JSON kind is refused.
-        case(
-            "ipam.type a number",
-            with(&base, "/ipam", json!({"type": 5})),
-            7,
-            "type",
-        ),
+        set!(base, "ipam.type a number", "/ipam" => {"type": 5}, 7, "type"),
     ]);
     b.run(cases);
 }
@@ -2800,19 +1942,9 @@ fn bad_input_ipvlan() {
     let mut cases = b.common_cases(true);
     cases.extend(master_cases(&b));
     cases.extend([
-        case(
-            "mode l4",
-            with(&base, "/mode", json!("l4")),
-            7,
-            "mode: unknown ipvlan mode \"l4\" (want l2, l3 or l3s)",
-        ),
-        case(
-            "mode L2",
-            with(&base, "/mode", json!("L2")),
-            7,
-            "mode: unknown ipvlan mode \"L2\"",
-        ),
-        case("mode a number", with(&base, "/mode", json!(2)), 7, "mode"),
+        set!(base, "mode l4", "/mode" => "l4", 7, "mode: unknown ipvlan mode \"l4\" (want l2, l3 or l3s)"),
+        set!(base, "mode L2", "/mode" => "L2", 7, "mode: unknown ipvlan mode \"L2\""),
+        set!(base, "mode a number", "/mode" => 2, 7, "mode"),
         case(
             "no ipam and no prevResult",
             without(&base, "/ipam"),
@@ -2851,24 +1983,9 @@ fn bad_input_dummy() {
     let mut cases = b.common_cases(true);
     cases.extend([
         case("no ipam", without(&base, "/ipam"), 7, "ipam.type: missing"),
-        case(
-            "ipam type empty",
-            with(&base, "/ipam/type", json!("")),
-            7,
-            "ipam.type: missing",
-        ),
-        case(
-            "ipam not an object",
-            with(&base, "/ipam", json!([])),
-            7,
-            "ipam",
-        ),
-        case(
-            "IPAM plugin not in CNI_PATH",
-            with(&base, "/ipam/type", json!("no-such-ipam")),
-            101,
-            "no-such-ipam",
-        ),
+        set!(base, "ipam type empty", "/ipam/type" => "", 7, "ipam.type: missing"),
+        set!(base, "ipam not an object", "/ipam" => [], 7, "ipam"),
+        set!(base, "IPAM plugin not in CNI_PATH", "/ipam/type" => "no-such-ipam", 101, "no-such-ipam"),
         env_case(
             "CNI_PATH missing (IPAM delegation)",
             &base,
@@ -2896,48 +2013,22 @@ fn bad_input_vrf() {
     let mut cases = b.common_cases(true);
     cases.extend([
         case("vrfname missing", without(&base, "/vrfname"), 7, "vrfname: missing"),
-        case("vrfname empty", with(&base, "/vrfname", json!("")), 7, "vrfname: missing"),
-        case(
-            "vrfname of 16 bytes",
-            with(&base, "/vrfname", json!("vrf0123456789012")),
-            7,
-            "vrfname: interface name",
-        ),
-        case("vrfname a number", with(&base, "/vrfname", json!(7)), 7, "vrfname"),
-        case("table -1", with(&base, "/table", json!(-1)), 7, "table"),
-        case("table 2^32", with(&base, "/table", json!(4294967296u64)), 7, "table"),
-        case("table a string", with(&base, "/table", json!("100")), 7, "table"),
-        case(
-            "table 254 (main)",
-            with(&base, "/table", json!(254)),
-            7,
-            "table: 254 is a table of the kernel's own",
-        ),
-        case(
-            "the VRF's name taken by a link that is not a VRF",
-            with(&base, "/vrfname", json!("pbr0")),
-            7,
-            "vrfname: \"pbr0\" already exists in the container and is not a VRF (it is a bridge link)",
-        ),
+        set!(base, "vrfname empty", "/vrfname" => "", 7, "vrfname: missing"),
+        set!(base, "vrfname of 16 bytes", "/vrfname" => "vrf0123456789012", 7, "vrfname: interface name"),
+        set!(base, "vrfname a number", "/vrfname" => 7, 7, "vrfname"),
+        set!(base, "table -1", "/table" => (-1), 7, "table"),
+        set!(base, "table 2^32", "/table" => 4294967296u64, 7, "table"),
+        set!(base, "table a string", "/table" => "100", 7, "table"),
+        set!(base, "table 254 (main)", "/table" => 254, 7, "table: 254 is a table of the kernel's own"),
+        set!(base, "the VRF's name taken by a link that is not a VRF", "/vrfname" => "pbr0", 7, "vrfname: \"pbr0\" already exists in the container and is not a VRF (it is a bridge link)"),
         case(
             "no prevResult",
             without(&base, "/prevResult"),
             7,
             "prevResult: missing",
         ),
-        env_case(
-            "CNI_IFNAME not in the container",
-            &base,
-            &[("CNI_IFNAME", Some("eth7"))],
-            4,
-            "CNI_IFNAME \"eth7\": no such interface in the container",
-        ),
-        case(
-            "a cniVersion before chaining (0.2.0)",
-            with(&base, "/cniVersion", json!("0.2.0")),
-            1,
-            "0.2.0",
-        ),
+        env_set!(base, "CNI_IFNAME not in the container", "CNI_IFNAME" => "eth7", 4, "CNI_IFNAME \"eth7\": no such interface in the container"),
+        set!(base, "a cniVersion before chaining (0.2.0)", "/cniVersion" => "0.2.0", 1, "0.2.0"),
     ]);
     b.run(cases);
     // The interface already has a master (the pod's bridge): refused, and
