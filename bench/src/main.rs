@@ -167,14 +167,7 @@ fn run() -> Result<(), String> {
     } else {
         None
     };
-    let (dhcp_ours, dhcp_reference) = match &dhcp_lan {
-        Some(Ok(l)) => (l.ours_socket.clone(), l.reference_socket.clone()),
-        _ => (dhcp_dir.join("none.sock"), dhcp_dir.join("none.sock")),
-    };
-    let no_lan = match &dhcp_lan {
-        Some(Err(e)) => Some(e.to_string()),
-        _ => None,
-    };
+    let (dhcp_ours, dhcp_reference, no_lan) = lan_sockets(&dhcp_lan, &dhcp_dir);
     let dirs = StateDirs {
         ipam: &ipam,
         flannel: &flannel,
@@ -185,19 +178,7 @@ fn run() -> Result<(), String> {
 
     // The main table, then again against each further reference.
     let outcomes = main_table(&run, &run.set, &ns, &dirs, no_lan.as_deref())?;
-    let mut extra: Vec<report::ExtraReference> = Vec::new();
-    for dir in references.iter().skip(1) {
-        let set = Setting {
-            reference_dir: dir,
-            ..run.set
-        };
-        extra.push(report::ExtraReference {
-            dir: dir.clone(),
-            version: machine::plugin_version(dir),
-            chains: main_table(&run, &set, &ns, &dirs, no_lan.as_deref())?,
-            sizes: machine::sizes_of(dir, &machine::REFERENCE_FIVE),
-        });
-    }
+    let extra = further_references(&run, &references[1..], &ns, &dirs, no_lan.as_deref())?;
 
     // STATUS of each plugin of each chain that ran (ours), while the dhcp
     // daemon is still up.
@@ -337,6 +318,47 @@ fn write_results(
         run.opts.plot.display()
     ));
     Ok(())
+}
+
+/// The main table again against each further reference.
+fn further_references(
+    run: &Run,
+    references: &[PathBuf],
+    ns: &Namespaces,
+    dirs: &StateDirs,
+    no_lan: Option<&str>,
+) -> Result<Vec<report::ExtraReference>, String> {
+    let mut extra = Vec::new();
+    for dir in references {
+        let set = Setting {
+            reference_dir: dir,
+            ..run.set
+        };
+        extra.push(report::ExtraReference {
+            dir: dir.clone(),
+            version: machine::plugin_version(dir),
+            chains: main_table(run, &set, ns, dirs, no_lan)?,
+            sizes: machine::sizes_of(dir, &machine::REFERENCE_FIVE),
+        });
+    }
+    Ok(extra)
+}
+
+/// The sockets of the two dhcp daemons (dummies without a LAN) and why
+/// there is no LAN, if there is none.
+fn lan_sockets(
+    lan: &Option<std::io::Result<bench::dhcp::DhcpLan>>,
+    dhcp_dir: &Path,
+) -> (PathBuf, PathBuf, Option<String>) {
+    match lan {
+        Some(Ok(l)) => (l.ours_socket.clone(), l.reference_socket.clone(), None),
+        Some(Err(e)) => (
+            dhcp_dir.join("none.sock"),
+            dhcp_dir.join("none.sock"),
+            Some(e.to_string()),
+        ),
+        None => (dhcp_dir.join("none.sock"), dhcp_dir.join("none.sock"), None),
+    }
 }
 
 /// Every chain `--chains` names, measured against `set`'s reference. A
