@@ -16,7 +16,7 @@ use std::net::IpAddr;
 
 use super::comment_info;
 use crate::netfilter::iptables;
-use crate::netfilter::nft::expr::{CmpOp, Expr, MetaKey, PayloadBase, Verdict, REG_1};
+use crate::netfilter::nft::expr::{self, CmpOp, Expr, MetaKey, Verdict, REG_1};
 
 /// `XT_CONNTRACK_STATE`: `match_flags` of `--ctstate`.
 const XT_CONNTRACK_STATE: u16 = 1;
@@ -191,15 +191,7 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
     }
     let mut exprs = ifaces;
     if proto != 0 {
-        exprs.push(Expr::Meta {
-            key: MetaKey::L4Proto,
-            dreg: REG_1,
-        });
-        exprs.push(Expr::Cmp {
-            sreg: REG_1,
-            op: CmpOp::Eq,
-            data: vec![proto],
-        });
+        exprs.extend(expr::match_l4proto(proto));
     }
     exprs.extend(addrs);
     exprs.extend(matches);
@@ -213,7 +205,8 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
 }
 
 /// `[!] -i|-o NAME` (`input` for `-i`): the name with its NUL, compared
-/// whole. Wildcards (`br+`) are not a shape we write.
+/// whole (`nft` pads it to 16 bytes instead: [`expr::match_ifname`]).
+/// Wildcards (`br+`) are not a shape we write.
 fn encode_iface(input: bool, negate: bool, name: &str) -> Option<Vec<Expr>> {
     if name.ends_with('+') || name.is_empty() || name.len() > 15 {
         return None;
@@ -270,20 +263,7 @@ fn encode_match<'a>(it: &mut impl Iterator<Item = &'a str>, proto: u8) -> Option
             if proto_number(m)? != proto || it.next()? != "--dport" {
                 return None;
             }
-            let port: u16 = it.next()?.parse().ok()?;
-            vec![
-                Expr::Payload {
-                    base: PayloadBase::Transport,
-                    offset: 2,
-                    len: 2,
-                    dreg: REG_1,
-                },
-                Expr::Cmp {
-                    sreg: REG_1,
-                    op: CmpOp::Eq,
-                    data: port.to_be_bytes().to_vec(),
-                },
-            ]
+            expr::match_dport(it.next()?.parse().ok()?)
         }
         "sctp" => {
             if proto != 132 || it.next()? != "--dport" {

@@ -569,6 +569,13 @@ pub fn match_prefix_nft(source: bool, op: CmpOp, addr: IpAddr, prefix_len: u8) -
 /// `meta l4proto` compared with the protocol, then the transport header's
 /// destination port.
 pub fn match_l4_dport(proto: u8, port: u16) -> Vec<Expr> {
+    let mut exprs = match_l4proto(proto);
+    exprs.extend(match_dport(port));
+    exprs
+}
+
+/// `meta l4proto PROTO`.
+pub fn match_l4proto(proto: u8) -> Vec<Expr> {
     vec![
         Expr::Meta {
             key: MetaKey::L4Proto,
@@ -579,6 +586,13 @@ pub fn match_l4_dport(proto: u8, port: u16) -> Vec<Expr> {
             op: CmpOp::Eq,
             data: vec![proto],
         },
+    ]
+}
+
+/// The transport header's destination port (tcp, udp and sctp keep it at
+/// the same offset), without the protocol check.
+pub fn match_dport(port: u16) -> Vec<Expr> {
+    vec![
         Expr::Payload {
             base: PayloadBase::Transport,
             offset: 2,
