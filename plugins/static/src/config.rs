@@ -184,6 +184,7 @@ struct RawAddress {
 /// Go's `net.IPNet` as `encoding/json` writes it: `IP` as text, `Mask` as
 /// base64 bytes.
 #[derive(Deserialize)]
+#[serde(expecting = "Go's net.IPNet, {\"IP\": ..., \"Mask\": ...} (a CIDR goes under \"address\")")]
 struct GoIpNet {
     #[serde(rename = "IP", default)]
     ip: Option<String>,
@@ -476,12 +477,20 @@ mod tests {
             "cniVersion": "1.0.0", "name": "net1",
             "IPAM": {
                 "Type": "static",
-                "Addresses": [{"Address": "10.10.0.5/24", "Gateway": "10.10.0.1", "Version": "4"}],
+                "Addresses": [{"address": "10.10.0.5/24", "Gateway": "10.10.0.1", "Version": "4"}],
                 "Routes": [{"Dst": "0.0.0.0/0", "GW": "10.10.0.254"}],
                 "DNS": {"Nameservers": ["8.8.8.8"], "Domain": "d", "Search": ["s"], "Options": ["o"]}
             }
         }));
         assert_eq!(addrs(&c), ["10.10.0.5/24 10.10.0.1 ipam.addresses[0]"]);
+        // `Address` is not a spelling of `address`: it is Go's untagged
+        // net.IPNet field, and an exact key match wins, so a CIDR there is
+        // refused as Go refuses it.
+        err7(
+            net(json!({"addresses": [{"Address": "10.10.0.5/24"}]})),
+            "ipam.addresses[0].Address",
+            "Go's net.IPNet",
+        );
         assert_eq!(c.routes[0].gw, Some("10.10.0.254".parse().unwrap()));
         assert_eq!(
             (c.dns.nameservers.as_slice(), c.dns.domain.as_str()),
@@ -617,7 +626,7 @@ mod tests {
         );
         err7(
             net(json!({"addresses": [{"address": "10.10.0.5/24", "version": 4}]})),
-            "ipam.addresses[0].version",
+            "ipam.addresses[0].Version",
             "invalid type",
         );
         err7(
