@@ -181,8 +181,13 @@ impl SideSetup {
     ) -> Result<Exit, String> {
         let ty = plugin_type(plugin);
         let program = self.dir.join(&ty);
-        let stdin = serde_json::to_vec(&plugin_stdin(&self.list, plugin, prev, rt))
-            .map_err(|e| format!("encoding the stdin of {ty}: {e}"))?;
+        let stdin = serde_json::to_vec(&cnitool::exec::plugin_stdin(
+            &self.list,
+            plugin,
+            prev,
+            Some(rt),
+        ))
+        .map_err(|e| format!("encoding the stdin of {ty}: {e}"))?;
         let cni_path = self.dir.to_string_lossy();
         let wrapper: Vec<String>;
         let mut inv = Invocation {
@@ -232,43 +237,6 @@ pub fn plugin_type(plugin: &Map<String, Value>) -> String {
         .to_string()
 }
 
-/// A plugin's stdin as libcni's runtime builds it: the list's `cniVersion`
-/// and `name`, the plugin's own keys, `prevResult`, and a `runtimeConfig`
-/// holding the capability arguments the plugin enabled (only when there is
-/// one; it then replaces a static `runtimeConfig`).
-pub fn plugin_stdin(
-    list: &NetworkConfigList,
-    plugin: &Map<String, Value>,
-    prev: Option<&Value>,
-    rt: &RuntimeConf,
-) -> Map<String, Value> {
-    let mut stdin = Map::new();
-    stdin.insert("cniVersion".into(), list.cni_version.as_str().into());
-    stdin.insert("name".into(), list.name.clone().into());
-    for (k, v) in plugin {
-        if k != "cniVersion" && k != "name" {
-            stdin.insert(k.clone(), v.clone());
-        }
-    }
-    if let Some(prev) = prev {
-        stdin.insert("prevResult".into(), prev.clone());
-    }
-    let mut runtime_config = Map::new();
-    if let Some(Value::Object(caps)) = plugin.get("capabilities") {
-        for (cap, enabled) in caps {
-            if enabled.as_bool() == Some(true) {
-                if let Some(arg) = rt.capability_args.get(cap) {
-                    runtime_config.insert(cap.clone(), arg.clone());
-                }
-            }
-        }
-    }
-    if !runtime_config.is_empty() {
-        stdin.insert("runtimeConfig".into(), Value::Object(runtime_config));
-    }
-    stdin
-}
-
 /// The runtime arguments of one attachment.
 pub fn runtime_conf(
     container_id: String,
@@ -302,7 +270,7 @@ mod tests {
         let caps = json!({"portMappings": [{"hostPort": 1}], "bandwidth": {"ingressRate": 1}});
         let rt = runtime_conf("c".into(), "p", "eth0", caps.as_object().unwrap());
         let prev = json!({"cniVersion": "1.0.0", "ips": []});
-        let stdin = plugin_stdin(&list, &list.plugins[0], Some(&prev), &rt);
+        let stdin = cnitool::exec::plugin_stdin(&list, &list.plugins[0], Some(&prev), Some(&rt));
         assert_eq!(
             Value::Object(stdin),
             json!({"cniVersion": "1.0.0", "name": "n", "type": "portmap",

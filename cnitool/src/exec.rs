@@ -371,7 +371,7 @@ fn plugin_type(plugin: &Map<String, Value>) -> String {
 /// then `prevResult` if any, then `runtimeConfig` with the capability
 /// arguments the plugin enabled and the runtime supplied (only if there is at
 /// least one; it then replaces a static `runtimeConfig`).
-fn plugin_stdin(
+pub fn plugin_stdin(
     list: &NetworkConfigList,
     plugin: &Map<String, Value>,
     prev_result: Option<&Value>,
