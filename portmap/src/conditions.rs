@@ -20,7 +20,7 @@
 
 use std::net::IpAddr;
 
-use libcni::netfilter::nft::expr::{self, CmpOp, Expr, MetaKey, REG_1};
+use libcni::netfilter::nft::expr::{self, CmpOp, Expr, REG_1};
 use libcni::netfilter::nft::{
     types, Batch, Family, SetSpec, ELEM_INTERVAL_END, SET_ANONYMOUS_CONSTANT, SET_INTERVAL,
 };
@@ -193,24 +193,7 @@ impl Parser<'_> {
         let op = self.op();
         let v = self.value("\"meta mark\"")?;
         let value = number(&v).ok_or_else(|| self.bad(format!("{v:?} is not a number")))?;
-        let mut e = vec![Expr::Meta {
-            key: MetaKey::Mark,
-            dreg: REG_1,
-        }];
-        if let Some(m) = mask {
-            e.push(Expr::Bitwise {
-                sreg: REG_1,
-                dreg: REG_1,
-                mask: m.to_ne_bytes().to_vec(),
-                xor: vec![0; 4],
-            });
-        }
-        e.push(Expr::Cmp {
-            sreg: REG_1,
-            op,
-            data: value.to_ne_bytes().to_vec(),
-        });
-        Ok(Condition::Exprs(e))
+        Ok(Condition::Exprs(expr::match_mark(mask, op, value)))
     }
 
     /// `fib saddr|daddr type [op] TYPE`.

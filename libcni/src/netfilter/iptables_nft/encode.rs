@@ -308,24 +308,8 @@ fn encode_match<'a>(it: &mut impl Iterator<Item = &'a str>, proto: u8) -> Option
                 return None;
             }
             let (value, mask) = parse_mark(it.next()?)?;
-            let mut exprs = vec![Expr::Meta {
-                key: MetaKey::Mark,
-                dreg: REG_1,
-            }];
-            if mask != u32::MAX {
-                exprs.push(Expr::Bitwise {
-                    sreg: REG_1,
-                    dreg: REG_1,
-                    mask: mask.to_ne_bytes().to_vec(),
-                    xor: vec![0; 4],
-                });
-            }
-            exprs.push(Expr::Cmp {
-                sreg: REG_1,
-                op: CmpOp::Eq,
-                data: value.to_ne_bytes().to_vec(),
-            });
-            exprs
+            // iptables-nft leaves out the mask when it is all ones.
+            expr::match_mark((mask != u32::MAX).then_some(mask), CmpOp::Eq, value)
         }
         _ => return None,
     })

@@ -574,6 +574,29 @@ pub fn match_l4_dport(proto: u8, port: u16) -> Vec<Expr> {
     exprs
 }
 
+/// `meta mark [& MASK] OP VALUE` (host byte order, as the kernel keeps
+/// the mark); no mask compares the whole mark.
+pub fn match_mark(mask: Option<u32>, op: CmpOp, value: u32) -> Vec<Expr> {
+    let mut exprs = vec![Expr::Meta {
+        key: MetaKey::Mark,
+        dreg: REG_1,
+    }];
+    if let Some(m) = mask {
+        exprs.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: m.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+        });
+    }
+    exprs.push(Expr::Cmp {
+        sreg: REG_1,
+        op,
+        data: value.to_ne_bytes().to_vec(),
+    });
+    exprs
+}
+
 /// `meta l4proto PROTO`.
 pub fn match_l4proto(proto: u8) -> Vec<Expr> {
     vec![
