@@ -229,7 +229,17 @@ static ERROR_VERSION: OnceLock<String> = OnceLock::new();
 /// then `--version` as the only argument prints `<name> <version>` on
 /// stdout instead ([`version_line`]).
 pub fn plugin_main<P: Plugin>(plugin: P, about: &str) -> ! {
-    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    plugin_main_with_args(plugin, about, std::env::args_os().collect())
+}
+
+/// [`plugin_main`] with the program's arguments given: the multicall
+/// binary passes them with `args[0]` naming the plugin it runs (its link's
+/// path, or the plugin name after `cni-rs`), so `--version` says that name.
+pub fn plugin_main_with_args<P: Plugin>(
+    plugin: P,
+    about: &str,
+    args: Vec<std::ffi::OsString>,
+) -> ! {
     if wants_version_line(&args, std::env::var_os("CNI_COMMAND").as_deref()) {
         let name = args.first().map(program_name).unwrap_or_default();
         print_and_exit(&(version_line(&name) + "\n"), 0);
@@ -291,7 +301,9 @@ fn print_and_exit(stdout: &str, code: i32) -> ! {
     std::process::exit(code)
 }
 
-fn error_json(e: &Error, version: &str) -> String {
+/// The spec's error JSON for `e` at `version`, one line, as a plugin
+/// prints it on stdout when it fails.
+pub fn error_json(e: &Error, version: &str) -> String {
     let r: ErrorResult = e.to_result(version);
     let mut s = serde_json::to_string(&r)
         .unwrap_or_else(|_| format!(r#"{{"code":{},"msg":"unencodable error"}}"#, r.code));

@@ -37,6 +37,20 @@ const OTHER_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct Dhcp;
 
+/// The `dhcp` program: `dhcp daemon ...` runs the daemon, anything else
+/// the IPAM plugin. `args[0]` is the program's name (the multicall binary
+/// passes its own arguments the same way).
+pub fn program_main(args: Vec<std::ffi::OsString>) -> ! {
+    if args.get(1).is_some_and(|a| a == "daemon") {
+        let rest: Vec<String> = args[2..]
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        std::process::exit(daemon::main(&rest));
+    }
+    libcni::skel::plugin_main_with_args(Dhcp, ABOUT, args)
+}
+
 fn key(args: &CmdArgs) -> Key {
     Key {
         container_id: args.container_id.clone(),
