@@ -14,7 +14,13 @@ are not in the suite are kept. A binary whose bytes are already there is left
 alone.
 
 The suite: every executable regular file in DIR (not a dot file), except
-cni-rs-install itself.
+cni-rs-install itself, and every link in DIR to one of those files by name:
+the multicall form (the binary cni-rs and a link per plugin, bridge -> cni-rs)
+is installed as it is, the file first, then each link (made under a temp name
+and renamed over the plugin's name, as a file is). Switching from separate
+binaries to the multicall form, or back, replaces each name in one step; the
+other form's files that are no longer named stay, as foreign files do.
+`cni-rs install BIN_DIR` is this installer inside the multicall binary.
 
 Options:
       --from DIR     where the suite is (default: the directory of this program)

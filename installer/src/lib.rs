@@ -11,49 +11,80 @@ use cli::{Cli, Options};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+/// Who runs the install.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program<'a> {
+    /// `cni-rs-install`, which is never part of the suite it installs.
+    Installer,
+    /// The multicall binary as `cni-rs install`: it is the suite's one
+    /// file, and the suite must hold a link to it for each of `plugins`.
+    Multicall {
+        name: &'a str,
+        plugins: &'a [&'a str],
+    },
+}
+
+impl Program<'_> {
+    fn shown(&self) -> String {
+        match self {
+            Program::Installer => plan::SELF_NAME.to_string(),
+            Program::Multicall { name, .. } => format!("{name} install"),
+        }
+    }
+}
+
 /// The program: arguments from the process, output on stdout, errors on
 /// stderr, exit 0 (done), 1 (failed) or 2 (usage).
 pub fn main() -> ExitCode {
-    let args: Result<Vec<String>, _> = std::env::args_os()
-        .skip(1)
-        .map(|a| a.into_string())
-        .collect();
+    main_with_args(std::env::args_os().skip(1).collect(), Program::Installer)
+}
+
+/// [`main`] with the arguments (without the program name) given.
+pub fn main_with_args(args: Vec<std::ffi::OsString>, program: Program) -> ExitCode {
+    let args: Result<Vec<String>, _> = args.into_iter().map(|a| a.into_string()).collect();
     let parsed = match args {
         Ok(args) => cli::parse(&args),
         Err(bad) => Err(format!("argument {bad:?} is not valid UTF-8")),
     };
+    let shown = program.shown();
     let opts = match parsed {
         Ok(Cli::Help) => {
             print!("{}", cli::USAGE);
             return ExitCode::SUCCESS;
         }
         Ok(Cli::Version) => {
-            println!("{}", libcni::skel::version_line(plan::SELF_NAME));
+            let name = match program {
+                Program::Installer => plan::SELF_NAME,
+                Program::Multicall { name, .. } => name,
+            };
+            println!("{}", libcni::skel::version_line(name));
             return ExitCode::SUCCESS;
         }
         Ok(Cli::Run(opts)) => opts,
         Err(msg) => {
-            eprintln!("cni-rs-install: {msg}\n\n{}", cli::USAGE);
+            eprintln!("{shown}: {msg}\n\n{}", cli::USAGE);
             return ExitCode::from(2);
         }
     };
     let self_exe = std::env::current_exe().ok();
     let mut out = std::io::stdout().lock();
-    match run(&opts, self_exe.as_deref(), &mut out) {
+    match run(&opts, self_exe.as_deref(), program, &mut out) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("cni-rs-install: error: {msg}");
+            eprintln!("{shown}: error: {msg}");
             ExitCode::FAILURE
         }
     }
 }
 
 /// One install as `opts` says, printing its lines to `out`. `self_exe` is
-/// the running program (its directory is the default `--from`, and it is
-/// never part of the suite). `Err` is the message of a failure.
+/// the running program: its directory is the default `--from`; the
+/// installer is never part of the suite, the multicall binary is its file.
+/// `Err` is the message of a failure.
 pub fn run(
     opts: &Options,
     self_exe: Option<&Path>,
+    program: Program,
     out: &mut dyn std::io::Write,
 ) -> Result<(), String> {
     let from: PathBuf = match (&opts.from, self_exe.and_then(Path::parent)) {
@@ -62,6 +93,9 @@ pub fn run(
         (None, None) => return Err("cannot tell where this program is: give --from DIR".into()),
     };
     let suite = plan::suite(&from, self_exe).map_err(|e| e.0)?;
+    if let Program::Multicall { name, plugins } = program {
+        plan::check_multicall(&suite, name, plugins, &from).map_err(|e| e.0)?;
+    }
     let names = plan::choose(&suite, opts.only.as_ref(), &opts.skip, &from).map_err(|e| e.0)?;
     plan::check_bin_dir(&opts.bin_dir).map_err(|e| e.0)?;
     let plan = plan::plan(&from, &names, &opts.bin_dir, opts.link).map_err(|e| e.0)?;
@@ -91,6 +125,7 @@ pub fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plan::Member;
     use std::collections::BTreeSet;
     use std::fs;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -131,7 +166,7 @@ mod tests {
 
     fn run_lines(o: &Options) -> Result<Vec<String>, String> {
         let mut out = Vec::new();
-        run(o, None, &mut out)?;
+        run(o, None, Program::Installer, &mut out)?;
         Ok(String::from_utf8(out)
             .unwrap()
             .lines()
@@ -150,9 +185,16 @@ mod tests {
         let me = from.file("renamed-installer", "i2", 0o755);
         fs::create_dir(from.0.join("subdir")).unwrap();
         std::os::unix::fs::symlink("bridge", from.0.join("alias")).unwrap();
+        // A link to a suite file is a member (the multicall form), a link
+        // elsewhere is not.
+        std::os::unix::fs::symlink("/usr/bin/true", from.0.join("away")).unwrap();
         assert_eq!(
             plan::suite(&from.0, Some(&me)).unwrap(),
-            vec!["bridge".to_string(), "loopback".to_string()]
+            vec![
+                Member::file("bridge"),
+                Member::file("loopback"),
+                Member::link("alias", "bridge")
+            ]
         );
         let empty = Dir::new("suite-empty");
         let e = plan::suite(&empty.0, None).unwrap_err();
@@ -273,6 +315,76 @@ mod tests {
         o.link = true;
         let e = run_lines(&o).unwrap_err();
         assert!(e.contains("the suite's own directory"), "{e}");
+    }
+
+    /// The multicall form: its file first, then a link per plugin; links
+    /// replace files and files replace links, each by one rename.
+    #[test]
+    fn multicall_form_installs_its_file_then_links_and_switches_back() {
+        let (multi, separate, bin) = (Dir::new("mc-from"), Dir::new("mc-sep"), Dir::new("mc-bin"));
+        let me = multi.file("cni-rs", "all of them", 0o755);
+        for p in ["bridge", "portmap"] {
+            std::os::unix::fs::symlink("cni-rs", multi.0.join(p)).unwrap();
+            separate.file(p, p, 0o755);
+        }
+        bin.file("bridge", "old bridge", 0o755);
+        bin.file("calico", "theirs", 0o755);
+        let plugins = ["bridge", "portmap"];
+        let program = Program::Multicall {
+            name: "cni-rs",
+            plugins: &plugins,
+        };
+        let mut out = Vec::new();
+        run(&opts(&multi, &bin), Some(&me), program, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "install cni-rs\nreplace bridge\ninstall portmap\nkeep calico\n"
+        );
+        for p in plugins {
+            assert_eq!(fs::read_link(bin.0.join(p)).unwrap(), Path::new("cni-rs"));
+            assert_eq!(fs::read_to_string(bin.0.join(p)).unwrap(), "all of them");
+        }
+        // Again: nothing to do.
+        let mut out = Vec::new();
+        run(&opts(&multi, &bin), Some(&me), program, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "unchanged cni-rs\nunchanged bridge\nunchanged portmap\nkeep calico\n"
+        );
+        // --only a link brings the file it names.
+        let mut o = opts(&multi, &bin);
+        o.only = Some(["portmap".to_string()].into());
+        o.dry_run = true;
+        assert_eq!(
+            run_lines(&o).unwrap(),
+            [
+                "unchanged cni-rs",
+                "unchanged portmap",
+                "keep bridge",
+                "keep calico"
+            ]
+        );
+        // Back to separate binaries: each link replaced by its file; the
+        // multicall file stays, as any file not in the suite.
+        assert_eq!(
+            run_lines(&opts(&separate, &bin)).unwrap(),
+            [
+                "replace bridge",
+                "replace portmap",
+                "keep calico",
+                "keep cni-rs"
+            ]
+        );
+        assert_eq!(fs::read_to_string(bin.0.join("bridge")).unwrap(), "bridge");
+        assert!(fs::symlink_metadata(bin.0.join("bridge"))
+            .unwrap()
+            .is_file());
+
+        // A partly extracted multicall form is refused before anything.
+        fs::remove_file(multi.0.join("portmap")).unwrap();
+        let e = run(&opts(&multi, &bin), Some(&me), program, &mut Vec::new()).unwrap_err();
+        assert!(e.contains("lacks portmap"), "{e}");
+        assert_eq!(fs::read_to_string(bin.0.join("bridge")).unwrap(), "bridge");
     }
 
     #[test]

@@ -38,10 +38,36 @@ impl Action {
     }
 }
 
+/// One binary of the suite: a file, or, in the multicall form, a link
+/// in the suite's directory to one of its files (`bridge -> cni-rs`).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Member {
+    pub name: String,
+    /// The file of the suite this name links to, for a link.
+    pub link_to: Option<String>,
+}
+
+impl Member {
+    pub fn file(name: &str) -> Member {
+        Member {
+            name: name.to_string(),
+            link_to: None,
+        }
+    }
+
+    pub fn link(name: &str, to: &str) -> Member {
+        Member {
+            name: name.to_string(),
+            link_to: Some(to.to_string()),
+        }
+    }
+}
+
 /// One binary of the suite and what happens to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
     pub name: String,
+    pub link_to: Option<String>,
     pub action: Action,
 }
 
@@ -68,8 +94,11 @@ impl std::fmt::Display for PlanError {
 
 /// The suite in `from`: every regular file with an execute bit whose name
 /// does not start with `.`, except this program (by name, or the same file
-/// as `self_exe`). Sorted.
-pub fn suite(from: &Path, self_exe: Option<&Path>) -> Result<Vec<String>, PlanError> {
+/// as `self_exe`, unless links name it: then it is the multicall binary),
+/// and every symlink whose target is one of those files, by bare name (the
+/// multicall form's links). Files first, then links, each sorted: a link
+/// is made after the file it names.
+pub fn suite(from: &Path, self_exe: Option<&Path>) -> Result<Vec<Member>, PlanError> {
     let entries = fs::read_dir(from).map_err(|e| {
         PlanError(format!(
             "cannot read the suite's directory {}: {e}",
@@ -77,7 +106,9 @@ pub fn suite(from: &Path, self_exe: Option<&Path>) -> Result<Vec<String>, PlanEr
         ))
     })?;
     let me = self_exe.and_then(|p| fs::metadata(p).ok());
-    let mut names = BTreeSet::new();
+    let mut files = BTreeSet::new();
+    let mut links = BTreeSet::new();
+    let mut myself = None;
     for entry in entries {
         let entry = entry.map_err(|e| PlanError(format!("reading {}: {e}", from.display())))?;
         let Ok(name) = entry.file_name().into_string() else {
@@ -89,6 +120,16 @@ pub fn suite(from: &Path, self_exe: Option<&Path>) -> Result<Vec<String>, PlanEr
         let Ok(meta) = fs::symlink_metadata(entry.path()) else {
             continue;
         };
+        if meta.file_type().is_symlink() {
+            if let Some(to) = fs::read_link(entry.path())
+                .ok()
+                .and_then(|t| t.into_os_string().into_string().ok())
+                .filter(|t| !t.contains('/') && !t.starts_with('.'))
+            {
+                links.insert((name, to));
+            }
+            continue;
+        }
         if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
             continue;
         }
@@ -96,41 +137,87 @@ pub fn suite(from: &Path, self_exe: Option<&Path>) -> Result<Vec<String>, PlanEr
             .as_ref()
             .is_some_and(|m| (m.dev(), m.ino()) == (meta.dev(), meta.ino()))
         {
-            continue;
+            myself = Some(name.clone());
         }
-        names.insert(name);
+        files.insert(name);
     }
-    if names.is_empty() {
+    links.retain(|(_, to)| files.contains(to));
+    if let Some(me) = myself {
+        if !links.iter().any(|(_, to)| *to == me) {
+            files.remove(&me);
+        }
+    }
+    if files.is_empty() {
         return Err(PlanError(format!(
             "no binaries in {}: nothing to install (give the suite's directory with --from)",
             from.display()
         )));
     }
-    Ok(names.into_iter().collect())
+    let mut members: Vec<Member> = files.iter().map(|f| Member::file(f)).collect();
+    members.extend(links.iter().map(|(name, to)| Member::link(name, to)));
+    Ok(members)
+}
+
+/// The multicall form in `from` is whole: the binary `name` and a link to
+/// it for each of `plugins` (a partly extracted tarball would install a
+/// binary no runtime can call by a plugin's name).
+pub fn check_multicall(
+    suite: &[Member],
+    name: &str,
+    plugins: &[&str],
+    from: &Path,
+) -> Result<(), PlanError> {
+    let missing: Vec<&str> = std::iter::once(name)
+        .filter(|n| !suite.contains(&Member::file(n)))
+        .chain(
+            plugins
+                .iter()
+                .copied()
+                .filter(|p| !suite.contains(&Member::link(p, name))),
+        )
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(PlanError(format!(
+        "the multicall form in {} lacks {} (a file {name} and a link to it named after each plugin): \
+         extract the whole multicall tarball there, or give it with --from",
+        from.display(),
+        missing.join(", ")
+    )))
 }
 
 /// Which of `suite` to install: `only` (all of them when `None`) minus
-/// `skip`. A name given that is not in the suite is an error.
+/// `skip`, and the file each chosen link names unless skipped. A name
+/// given that is not in the suite is an error.
 pub fn choose(
-    suite: &[String],
+    suite: &[Member],
     only: Option<&BTreeSet<String>>,
     skip: &BTreeSet<String>,
     from: &Path,
-) -> Result<Vec<String>, PlanError> {
+) -> Result<Vec<Member>, PlanError> {
     for (flag, set) in [("--only", only), ("--skip", Some(skip))] {
         for name in set.into_iter().flatten() {
-            if !suite.contains(name) {
+            if !suite.iter().any(|m| m.name == *name) {
+                let names: Vec<&str> = suite.iter().map(|m| m.name.as_str()).collect();
                 return Err(PlanError(format!(
                     "{flag}: {name:?} is not in the suite at {} (it has: {})",
                     from.display(),
-                    suite.join(", ")
+                    names.join(", ")
                 )));
             }
         }
     }
+    let wanted = |m: &Member| only.is_none_or(|o| o.contains(&m.name)) && !skip.contains(&m.name);
+    let needed: BTreeSet<&String> = suite
+        .iter()
+        .filter(|m| wanted(m))
+        .filter_map(|m| m.link_to.as_ref())
+        .filter(|to| !skip.contains(*to))
+        .collect();
     Ok(suite
         .iter()
-        .filter(|n| only.is_none_or(|o| o.contains(*n)) && !skip.contains(*n))
+        .filter(|m| wanted(m) || needed.contains(&m.name))
         .cloned()
         .collect())
 }
@@ -166,8 +253,25 @@ pub fn check_bin_dir(bin_dir: &Path) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// The plan for installing `names` from `from` into `bin_dir`.
-pub fn plan(from: &Path, names: &[String], bin_dir: &Path, link: bool) -> Result<Plan, PlanError> {
+/// What `<bin_dir>/<name>` must be for `member`: a link's target (the
+/// file's name, or its absolute path in `from` with `--link`), or, for a
+/// file with `--link`, a link to it in `from`; `None`: a copy of the file.
+pub fn link_target(from: &Path, member: &Member, link: bool) -> Option<PathBuf> {
+    match (&member.link_to, link) {
+        (Some(to), false) => Some(PathBuf::from(to)),
+        (Some(to), true) => Some(from.join(to)),
+        (None, true) => Some(from.join(&member.name)),
+        (None, false) => None,
+    }
+}
+
+/// The plan for installing `members` from `from` into `bin_dir`.
+pub fn plan(
+    from: &Path,
+    members: &[Member],
+    bin_dir: &Path,
+    link: bool,
+) -> Result<Plan, PlanError> {
     let from =
         std::path::absolute(from).map_err(|e| PlanError(format!("{}: {e}", from.display())))?;
     if link && same_dir(&from, bin_dir) {
@@ -177,9 +281,10 @@ pub fn plan(from: &Path, names: &[String], bin_dir: &Path, link: bool) -> Result
         )));
     }
     let mut steps = Vec::new();
-    for name in names {
-        let src = from.join(name);
+    for member in members {
+        let name = &member.name;
         let dest = bin_dir.join(name);
+        let target = link_target(&from, member, link);
         let action = match fs::symlink_metadata(&dest) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Action::Install,
             Err(e) => return Err(PlanError(format!("{}: {e}", dest.display()))),
@@ -189,20 +294,18 @@ pub fn plan(from: &Path, names: &[String], bin_dir: &Path, link: bool) -> Result
                     dest.display()
                 )))
             }
-            Ok(m) if link => {
-                let same =
-                    m.file_type().is_symlink() && fs::read_link(&dest).is_ok_and(|t| t == src);
-                if same {
-                    Action::Unchanged
-                } else {
-                    Action::Replace
-                }
-            }
             Ok(m) => {
-                let same = m.is_file()
-                    && m.permissions().mode() & 0o7777 == BIN_MODE
-                    && same_bytes(&src, &dest)
-                        .map_err(|e| PlanError(format!("comparing {name}: {e}")))?;
+                let same = match &target {
+                    Some(t) => {
+                        m.file_type().is_symlink() && fs::read_link(&dest).is_ok_and(|d| d == *t)
+                    }
+                    None => {
+                        m.is_file()
+                            && m.permissions().mode() & 0o7777 == BIN_MODE
+                            && same_bytes(&from.join(name), &dest)
+                                .map_err(|e| PlanError(format!("comparing {name}: {e}")))?
+                    }
+                };
                 if same {
                     Action::Unchanged
                 } else {
@@ -212,6 +315,7 @@ pub fn plan(from: &Path, names: &[String], bin_dir: &Path, link: bool) -> Result
         };
         steps.push(Step {
             name: name.clone(),
+            link_to: member.link_to.clone(),
             action,
         });
     }
@@ -219,7 +323,7 @@ pub fn plan(from: &Path, names: &[String], bin_dir: &Path, link: bool) -> Result
     if let Ok(entries) = fs::read_dir(bin_dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let chosen = names.contains(&name);
+            let chosen = members.iter().any(|m| m.name == name);
             let ours_temp = name.starts_with('.') && name.contains(TEMP_MARK);
             if !chosen && !ours_temp {
                 kept.push(name);

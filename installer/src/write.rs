@@ -10,7 +10,7 @@
 //! an exec while a writer has it open), and the temp file is closed before
 //! the rename, so no writer of the new inode is left when it gets the name.
 
-use crate::plan::{Action, Plan, BIN_MODE, TEMP_MARK};
+use crate::plan::{link_target, Action, Member, Plan, BIN_MODE, TEMP_MARK};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -41,7 +41,8 @@ impl std::fmt::Display for WriteError {
     }
 }
 
-/// Carries out `plan` into `bin_dir` (copies, or symlinks with `link`),
+/// Carries out `plan` into `bin_dir` (copies, or symlinks with `link`;
+/// the multicall form's links as links, after the file they name),
 /// calling `report` after each binary. Stops at the first failure: the
 /// binaries done before it stay done (each one whole), the failed one's
 /// name still has what it had.
@@ -53,11 +54,13 @@ pub fn apply(
 ) -> Result<(), WriteError> {
     for step in &plan.steps {
         if step.action != Action::Unchanged {
-            let src = plan.from.join(&step.name);
-            if link {
-                link_one(&src, bin_dir, &step.name)?;
-            } else {
-                copy_one(&src, bin_dir, &step.name)?;
+            let member = Member {
+                name: step.name.clone(),
+                link_to: step.link_to.clone(),
+            };
+            match link_target(&plan.from, &member, link) {
+                Some(target) => link_one(&target, bin_dir, &step.name)?,
+                None => copy_one(&plan.from.join(&step.name), bin_dir, &step.name)?,
             }
         }
         report(&Done {
@@ -108,7 +111,8 @@ fn copy_one(src: &Path, bin_dir: &Path, name: &str) -> Result<(), WriteError> {
     rename_into(&temp, bin_dir, name)
 }
 
-/// A symlink `<bin_dir>/<name>` -> `src`, made under a temp name and
+/// A symlink `<bin_dir>/<name>` -> `src` (absolute, or a bare name in
+/// the bin dir), made under a temp name and
 /// renamed over the name.
 fn link_one(src: &Path, bin_dir: &Path, name: &str) -> Result<(), WriteError> {
     let temp = bin_dir.join(temp_name(name));
