@@ -1,0 +1,3 @@
+fn main() -> std::process::ExitCode {
+    cni_rs::main()
+}
