@@ -6,13 +6,19 @@
 #                                                    upstream's cni-plugins tarball
 #   dist/cni-rs-linux-<arch>-v<version>.tgz.sha256   `sha256sum` line of it
 #   dist/cni-rs-linux-<arch>-v<version>.tgz.sha512   `sha512sum` line of it
-#   dist/cni-rs_<version>_<debarch>.deb              the Debian package (scripts/package-deb.sh)
-#   dist/SHA256SUMS                                  `sha256sum` of the tarball and the package
+#   dist/cni-rs-multicall-linux-<arch>-v<version>.tgz  the multicall form: the
+#                                                    binary cni-rs and a link per
+#                                                    plugin to it (bridge -> cni-rs)
+#   dist/cni-rs-multicall-...tgz.sha256, .sha512     as above
+#   dist/cni-rs_<version>_<debarch>.deb              the Debian package (scripts/package-deb.sh),
+#                                                    separate binaries
+#   dist/SHA256SUMS                                  `sha256sum` of the tarballs and the package
 #
 # Usage: scripts/release.sh [--out DIR] [--only NAME,NAME]
 #   --out DIR    write there instead of dist/
-#   --only ...   build and ship only these binaries (the reproducibility test
-#                uses it to keep CI fast); default: the whole suite
+#   --only ...   build and ship only these binaries, and a multicall binary of
+#                only the plugins among them (the reproducibility test uses it
+#                to keep CI fast); default: the whole suite
 #
 # The binaries are the workspace's bin targets (scripts/suite.sh), the
 # version is the workspace's. Reproducible: the same commit gives the same
@@ -101,17 +107,42 @@ for b in "${bins[@]}"; do
   install -m 0755 "$target/release/$b" "$stage/$b"
 done
 
+# The multicall binary: every plugin, or with --only the plugins named
+# (its crate has a feature per plugin).
+read -r multicall_pkg multicall_bin < <(suite_multicall)
+features=()
+if [ -n "$only" ]; then
+  plugins=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked |
+    python3 -c 'import json,sys; m=json.load(sys.stdin); print("\n".join(next(p for p in m["packages"] if p["name"]==sys.argv[1])["features"]["default"]))' "$multicall_pkg")
+  chosen=$(printf '%s\n' "${bins[@]}" | grep -Fxf <(printf '%s\n' "$plugins") | paste -sd, -)
+  features=(--no-default-features --features "$chosen")
+fi
+echo "building $multicall_bin (release, ${chosen:-every plugin})" >&2
+(cd "$repo" && cargo build --release --locked --target-dir "$target" -p "$multicall_pkg" "${features[@]}")
+multicall_stage=$(mktemp -d)
+trap 'rm -rf "$stage" "$multicall_stage"' EXIT
+chmod 0755 "$multicall_stage"
+install -m 0755 "$target/release/$multicall_bin" "$multicall_stage/$multicall_bin"
+for p in $("$multicall_stage/$multicall_bin" --list); do
+  ln -s "$multicall_bin" "$multicall_stage/$p"
+done
+
+# Reproducible tarballs: sorted, root-owned, dated the commit, gzip -n.
+pack() { # DIR TGZ
+  rm -f "$out/$2" "$out/$2.sha256" "$out/$2.sha512"
+  tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
+    --mtime="@$SOURCE_DATE_EPOCH" -C "$1" -cf - . | gzip -9 -n >"$out/$2"
+  (cd "$out" && sha256sum "$2" >"$2.sha256" && sha512sum "$2" >"$2.sha512")
+}
 tgz=cni-rs-linux-$arch-v$version.tgz
-deb_name=
-rm -f "$out/$tgz" "$out/$tgz.sha256" "$out/$tgz.sha512" "$out/SHA256SUMS" \
-  "$out"/cni-rs_"$version"_*.deb
-tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
-  --mtime="@$SOURCE_DATE_EPOCH" -C "$stage" -cf - . | gzip -9 -n >"$out/$tgz"
-(cd "$out" && sha256sum "$tgz" >"$tgz.sha256" && sha512sum "$tgz" >"$tgz.sha512")
+multicall_tgz=cni-rs-multicall-linux-$arch-v$version.tgz
+rm -f "$out/SHA256SUMS" "$out"/cni-rs_"$version"_*.deb
+pack "$stage" "$tgz"
+pack "$multicall_stage" "$multicall_tgz"
 
 deb=$("$repo/scripts/package-deb.sh" "$stage" "$out")
 deb_name=$(basename "$deb")
-(cd "$out" && sha256sum "$tgz" "$deb_name" >SHA256SUMS)
+(cd "$out" && sha256sum "$tgz" "$multicall_tgz" "$deb_name" >SHA256SUMS)
 
 echo "wrote $out:" >&2
-(cd "$out" && ls -l "$tgz" "$tgz.sha256" "$tgz.sha512" "$deb_name" SHA256SUMS) >&2
+(cd "$out" && ls -l "$tgz"* "$multicall_tgz"* "$deb_name" SHA256SUMS) >&2

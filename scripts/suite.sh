@@ -7,6 +7,11 @@
 #   [package.metadata.cni-rs]
 #   release = false
 # (the benchmark and the test harness).
+# The multicall binary's crate says
+#   [package.metadata.cni-rs]
+#   form = "multicall"
+# and is left out of suite_bins too: it has a tarball of its own.
+# suite_multicall: "<package> <bin>" of that crate.
 # suite_version: the workspace's version (libcni's, which every crate shares).
 
 suite_metadata_json=
@@ -26,10 +31,22 @@ names = set()
 for p in m["packages"]:
     if p["id"] not in members:
         continue
-    if ((p.get("metadata") or {}).get("cni-rs") or {}).get("release") is False:
+    ours = (p.get("metadata") or {}).get("cni-rs") or {}
+    if ours.get("release") is False or ours.get("form") == "multicall":
         continue
     names.update(t["name"] for t in p["targets"] if "bin" in t["kind"])
 print("\n".join(sorted(names)))
+'
+}
+
+suite_multicall() {
+  suite_metadata | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+members = set(m["workspace_members"])
+for p in m["packages"]:
+    if p["id"] in members and ((p.get("metadata") or {}).get("cni-rs") or {}).get("form") == "multicall":
+        print(p["name"], next(t["name"] for t in p["targets"] if "bin" in t["kind"]))
 '
 }
 

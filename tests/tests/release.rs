@@ -33,7 +33,8 @@ fn the_release_holds_every_plugin_binary_of_the_workspace_and_the_tools() {
         "1",
     ]));
     let meta: Value = serde_json::from_slice(&out.stdout).expect("metadata");
-    // Every bin target whose main calls the plugin skeleton is a plugin.
+    // Every bin target whose main calls the plugin skeleton, or its
+    // library's program (dhcp's, which also runs its daemon), is a plugin.
     let mut plugin_bins = Vec::new();
     for p in meta["packages"].as_array().expect("packages") {
         for t in p["targets"].as_array().expect("targets") {
@@ -42,7 +43,9 @@ fn the_release_holds_every_plugin_binary_of_the_workspace_and_the_tools() {
                 .is_some_and(|k| k.contains(&"bin".into()));
             let src = t["src_path"].as_str().expect("src_path");
             let text = std::fs::read_to_string(src).expect("read main");
-            if is_bin && text.contains("skel::plugin_main") {
+            let plugin_main =
+                text.contains("skel::plugin_main") || text.contains("::program_main(");
+            if is_bin && plugin_main {
                 plugin_bins.push(t["name"].as_str().expect("name").to_string());
             }
         }
@@ -153,9 +156,10 @@ fn artifacts(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 /// The binaries the reproducibility check builds: one plugin crate and the
-/// two tools (libcni's cnitool, the installer). A release build of the
-/// whole suite (LTO, one codegen unit per crate) takes minutes per binary
-/// set on two cores; `scripts/release.sh` builds them all the same way.
+/// two tools (libcni's cnitool, the installer), and a multicall binary of
+/// that one plugin. A release build of the whole suite (LTO, one codegen
+/// unit per crate) takes minutes per binary set on two cores;
+/// `scripts/release.sh` builds them all the same way.
 const REPRO_BINS: &str = "loopback,cnitool,cni-rs-install";
 
 fn release(src: &Path, out: &Path, target: Option<&Path>, epoch: &str) {
@@ -195,6 +199,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         other => panic!("no release arch for {other}"),
     };
     let tgz = format!("cni-rs-linux-{arch}-v{SUITE_VERSION}.tgz");
+    let multicall_tgz = format!("cni-rs-multicall-linux-{arch}-v{SUITE_VERSION}.tgz");
     let deb = format!("cni-rs_{SUITE_VERSION}_{arch}.deb");
     let names: Vec<&String> = da.keys().collect();
     let mut want = [
@@ -203,6 +208,9 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         tgz.clone(),
         format!("{tgz}.sha256"),
         format!("{tgz}.sha512"),
+        multicall_tgz.clone(),
+        format!("{multicall_tgz}.sha256"),
+        format!("{multicall_tgz}.sha512"),
     ];
     want.sort();
     assert_eq!(names, want.iter().collect::<Vec<_>>());
@@ -219,16 +227,21 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         let out = run_ok(Command::new(tool).arg(file).current_dir(&dist));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    assert_eq!(
-        String::from_utf8_lossy(&da[&format!("{tgz}.sha256")]),
-        sha("sha256sum", &tgz)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&da[&format!("{tgz}.sha512")]),
-        sha("sha512sum", &tgz)
-    );
+    for t in [&tgz, &multicall_tgz] {
+        assert_eq!(
+            String::from_utf8_lossy(&da[&format!("{t}.sha256")]),
+            sha("sha256sum", t)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&da[&format!("{t}.sha512")]),
+            sha("sha512sum", t)
+        );
+    }
     let sums = String::from_utf8_lossy(&da["SHA256SUMS"]).into_owned();
-    assert_eq!(sums, sha("sha256sum", &tgz) + &sha("sha256sum", &deb));
+    assert_eq!(
+        sums,
+        sha("sha256sum", &tgz) + &sha("sha256sum", &multicall_tgz) + &sha("sha256sum", &deb)
+    );
     run_ok(
         Command::new("sha256sum")
             .args(["-c", "SHA256SUMS"])
@@ -236,10 +249,12 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     );
 
     // gzip -n: no file name, no time in the header.
-    let gz = &da[&tgz];
-    assert_eq!(&gz[..3], &[0x1f, 0x8b, 8], "gzip, deflate");
-    assert_eq!(gz[3] & 0x08, 0, "no FNAME");
-    assert_eq!(&gz[4..8], &[0, 0, 0, 0], "no MTIME");
+    for t in [&tgz, &multicall_tgz] {
+        let gz = &da[t];
+        assert_eq!(&gz[..3], &[0x1f, 0x8b, 8], "gzip, deflate");
+        assert_eq!(gz[3] & 0x08, 0, "no FNAME");
+        assert_eq!(&gz[4..8], &[0, 0, 0, 0], "no MTIME");
+    }
 
     // Flat as upstream's: ./ and one entry per binary, sorted, root-owned,
     // 0755, dated the commit.
@@ -288,6 +303,57 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
             format!("{b} {SUITE_VERSION}\n")
         );
     }
+
+    // The multicall tarball: the binary, built with the one plugin named,
+    // and a link to it for that plugin; the link is the plugin.
+    let listing = run_ok(
+        Command::new("tar")
+            .args(["--numeric-owner", "--full-time", "-tvzf", &multicall_tgz])
+            .env("TZ", "UTC")
+            .current_dir(&dist),
+    );
+    let entries: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f[1], "0/0", "{line}");
+            assert_eq!(format!("{} {}", f[3], f[4]), date, "{line}");
+            format!("{} {}", f[0], f[5..].join(" "))
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            "drwxr-xr-x ./",
+            "-rwxr-xr-x ./cni-rs",
+            "lrwxrwxrwx ./loopback -> cni-rs"
+        ]
+    );
+    let m = work.path().join("m");
+    std::fs::create_dir_all(&m).expect("mkdir");
+    run_ok(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(dist.join(&multicall_tgz))
+            .arg("-C")
+            .arg(&m),
+    );
+    for (args, want) in [
+        (&["--version"][..], format!("cni-rs {SUITE_VERSION}\n")),
+        (&["--list"], "loopback\n".to_string()),
+        (
+            &["loopback", "--version"],
+            format!("loopback {SUITE_VERSION}\n"),
+        ),
+    ] {
+        let out = run_ok(Command::new(m.join("cni-rs")).args(args));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), want, "{args:?}");
+    }
+    let out = run_ok(Command::new(m.join("loopback")).arg("--version"));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("loopback {SUITE_VERSION}\n")
+    );
 }
 
 // ---- the Debian package -------------------------------------------------
