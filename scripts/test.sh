@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests and black-box tests in throwaway network
 # namespaces (through our cnitool, the Go clients of tests/go and a real
-# containerd of its own), then the fullkernel_* tests in one VM with
+# containerd of its own), the chains again against the multicall form, then
+# the fullkernel_* tests in one VM with
 # Debian's full kernel (scripts/fullkernel.sh). Installs what it needs; run
 # as root on Debian, from a clone with nothing beside it. CNI_TEST_SKIP
 # leaves named steps out on purpose (scripts/deps.sh); never in CI.
@@ -28,6 +29,16 @@ case " ${args[*]} " in
   *) args+=(-- --skip fullkernel_) ;;
 esac
 cargo test --workspace --no-fail-fast "${args[@]}" || status=$?
+
+# The multicall form: the chains through the three clients and real
+# containerd again (kube-flannel's, bridge + portmap + bandwidth, kindnet's
+# ptp, podman's, multus macvlan), and every plugin's --version and VERSION,
+# against `cni-rs` and a link per plugin. The whole black-box suite runs the
+# same way: CNI_TEST_BIN_DIR=target/multicall-test cargo test -p tests.
+scripts/multicall-bin.sh target/debug target/multicall-test
+multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p tests --no-fail-fast)
+"${multicall[@]}" --test clients --test containerd --test podman --test ptp || status=$?
+"${multicall[@]}" --test release -- every_binary go_libcni || status=$?
 
 # The full-kernel step: one VM boot (scripts/fullkernel.sh) runs every
 # fullkernel_* test of every test binary built here. Other steps that need

@@ -32,11 +32,19 @@ pub const NETNS_PREFIX: &str = "cnit-";
 pub use libcni::netlink::testing::{full_kernel, kernel_is_full};
 pub use libcni::netns::testing::privileged as require_root;
 
-/// The directory holding the built binaries (`target/<profile>`).
+/// The directory holding the binaries under test: `CNI_TEST_BIN_DIR`
+/// (e.g. the multicall form's, `scripts/multicall-bin.sh`), else the
+/// build's [`build_dir`].
 pub fn bin_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("CNI_TEST_BIN_DIR") {
-        return PathBuf::from(d);
+    match std::env::var_os("CNI_TEST_BIN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => build_dir(),
     }
+}
+
+/// The directory cargo built the binaries into (`target/<profile>`), both
+/// forms: the plugins' own binaries and the multicall `cni-rs`.
+pub fn build_dir() -> PathBuf {
     // Test executables live in target/<profile>/deps.
     let exe = std::env::current_exe().expect("current_exe");
     exe.parent()

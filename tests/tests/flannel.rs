@@ -809,7 +809,10 @@ fn a_failed_delegate_del_keeps_the_config_and_the_retry_releases() {
     let wrap = TempDir::new("flwrap");
     let marker = wrap.path().join("fail-del");
     std::fs::write(&marker, "").unwrap();
-    let real = std::fs::canonicalize(site.delegates.path().join("bridge")).unwrap();
+    // Exec'd by its name in the delegates dir, never the file a link there
+    // resolves to: in the multicall form that file is `cni-rs`, which
+    // needs the name to know it is bridge.
+    let real = site.delegates.path().join("bridge");
     failing_del_wrapper(wrap.path(), &real, &marker);
     let path = format!(
         "{}:{}",

@@ -228,38 +228,151 @@ fn replacing_a_live_bin_dir_fails_no_plugin_call() {
     let builds = [TempDir::new("live-a"), TempDir::new("live-b")];
     for name in CHAIN {
         let a = builds[0].path().join(name);
-        run_ok(
-            Command::new("objcopy")
-                .arg("--strip-all")
-                .arg(bin(name))
-                .arg(&a),
-        );
+        strip_to(&bin(name), &a);
         let mut bytes = std::fs::read(&a).expect("read");
         bytes.push(b'\n');
         std::fs::write(builds[1].path().join(name), bytes).expect("write");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            builds[1].path().join(name),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .expect("chmod");
+        make_executable(&builds[1].path().join(name));
     }
+    let forms = [
+        Form::Separate(builds[0].path()),
+        Form::Separate(builds[1].path()),
+    ];
+    let live = calls_during_installs(&forms, &|_, out| {
+        lines(out)
+            == [
+                "replace bridge",
+                "replace host-local",
+                "replace portmap",
+                "keep calico",
+            ]
+    });
+    assert_eq!(
+        tree(live.path()),
+        ["bridge", "calico", "host-local", "portmap"],
+        "no temp file left"
+    );
+    for name in CHAIN {
+        let want = std::fs::read(builds[ROUNDS % 2].path().join(name)).expect("read");
+        assert_eq!(
+            std::fs::read(live.path().join(name)).expect("read"),
+            want,
+            "{name}"
+        );
+    }
+}
+
+/// The same live bin dir switched from separate binaries to the multicall
+/// form (`cni-rs install`: the binary, then a link per plugin renamed over
+/// each plugin's file) and back (`cni-rs-install`: each link replaced by
+/// its file), 50 times, under the same calls and execs: none may fail.
+#[test]
+fn switching_a_live_bin_dir_between_separate_and_multicall_fails_no_plugin_call() {
+    if !require_root("switching_a_live_bin_dir_between_separate_and_multicall_fails_no_plugin_call")
+    {
+        return;
+    }
+    let (separate, multicall) = (TempDir::new("switch-sep"), TempDir::new("switch-multi"));
+    for name in CHAIN {
+        strip_to(&build_dir().join(name), &separate.path().join(name));
+    }
+    make_multicall_form(&build_dir().join("cni-rs"), multicall.path());
+    let forms = [
+        Form::Separate(separate.path()),
+        Form::Multicall(multicall.path()),
+    ];
+    let live = calls_during_installs(&forms, &|round, out| {
+        let form_lines = lines(out);
+        CHAIN
+            .iter()
+            .all(|name| form_lines.contains(&format!("replace {name}").as_str()))
+            && (round % 2 == 1 || form_lines.iter().any(|l| l.ends_with(" cni-rs")))
+    });
+    // The last round installed separate binaries: files again, and the
+    // multicall binary and its other links stay as any foreign file.
+    for name in CHAIN {
+        let meta = std::fs::symlink_metadata(live.path().join(name)).expect("lstat");
+        assert!(meta.is_file(), "{name} is a file again");
+    }
+    assert_eq!(
+        std::fs::read_link(live.path().join("tuning")).expect("a link left"),
+        Path::new("cni-rs")
+    );
+    assert!(
+        !tree(live.path())
+            .iter()
+            .any(|f| f.contains(".cni-rs-install-")),
+        "no temp file left"
+    );
+}
+
+/// One form of the suite a test installs: a directory of separate binaries
+/// (installed by `cni-rs-install --from`), or the multicall form
+/// (installed by its own `cni-rs install`).
+enum Form<'a> {
+    Separate(&'a Path),
+    Multicall(&'a Path),
+}
+
+impl Form<'_> {
+    fn install_into(&self, live: &Path) -> PluginOutput {
+        match self {
+            Form::Separate(dir) => install(&["--from", dir.to_str().expect("utf8")], &[live]),
+            Form::Multicall(dir) => {
+                let out = Command::new(dir.join("cni-rs"))
+                    .arg("install")
+                    .arg(live)
+                    .output()
+                    .expect("run cni-rs install");
+                PluginOutput {
+                    exit_code: out.status.code().unwrap_or(-1),
+                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+                }
+            }
+        }
+    }
+}
+
+fn strip_to(src: &Path, dest: &Path) {
+    run_ok(
+        Command::new("objcopy")
+            .arg("--strip-all")
+            .arg(src)
+            .arg(dest),
+    );
+}
+
+fn make_executable(p: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+}
+
+/// The multicall form from the built `cni-rs` (stripped): the binary and a
+/// link to it per plugin, as the multicall tarball holds it.
+fn make_multicall_form(cni_rs: &Path, dir: &Path) {
+    strip_to(cni_rs, &dir.join("cni-rs"));
+    let out = run_ok(Command::new(dir.join("cni-rs")).arg("--list"));
+    for p in String::from_utf8_lossy(&out.stdout).lines() {
+        std::os::unix::fs::symlink("cni-rs", dir.join(p)).expect("link");
+    }
+}
+
+/// The live bin dir (with a foreign `calico`), given `forms[0]` first, then
+/// installed from `forms[1]`, `forms[0]`, ... for [`ROUNDS`] rounds while
+/// a runtime keeps calling the chain through it and a thread per binary
+/// execs it; `ok` judges each install's output. Fails on any failed call,
+/// exec or install; returns the live dir, as the last round left it.
+fn calls_during_installs(forms: &[Form; 2], ok: &dyn Fn(usize, &PluginOutput) -> bool) -> TempDir {
     let live = TempDir::new("live-bin");
     live.write_executable("calico", "#!/bin/sh\nexit 0\n");
-    let out = install(
-        &["--from", builds[0].path().to_str().expect("utf8")],
-        &[live.path()],
-    );
-    assert_eq!(
-        lines(&out),
-        [
-            "install bridge",
-            "install host-local",
-            "install portmap",
-            "keep calico"
-        ],
-        "{out:?}"
-    );
+    let out = forms[0].install_into(live.path());
+    for name in CHAIN {
+        assert!(
+            lines(&out).contains(&format!("install {name}").as_str()),
+            "{out:?}"
+        );
+    }
 
     let node = Node::new("live");
     let pod = Netns::new("live-pod");
@@ -362,15 +475,8 @@ fn replacing_a_live_bin_dir_fails_no_plugin_call() {
                 c = progressed.wait_timeout(c, left).expect("wait").0;
             }
             drop(c);
-            let from = builds[(round + 1) % 2].path().to_str().expect("utf8");
-            let out = install(&["--from", from], &[live.path()]);
-            let want = [
-                "replace bridge",
-                "replace host-local",
-                "replace portmap",
-                "keep calico",
-            ];
-            if out.exit_code != 0 || lines(&out) != want {
+            let out = forms[(round + 1) % 2].install_into(live.path());
+            if out.exit_code != 0 || !ok(round, &out) {
                 failures.push(format!("install round {round}: {out:?}"));
             }
             replaced_inodes.push(inode(&live.path().join("bridge")));
@@ -397,22 +503,10 @@ fn replacing_a_live_bin_dir_fails_no_plugin_call() {
         ROUNDS,
         "every round renamed a new bridge in"
     );
-    assert_eq!(
-        tree(live.path()),
-        ["bridge", "calico", "host-local", "portmap"],
-        "no temp file left"
-    );
-    for name in CHAIN {
-        let want = std::fs::read(builds[ROUNDS % 2].path().join(name)).expect("read");
-        assert_eq!(
-            std::fs::read(live.path().join(name)).expect("read"),
-            want,
-            "{name}"
-        );
-    }
     // The loop ended on a DEL: the lease is released.
     assert_eq!(
         leases_in(&data.path().join("livenet")),
         Vec::<String>::new()
     );
+    live
 }
