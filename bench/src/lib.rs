@@ -7,7 +7,8 @@
 //! daemons),
 //! [`process`] (one plugin process: timed, or traced for peak RSS),
 //! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
-//! [`measure`] (the main table), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
+//! [`measure`] (the main table), [`multicall`] (the multicall form against
+//! the separate binaries), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
 //! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
 //! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
 
@@ -17,6 +18,7 @@ pub mod diagnose;
 pub mod interrupt;
 pub mod machine;
 pub mod measure;
+pub mod multicall;
 pub mod namespaces;
 pub mod options;
 pub mod plot;

@@ -202,7 +202,7 @@ pub fn load_average() -> String {
 pub const REFERENCE_FIVE: [&str; 5] = ["bridge", "host-local", "portmap", "bandwidth", "loopback"];
 
 /// Binaries in our release directory that are not plugins.
-pub const NOT_PLUGINS: [&str; 2] = ["cnitool", "cni-bench"];
+pub const NOT_PLUGINS: [&str; 4] = ["cnitool", "cni-bench", "cni-rs", "cni-rs-install"];
 
 /// (name, bytes) of every executable file directly in `dir` except `skip`,
 /// sorted by name.

@@ -190,6 +190,26 @@ fn run() -> Result<(), String> {
         .map(bench::dhcp::DhcpLan::peaks_note)
         .collect();
 
+    // The multicall form against the separate binaries, on the same chains
+    // (the dhcp chain's daemon is still up).
+    run.progress(format_args!(
+        "the multicall form against the separate binaries"
+    ));
+    let chains_run: Vec<chains::Chain> = measured(&outcomes).cloned().collect();
+    let multicall = match bench::multicall::compare(
+        &run.set,
+        &scratch.root().join("multicall"),
+        &ns,
+        &pod,
+        &chains_run,
+    )? {
+        Ok(c) => Some(c),
+        Err(e) => {
+            notes.push(format!("the multicall form is not measured: {e}"));
+            None
+        }
+    };
+
     let strace_dir = if diagnose::have_strace() {
         Some(scratch.dir("strace").map_err(io)?)
     } else {
@@ -218,6 +238,7 @@ fn run() -> Result<(), String> {
     let measured = Measured {
         outcomes,
         extra,
+        multicall,
         status_costs,
         diagnosis,
         sweeps,
@@ -233,6 +254,7 @@ fn run() -> Result<(), String> {
 struct Measured {
     outcomes: Vec<ChainOutcome>,
     extra: Vec<report::ExtraReference>,
+    multicall: Option<bench::multicall::Comparison>,
     status_costs: Vec<bench::status::StatusCost>,
     diagnosis: Diagnosis,
     sweeps: Sweeps,
@@ -287,6 +309,7 @@ fn write_results(
         reference_dir: run.set.reference_dir,
         extra_references: &m.extra,
         chains: &m.outcomes,
+        multicall: m.multicall.as_ref(),
         starts: m.diagnosis.starts.as_ref(),
         floor: m.diagnosis.floor.as_ref(),
         nft_floor: m.diagnosis.nft_floor.as_ref(),

@@ -53,6 +53,17 @@ impl SideResult {
         self.errors.len() >= 3 && self.chain_add.is_empty()
     }
 
+    /// The peak RSS, in KiB, of the processes started by the name `name`
+    /// (a plugin's, whichever form: a link's name is the process's name).
+    pub fn peak_named(&self, name: &str) -> Option<u64> {
+        let name = &name[..name.len().min(15)];
+        self.peaks
+            .iter()
+            .filter(|p| p.name == name)
+            .map(|p| p.hwm_kib)
+            .max()
+    }
+
     /// The peak RSS, in KiB, of the processes that ran `program`.
     pub fn peak_of(&self, program: &Path) -> Option<u64> {
         self.peaks

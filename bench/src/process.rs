@@ -79,6 +79,10 @@ fn last_lines(s: &str, n: usize) -> String {
 pub struct ProcessPeak {
     /// The program it was running when it exited (`/proc/<pid>/exe`).
     pub exe: PathBuf,
+    /// The name it was started by (`Name:`, the executed path's last part,
+    /// 15 bytes at most): a link's name, where `exe` is the multicall
+    /// binary for every plugin.
+    pub name: String,
     /// `VmHWM`: the most memory it ever had resident, in KiB.
     pub hwm_kib: u64,
 }
@@ -339,5 +343,6 @@ fn peak_of(tid: libc::pid_t) -> Option<ProcessPeak> {
     }
     let hwm_kib = field("VmHWM:")?.parse().ok()?;
     let exe = std::fs::read_link(format!("/proc/{tid}/exe")).ok()?;
-    Some(ProcessPeak { exe, hwm_kib })
+    let name = field("Name:")?;
+    Some(ProcessPeak { exe, name, hwm_kib })
 }

@@ -61,6 +61,8 @@ pub struct Report<'a> {
     pub filling: Option<&'a Filling>,
     pub ours_sizes: &'a [(String, u64)],
     pub reference_sizes: &'a [(String, u64)],
+    /// The multicall form against the separate binaries, when measured.
+    pub multicall: Option<&'a crate::multicall::Comparison>,
     pub cnitool_size: Option<u64>,
     pub plot_file: &'a str,
     pub notes: &'a [String],
@@ -246,6 +248,9 @@ impl Report<'_> {
         self.chain_table(&mut s);
         self.plugin_tables(&mut s);
         self.extra_tables(&mut s);
+        if let Some(m) = self.multicall {
+            s.push_str(&crate::multicall::render(m));
+        }
         self.status_table(&mut s);
         self.peak_table(&mut s);
         self.size_table(&mut s);

@@ -1,0 +1,271 @@
+//! The multicall form against the separate binaries (issue 26): the
+//! chains again, with our separate binaries on one side and `cni-rs` with
+//! a link per plugin on the other (the same conflists), alternating in
+//! every iteration as the main table does; the sizes of the suite in each
+//! form beside Debian's Go package; and the section of RESULTS.md.
+
+use crate::chains::Chain;
+use crate::measure::{self, ChainOutcome, Setting};
+use crate::namespaces::Namespaces;
+use crate::stats::{ratio, Samples};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// The multicall binary's name in a build directory.
+pub const BINARY: &str = "cni-rs";
+
+/// How much slower a plugin may be as a link to the multicall binary, at
+/// p50, than as its own binary (the issue's bound).
+pub const SLOWER_BOUND: f64 = 1.05;
+
+/// The measured comparison.
+pub struct Comparison {
+    /// The multicall binary measured (a copy of it, with its links, in the
+    /// run's temp dir is what ran).
+    pub binary: PathBuf,
+    /// Each chain: "ours" the separate binaries, "reference" the links.
+    pub chains: Vec<ChainOutcome>,
+    pub sizes: Sizes,
+}
+
+/// Bytes on disk of the whole suite of plugins in each form.
+pub struct Sizes {
+    pub plugins: usize,
+    pub separate: u64,
+    pub multicall: u64,
+    /// Every executable of the Go reference directory (Debian's package).
+    pub debian: u64,
+    pub debian_files: usize,
+}
+
+/// Lays out the multicall form of `ours` (its `cni-rs`, copied, and a link
+/// to it named after each plugin it lists) in `dir`.
+pub fn lay_out(ours: &Path, dir: &Path) -> Result<Vec<String>, String> {
+    let binary = ours.join(BINARY);
+    if !binary.is_file() {
+        return Err(format!("{} is not built", binary.display()));
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::copy(&binary, dir.join(BINARY)).map_err(|e| format!("copying {BINARY}: {e}"))?;
+    let out = std::process::Command::new(dir.join(BINARY))
+        .arg("--list")
+        .output()
+        .map_err(|e| format!("{BINARY} --list: {e}"))?;
+    let plugins: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    for p in &plugins {
+        std::os::unix::fs::symlink(BINARY, dir.join(p)).map_err(|e| format!("link {p}: {e}"))?;
+    }
+    Ok(plugins)
+}
+
+/// The sizes of the suite's `plugins` in `ours` (separate) and of the
+/// multicall binary in `dir`, and of the Go package in `reference`.
+pub fn sizes(ours: &Path, dir: &Path, reference: &Path, plugins: &[String]) -> Sizes {
+    let len = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let debian = crate::machine::executables(reference, &[]);
+    Sizes {
+        plugins: plugins.len(),
+        separate: plugins.iter().map(|p| len(ours.join(p))).sum(),
+        multicall: len(dir.join(BINARY)),
+        debian: debian.iter().map(|(_, b)| b).sum(),
+        debian_files: debian.len(),
+    }
+}
+
+/// Every chain with the multicall form as its other side: the same
+/// conflist on both.
+pub fn chains_against_separate(chains: &[Chain]) -> Vec<Chain> {
+    chains
+        .iter()
+        .map(|c| Chain {
+            reference: c.ours.clone(),
+            note: None,
+            ..c.clone()
+        })
+        .collect()
+}
+
+/// Lays out the multicall form of `set.ours_dir` in `dir` and measures
+/// `chains` with the separate binaries against it; `Ok(None)`: there is no
+/// multicall binary to measure, and why.
+pub fn compare(
+    set: &Setting,
+    dir: &Path,
+    ns: &Namespaces,
+    pod: &str,
+    chains: &[Chain],
+) -> Result<Result<Comparison, String>, String> {
+    let plugins = match lay_out(set.ours_dir, dir) {
+        Ok(p) => p,
+        Err(e) => return Ok(Err(e)),
+    };
+    Ok(Ok(Comparison {
+        binary: set.ours_dir.join(BINARY),
+        chains: measure(set, dir, ns, pod, chains)?,
+        sizes: sizes(set.ours_dir, dir, set.reference_dir, &plugins),
+    }))
+}
+
+/// Measures `chains` with the separate binaries of `set.ours_dir` against
+/// the multicall form in `dir`.
+pub fn measure(
+    set: &Setting,
+    dir: &Path,
+    ns: &Namespaces,
+    pod: &str,
+    chains: &[Chain],
+) -> Result<Vec<ChainOutcome>, String> {
+    let conf_dir = set.conf_dir.join("multicall");
+    let set = Setting {
+        reference_dir: dir,
+        conf_dir: &conf_dir,
+        ..*set
+    };
+    chains_against_separate(chains)
+        .iter()
+        .map(|c| measure::chain(&set, ns, pod, c))
+        .collect()
+}
+
+fn ms(s: &Samples) -> String {
+    s.p50()
+        .map(|v| format!("{v:.2}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+fn x(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "–".into())
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.2} MB", b as f64 / 1e6)
+}
+
+/// The largest multicall / separate p50 ratio over every plugin's ADD and
+/// DEL, with where it is.
+pub fn worst_ratio(chains: &[ChainOutcome]) -> Option<(f64, String)> {
+    let mut worst: Option<(f64, String)> = None;
+    for c in chains {
+        let ChainOutcome::Measured {
+            chain,
+            ours,
+            reference,
+        } = c
+        else {
+            continue;
+        };
+        for (o, m) in ours.plugins.iter().zip(&reference.plugins) {
+            for (verb, a, b) in [("ADD", &o.add, &m.add), ("DEL", &o.del, &m.del)] {
+                if let Some(r) = ratio(b.p50(), a.p50()) {
+                    if worst.as_ref().is_none_or(|(w, _)| r > *w) {
+                        worst = Some((r, format!("{} {verb} in the {} chain", o.name, chain.key)));
+                    }
+                }
+            }
+        }
+    }
+    worst
+}
+
+/// The RESULTS.md section.
+pub fn render(c: &Comparison) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## Separate binaries and the multicall form\n");
+    let _ = writeln!(
+        s,
+        "The same chains and conflists, our separate plugin binaries against the multicall \
+         binary `{}` called through a link per plugin (a copy with its links, as installed), alternating \
+         within every iteration as above. A ratio is multicall / separate at p50 (above 1: the \
+         multicall form is slower). Peak RSS is `VmHWM` of the process started under the \
+         plugin's name (KiB).\n",
+        c.binary.display()
+    );
+    let verdict = match worst_ratio(&c.chains) {
+        Some((r, at)) if r <= SLOWER_BOUND => {
+            format!("**PASS**: at most {r:.3}x ({at})")
+        }
+        Some((r, at)) => format!("**FAIL**: {r:.3}x ({at})"),
+        None => "not measured".into(),
+    };
+    let _ = writeln!(
+        s,
+        "- No plugin's ADD or DEL p50 more than 5% slower as a link: {verdict}."
+    );
+    let z = &c.sizes;
+    let _ = writeln!(
+        s,
+        "- The suite's {} plugins on disk under 6 MB in the multicall form: **{}**, {} \
+         (separate binaries: {}; Debian's Go package: {} in {} files).\n",
+        z.plugins,
+        if z.multicall < 6_000_000 {
+            "PASS"
+        } else {
+            "FAIL"
+        },
+        mb(z.multicall),
+        mb(z.separate),
+        mb(z.debian),
+        z.debian_files
+    );
+    let _ = writeln!(
+        s,
+        "| Chain | Plugin | ADD separate | ADD multicall | ratio | DEL separate | DEL multicall | ratio | peak RSS separate / multicall |\n|---|---|---|---|---|---|---|---|---|"
+    );
+    for outcome in &c.chains {
+        match outcome {
+            ChainOutcome::Measured {
+                chain,
+                ours,
+                reference,
+            } => {
+                let _ = writeln!(
+                    s,
+                    "| {} | **whole chain** (runtime) | {} | {} | {} | {} | {} | {} | |",
+                    chain.key,
+                    ms(&ours.chain_add),
+                    ms(&reference.chain_add),
+                    x(ratio(reference.chain_add.p50(), ours.chain_add.p50())),
+                    ms(&ours.chain_del),
+                    ms(&reference.chain_del),
+                    x(ratio(reference.chain_del.p50(), ours.chain_del.p50())),
+                );
+                for (o, m) in ours.plugins.iter().zip(&reference.plugins) {
+                    let peak = |r: &measure::SideResult| {
+                        r.peak_named(&o.name)
+                            .map(|k| k.to_string())
+                            .unwrap_or_else(|| "–".into())
+                    };
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+                        chain.key,
+                        o.name,
+                        ms(&o.add),
+                        ms(&m.add),
+                        x(ratio(m.add.p50(), o.add.p50())),
+                        ms(&o.del),
+                        ms(&m.del),
+                        x(ratio(m.del.p50(), o.del.p50())),
+                        peak(ours),
+                        peak(reference),
+                    );
+                }
+            }
+            ChainOutcome::Skipped { chain, reason } => {
+                let _ = writeln!(s, "| {} | skipped: {reason} | | | | | | | |", chain.key);
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nNot measured: the cold-cache start after `echo 3 > /proc/sys/vm/drop_caches`. \
+         Dropping the page cache is machine-wide on this shared machine, and the full-kernel \
+         VM reads its root over 9p from the host, so neither gives a cold start of a node's \
+         disk. Upstream's release tarball is not measured here either (no download); \
+         issue 26 quotes about 72 MB for its plugins.\n"
+    );
+    s
+}
