@@ -2,6 +2,7 @@
 //! a CNI environment, and reading its result or error. Used by plugins that
 //! delegate (IPAM, the flannel plugin) and by the runtime.
 
+use crate::calllog::Step;
 use crate::error::{Error, ErrorResult};
 use crate::types::CniResult;
 use crate::version::Version;
@@ -135,8 +136,21 @@ fn spawn_retrying_busy(path: &Path, env: &[(&str, &str)]) -> Result<std::process
 /// Runs delegate `plugin` with our environment, `CNI_COMMAND` overridden,
 /// and `netconf` as its stdin (spec §4: the complete config, unchanged).
 fn delegate(plugin: &str, command: &str, netconf: &[u8]) -> Result<Vec<u8>, Error> {
-    let path = find_in_path(plugin, &cni_path_from_env())?;
-    exec_plugin(&path, &[("CNI_COMMAND", command)], netconf)
+    delegate_as(Step::Delegate, plugin, command, netconf)
+}
+
+/// [`delegate`], its time logged as `step` ([`crate::calllog`]): IPAM's
+/// calls go through here as [`Step::Ipam`].
+pub(crate) fn delegate_as(
+    step: Step,
+    plugin: &str,
+    command: &str,
+    netconf: &[u8],
+) -> Result<Vec<u8>, Error> {
+    crate::calllog::timed(step, || {
+        let path = find_in_path(plugin, &cni_path_from_env())?;
+        exec_plugin(&path, &[("CNI_COMMAND", command)], netconf)
+    })
 }
 
 /// Delegated ADD; a result without `cniVersion` is read as `version`.

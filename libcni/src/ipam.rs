@@ -12,6 +12,7 @@
 //! detection to finish, this waits on the kernel's own notification
 //! (`RTM_NEWADDR` on `RTNLGRP_IPV6_IFADDR`) with a bounded deadline.
 
+use crate::calllog::Step;
 use std::io;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -34,7 +35,8 @@ pub const DAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// plugin's whole config, unchanged) and reads its result; a result without
 /// `cniVersion` is read as `version`. Errors keep the IPAM plugin's code.
 pub fn exec_add(plugin: &str, stdin: &[u8], version: Version) -> Result<CniResult> {
-    invoke::delegate_add(plugin, stdin, version)
+    let out = invoke::delegate_as(Step::Ipam, plugin, "ADD", stdin)?;
+    Ok(CniResult::from_slice(&out, version)?.0)
 }
 
 /// An IPAM result for a main plugin must give addresses: without any it is
@@ -53,22 +55,22 @@ pub fn require_ips(plugin: &str, result: &CniResult) -> Result<()> {
 
 /// IPAM DEL: releases what ADD allocated for this container.
 pub fn exec_del(plugin: &str, stdin: &[u8]) -> Result<()> {
-    invoke::delegate_del(plugin, stdin)
+    invoke::delegate_as(Step::Ipam, plugin, "DEL", stdin).map(drop)
 }
 
 /// IPAM CHECK.
 pub fn exec_check(plugin: &str, stdin: &[u8]) -> Result<()> {
-    invoke::delegate_check(plugin, stdin)
+    invoke::delegate_as(Step::Ipam, plugin, "CHECK", stdin).map(drop)
 }
 
 /// IPAM GC (stdin carries `cni.dev/valid-attachments`).
 pub fn exec_gc(plugin: &str, stdin: &[u8]) -> Result<()> {
-    invoke::delegate_gc(plugin, stdin)
+    invoke::delegate_as(Step::Ipam, plugin, "GC", stdin).map(drop)
 }
 
 /// IPAM STATUS.
 pub fn exec_status(plugin: &str, stdin: &[u8]) -> Result<()> {
-    invoke::delegate_status(plugin, stdin)
+    invoke::delegate_as(Step::Ipam, plugin, "STATUS", stdin).map(drop)
 }
 
 /// How [`configure_interface`] treats IPv6 duplicate address detection.

@@ -10,6 +10,7 @@
 
 pub mod args;
 pub mod attach;
+pub mod calllog;
 pub mod error;
 pub mod fault;
 pub mod files;

@@ -10,6 +10,7 @@
 //! Only writes that go through the calling thread's namespace (sysctls under
 //! `/proc/sys/net`) need the closure to do real work inside.
 
+use crate::calllog::Step;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
@@ -55,6 +56,7 @@ impl NetNs {
     /// another kind (mount, pid, ...).
     pub fn open(path: &Path) -> Result<NetNs> {
         let invalid = |why: String| Error::InvalidEnv(format!("CNI_NETNS {path:?} {why}"));
+        let opening = std::time::Instant::now();
         // O_NONBLOCK: opening a FIFO must not hang; O_NOCTTY: nor may a tty
         // become our controlling terminal. Neither matters for a real nsfs file.
         let file = OpenOptions::new()
@@ -66,6 +68,7 @@ impl NetNs {
                 _ => invalid(format!("cannot be opened: {e}")),
             })?;
         check_is_netns(&file).map_err(invalid)?;
+        crate::calllog::add(Step::Namespace, opening.elapsed());
         Ok(NetNs {
             file,
             path: path.to_path_buf(),
@@ -155,6 +158,7 @@ impl NetNs {
     /// nothing has to be restored. A failed `setns` is a kernel error naming
     /// the path; a panic in `f` is resumed on the caller's thread.
     pub fn run<T: Send, F: FnOnce() -> T + Send>(&self, f: F) -> Result<T> {
+        let entering = std::time::Instant::now();
         std::thread::scope(|scope| {
             let inside = std::thread::Builder::new()
                 .name("netns".to_string())
@@ -162,6 +166,8 @@ impl NetNs {
                     nix::sched::setns(self.file.as_fd(), CloneFlags::CLONE_NEWNET).map_err(
                         |e| Error::kernel(format!("setns into {:?}", self.path), e.into()),
                     )?;
+                    // The thread and the setns, not the work inside.
+                    crate::calllog::add(Step::Namespace, entering.elapsed());
                     Ok(f())
                 })
                 .map_err(|e| {

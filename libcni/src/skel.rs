@@ -4,6 +4,7 @@
 //! process without a spec error JSON on stdout: errors and panics alike.
 
 use crate::args::CniArgs;
+use crate::calllog;
 use crate::error::{Error, ErrorResult};
 use crate::invoke::split_path_list;
 use crate::netns::NetNs;
@@ -224,6 +225,9 @@ pub struct Outcome {
 
 static ERROR_VERSION: OnceLock<String> = OnceLock::new();
 
+/// This call's line in the call log, when the log is on ([`calllog`]).
+static CALL: OnceLock<calllog::Call> = OnceLock::new();
+
 /// Runs `plugin` for this process and exits. `about` is printed on stderr
 /// with the suite's version when `CNI_COMMAND` is unset, as Go's skel does;
 /// then `--version` as the only argument prints `<name> <version>` on
@@ -240,9 +244,13 @@ pub fn plugin_main_with_args<P: Plugin>(
     about: &str,
     args: Vec<std::ffi::OsString>,
 ) -> ! {
+    let name = args.first().map(program_name).unwrap_or_default();
     if wants_version_line(&args, std::env::var_os("CNI_COMMAND").as_deref()) {
-        let name = args.first().map(program_name).unwrap_or_default();
         print_and_exit(&(version_line(&name) + "\n"), 0);
+    }
+    let env = |k: &str| std::env::var(k).ok();
+    if let Some(call) = crate::calllog::Call::start(&name, &env) {
+        let _ = CALL.set(call);
     }
     std::panic::set_hook(Box::new(|info| {
         let msg = match info.payload().downcast_ref::<&str>() {
@@ -256,10 +264,22 @@ pub fn plugin_main_with_args<P: Plugin>(
         let location = info.location().map(|l| l.to_string()).unwrap_or_default();
         let e = Error::Internal(format!("plugin panicked: {msg} ({location})"));
         let version = ERROR_VERSION.get().cloned().unwrap_or_default();
-        print_and_exit(&error_json(&e, &version), 1);
+        let out = error_json(&e, &version);
+        if let Some(call) = CALL.get() {
+            call.finish(&|k| std::env::var(k).ok(), calllog::Outcome::Failed(&out));
+        }
+        print_and_exit(&out, 1);
     }));
     let mut stdin = std::io::stdin().lock();
-    let outcome = execute(&plugin, about, &|k| std::env::var(k).ok(), &mut stdin);
+    let outcome = execute(&plugin, about, &env, &mut stdin);
+    if let Some(call) = CALL.get() {
+        let logged = if outcome.exit_code == 0 {
+            calllog::Outcome::Done(&outcome.stdout)
+        } else {
+            calllog::Outcome::Failed(&outcome.stdout)
+        };
+        call.finish(&env, logged);
+    }
     print_and_exit(&outcome.stdout, outcome.exit_code)
 }
 
@@ -391,6 +411,7 @@ fn run<P: Plugin>(
     }
     let conf: NetConf = crate::gojson::from_value_at(&value, "")?;
     validate_network_name(&conf.name)?;
+    calllog::note_network(&conf.name);
     if matches!(command, Command::Add | Command::Check | Command::Status) {
         conf.check_shared()?;
     }

@@ -314,6 +314,12 @@ impl Restore {
 
 /// Reads `table` (`iptables-save -t <table>`).
 pub fn save(family: IptFamily, table: IptTable) -> Result<SavedTable> {
+    crate::calllog::timed(crate::calllog::Step::Netfilter, || {
+        save_untimed(family, table)
+    })
+}
+
+fn save_untimed(family: IptFamily, table: IptTable) -> Result<SavedTable> {
     let cmd = family.save();
     let table = table.as_str();
     let out = Command::new(cmd)
@@ -333,6 +339,12 @@ pub fn save(family: IptFamily, table: IptTable) -> Result<SavedTable> {
 /// Applies `r` with one `iptables-restore --noflush --wait` (nothing is run
 /// when `r` is empty). The restore is atomic: a failing line applies none.
 pub fn restore(family: IptFamily, r: &Restore) -> Result<()> {
+    crate::calllog::timed(crate::calllog::Step::Netfilter, || {
+        restore_untimed(family, r)
+    })
+}
+
+fn restore_untimed(family: IptFamily, r: &Restore) -> Result<()> {
     if r.is_empty() {
         return Ok(());
     }

@@ -133,7 +133,7 @@ impl NfNetlink {
     pub fn request(&mut self, req: &Request) -> Result<Vec<Reply>> {
         let mut attempt = 1;
         loop {
-            match self.exchange(req) {
+            match crate::calllog::timed(crate::calllog::Step::Netfilter, || self.exchange(req)) {
                 Err(Failure::Interrupted) if attempt < DUMP_ATTEMPTS => attempt += 1,
                 Err(f) => return Err(f.into_error(&req.what)),
                 Ok(r) => return Ok(r),
@@ -202,6 +202,12 @@ impl NfNetlink {
     /// kernel sends them while it commits, before the acknowledgements, so
     /// they are all in once every request is acknowledged.
     pub fn batch_echo(&mut self, msgs: &[Request]) -> Result<Vec<(usize, Reply)>> {
+        crate::calllog::timed(crate::calllog::Step::Netfilter, || {
+            self.batch_echo_untimed(msgs)
+        })
+    }
+
+    fn batch_echo_untimed(&mut self, msgs: &[Request]) -> Result<Vec<(usize, Reply)>> {
         if msgs.is_empty() {
             return Ok(Vec::new());
         }

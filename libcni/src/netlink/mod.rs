@@ -131,9 +131,10 @@ impl Netlink {
         flags: u16,
         op: impl Fn() -> String,
     ) -> Result<Vec<RouteNetlinkMessage>> {
+        let step = step_of(&msg);
         let mut attempt = 1;
         loop {
-            match self.exchange(&msg, flags) {
+            match crate::calllog::timed(step, || self.exchange(&msg, flags)) {
                 Ok(replies) => return Ok(replies),
                 Err(Failure::Interrupted) if attempt < DUMP_ATTEMPTS => attempt += 1,
                 Err(f) => return Err(f.into_error(&op())),
@@ -341,6 +342,31 @@ fn ext_ack_message(tlvs: &[u8]) -> Option<String> {
 }
 
 /// The errno of a failed kernel operation, if `e` is one.
+/// The call-log step a request belongs to ([`crate::calllog`]).
+fn step_of(msg: &RouteNetlinkMessage) -> crate::calllog::Step {
+    use crate::calllog::Step;
+    use RouteNetlinkMessage as M;
+    match msg {
+        M::NewAddress(_) | M::DelAddress(_) | M::GetAddress(_) => Step::AddressesRoutes,
+        M::NewRoute(_) | M::DelRoute(_) | M::GetRoute(_) => Step::AddressesRoutes,
+        M::NewRule(_) | M::DelRule(_) | M::GetRule(_) => Step::AddressesRoutes,
+        M::NewNeighbour(_) | M::DelNeighbour(_) | M::GetNeighbour(_) => Step::AddressesRoutes,
+        M::NewQueueDiscipline(_)
+        | M::DelQueueDiscipline(_)
+        | M::GetQueueDiscipline(_)
+        | M::NewTrafficClass(_)
+        | M::DelTrafficClass(_)
+        | M::GetTrafficClass(_)
+        | M::NewTrafficFilter(_)
+        | M::DelTrafficFilter(_)
+        | M::GetTrafficFilter(_)
+        | M::NewTrafficChain(_)
+        | M::DelTrafficChain(_)
+        | M::GetTrafficChain(_) => Step::Tc,
+        _ => Step::Links,
+    }
+}
+
 pub fn errno(e: &Error) -> Option<i32> {
     match e {
         Error::Kernel { source, .. } => source.raw_os_error(),
