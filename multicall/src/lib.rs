@@ -8,6 +8,8 @@
 //! installer, which then installs this binary and its links), `--list`,
 //! `--version` or `--help` ([`dispatch`]).
 
+pub mod latency;
+
 use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
 
@@ -82,6 +84,8 @@ Usage: cni-rs PLUGIN [ARGS...]     run a plugin (as the runtime calls it: CNI_CO
        cni-rs install [OPTIONS] BIN_DIR
                                   install this binary and a link per plugin into BIN_DIR
                                   (`cni-rs install --help`)
+       cni-rs latency [LOG]       p50/p90 per plugin and command from the call log
+                                  (`cni-rs latency --help`)
        cni-rs --list              the plugins built in, one per line
        cni-rs --version           print \"cni-rs <version>\"
 
@@ -101,6 +105,8 @@ pub enum Call {
     Plugin(&'static Plugin, Vec<OsString>),
     /// The installer, with these arguments (after `install`).
     Install(Vec<OsString>),
+    /// The call log's summary, with these arguments (after `latency`).
+    Latency(Vec<OsString>),
     List,
     Version,
     Help,
@@ -133,6 +139,7 @@ pub fn dispatch(args: Vec<OsString>, runtime_call: bool) -> Call {
     };
     match first.to_str() {
         Some("install") => Call::Install(args[2..].to_vec()),
+        Some("latency") => Call::Latency(args[2..].to_vec()),
         Some("--list") if args.len() == 2 => Call::List,
         Some("--version") if args.len() == 2 => Call::Version,
         Some("-h" | "--help" | "help") => Call::Help,
@@ -155,6 +162,26 @@ pub fn main() -> ExitCode {
                 plugins: &names(),
             },
         ),
+        Call::Latency(args) => {
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            if args.iter().any(|a| a == "-h" || a == "--help") {
+                print!("{}", latency::USAGE);
+                return ExitCode::SUCCESS;
+            }
+            match latency::run(&args) {
+                Ok(table) => {
+                    print!("{table}");
+                    ExitCode::SUCCESS
+                }
+                Err(msg) => {
+                    eprintln!("{SELF_NAME} latency: {msg}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Call::List => {
             println!("{}", names().join("\n"));
             ExitCode::SUCCESS
