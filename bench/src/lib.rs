@@ -7,11 +7,13 @@
 //! daemons),
 //! [`process`] (one plugin process: timed, or traced for peak RSS),
 //! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
-//! [`measure`] (the main table), [`multicall`] (the multicall form against
+//! [`measure`] (the main table), [`calllog_cost`] (the call log on and
+//! off), [`multicall`] (the multicall form against
 //! the separate binaries), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
 //! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
 //! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
 
+pub mod calllog_cost;
 pub mod chains;
 pub mod dhcp;
 pub mod diagnose;

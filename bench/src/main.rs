@@ -189,13 +189,31 @@ fn run() -> Result<(), String> {
         .flatten()
         .map(bench::dhcp::DhcpLan::peaks_note)
         .collect();
+    let chains_run: Vec<chains::Chain> = measured(&outcomes).cloned().collect();
+
+    // The call log on and off, on the full chain.
+    let calllog = match chains_run.iter().find(|c| c.key == "full") {
+        Some(full) => {
+            run.progress(format_args!("the call log on and off"));
+            let dir = scratch.dir("calllog").map_err(io)?;
+            match bench::calllog_cost::measure(&run.set, &pod, full, &dir) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    interrupt::check()?;
+                    let _ = ns.recreate_pod(&pod);
+                    notes.push(format!("the call log's cost is not measured: {e}"));
+                    None
+                }
+            }
+        }
+        None => None,
+    };
 
     // The multicall form against the separate binaries, on the same chains
     // (the dhcp chain's daemon is still up).
     run.progress(format_args!(
         "the multicall form against the separate binaries"
     ));
-    let chains_run: Vec<chains::Chain> = measured(&outcomes).cloned().collect();
     let multicall = match bench::multicall::compare(
         &run.set,
         &scratch.root().join("multicall"),
@@ -239,6 +257,7 @@ fn run() -> Result<(), String> {
         outcomes,
         extra,
         multicall,
+        calllog,
         status_costs,
         diagnosis,
         sweeps,
@@ -255,6 +274,7 @@ struct Measured {
     outcomes: Vec<ChainOutcome>,
     extra: Vec<report::ExtraReference>,
     multicall: Option<bench::multicall::Comparison>,
+    calllog: Option<bench::calllog_cost::LogCost>,
     status_costs: Vec<bench::status::StatusCost>,
     diagnosis: Diagnosis,
     sweeps: Sweeps,
@@ -310,6 +330,7 @@ fn write_results(
         extra_references: &m.extra,
         chains: &m.outcomes,
         multicall: m.multicall.as_ref(),
+        calllog: m.calllog.as_ref(),
         starts: m.diagnosis.starts.as_ref(),
         floor: m.diagnosis.floor.as_ref(),
         nft_floor: m.diagnosis.nft_floor.as_ref(),

@@ -18,6 +18,16 @@ pub const BINARY: &str = "cni-rs";
 /// p50, than as its own binary (the issue's bound).
 pub const SLOWER_BOUND: f64 = 1.05;
 
+/// Each side's chain iterations here, as a multiple of the main table's:
+/// a DEL's wall time is mostly waits in the kernel (a veth's removal waits
+/// for RCU grace periods), whose spread needs more samples for a p50 that
+/// can show 5%: at 3x, one plugin's DEL ratio still moved between 0.96x
+/// and 1.18x from chain to chain in one run, its CPU time within 1.03x.
+pub const ITERATIONS_FACTOR: usize = 10;
+
+/// VERSION calls per plugin and form for the start costs.
+pub const START_RUNS: usize = 100;
+
 /// The measured comparison.
 pub struct Comparison {
     /// The multicall binary measured (a copy of it, with its links, in the
@@ -25,6 +35,10 @@ pub struct Comparison {
     pub binary: PathBuf,
     /// Each chain: "ours" the separate binaries, "reference" the links.
     pub chains: Vec<ChainOutcome>,
+    /// Per plugin (all of them, not only the chains'): the start cost
+    /// (`VERSION`, spawn to reaped) of its own binary and of its link.
+    pub starts: Vec<(String, Samples, Samples)>,
+    pub iterations: usize,
     pub sizes: Sizes,
 }
 
@@ -102,9 +116,27 @@ pub fn compare(
         Ok(p) => p,
         Err(e) => return Ok(Err(e)),
     };
+    let set = Setting {
+        iterations: set.iterations * ITERATIONS_FACTOR,
+        ..*set
+    };
+    let programs: Vec<PathBuf> = plugins
+        .iter()
+        .flat_map(|p| [set.ours_dir.join(p), dir.join(p)])
+        .collect();
+    let mut costs = crate::diagnose::start_costs(&programs, START_RUNS)?;
+    let starts = plugins
+        .iter()
+        .map(|p| {
+            let mut take = |d: &Path| costs.version.remove(&d.join(p)).unwrap_or_default();
+            (p.clone(), take(set.ours_dir), take(dir))
+        })
+        .collect();
     Ok(Ok(Comparison {
         binary: set.ours_dir.join(BINARY),
-        chains: measure(set, dir, ns, pod, chains)?,
+        chains: measure(&set, dir, ns, pod, chains)?,
+        starts,
+        iterations: set.iterations,
         sizes: sizes(set.ours_dir, dir, set.reference_dir, &plugins),
     }))
 }
@@ -144,9 +176,18 @@ fn mb(b: u64) -> String {
     format!("{:.2} MB", b as f64 / 1e6)
 }
 
+/// Which numbers of a plugin's runs a ratio compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Measure {
+    /// Spawn to reaped.
+    Wall,
+    /// User + system time of the process and its children.
+    Cpu,
+}
+
 /// The largest multicall / separate p50 ratio over every plugin's ADD and
-/// DEL, with where it is.
-pub fn worst_ratio(chains: &[ChainOutcome]) -> Option<(f64, String)> {
+/// DEL, by `measure`, with where it is.
+pub fn worst_ratio(chains: &[ChainOutcome], measure: Measure) -> Option<(f64, String)> {
     let mut worst: Option<(f64, String)> = None;
     for c in chains {
         let ChainOutcome::Measured {
@@ -158,7 +199,14 @@ pub fn worst_ratio(chains: &[ChainOutcome]) -> Option<(f64, String)> {
             continue;
         };
         for (o, m) in ours.plugins.iter().zip(&reference.plugins) {
-            for (verb, a, b) in [("ADD", &o.add, &m.add), ("DEL", &o.del, &m.del)] {
+            let pairs = match measure {
+                Measure::Wall => [("ADD", &o.add, &m.add), ("DEL", &o.del, &m.del)],
+                Measure::Cpu => [
+                    ("ADD", &o.add_cpu, &m.add_cpu),
+                    ("DEL", &o.del_cpu, &m.del_cpu),
+                ],
+            };
+            for (verb, a, b) in pairs {
                 if let Some(r) = ratio(b.p50(), a.p50()) {
                     if worst.as_ref().is_none_or(|(w, _)| r > *w) {
                         worst = Some((r, format!("{} {verb} in the {} chain", o.name, chain.key)));
@@ -168,6 +216,14 @@ pub fn worst_ratio(chains: &[ChainOutcome]) -> Option<(f64, String)> {
         }
     }
     worst
+}
+
+fn verdict(worst: Option<(f64, String)>) -> String {
+    match worst {
+        Some((r, at)) if r <= SLOWER_BOUND => format!("**PASS**, at most {r:.3}x ({at})"),
+        Some((r, at)) => format!("**FAIL**, {r:.3}x ({at})"),
+        None => "not measured".into(),
+    }
 }
 
 /// The RESULTS.md section.
@@ -183,16 +239,32 @@ pub fn render(c: &Comparison) -> String {
          plugin's name (KiB).\n",
         c.binary.display()
     );
-    let verdict = match worst_ratio(&c.chains) {
-        Some((r, at)) if r <= SLOWER_BOUND => {
-            format!("**PASS**: at most {r:.3}x ({at})")
-        }
-        Some((r, at)) => format!("**FAIL**: {r:.3}x ({at})"),
-        None => "not measured".into(),
-    };
+    let worst_start = c
+        .starts
+        .iter()
+        .filter_map(|(p, own, link)| ratio(link.p50(), own.p50()).map(|r| (r, p.clone())))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
     let _ = writeln!(
         s,
-        "- No plugin's ADD or DEL p50 more than 5% slower as a link: {verdict}."
+        "No plugin more than 5% slower as a link, p50 of multicall / separate, {} iterations \
+         per chain and side ({ITERATIONS_FACTOR}x the main table's):\n",
+        c.iterations
+    );
+    let _ = writeln!(
+        s,
+        "- ADD and DEL, wall time: {}.",
+        verdict(worst_ratio(&c.chains, Measure::Wall))
+    );
+    let _ = writeln!(
+        s,
+        "- ADD and DEL, CPU time: {}.",
+        verdict(worst_ratio(&c.chains, Measure::Cpu))
+    );
+    let _ = writeln!(
+        s,
+        "- Start (`VERSION`, {START_RUNS} calls per plugin and form, all {} plugins): {}.",
+        c.starts.len(),
+        verdict(worst_start)
     );
     let z = &c.sizes;
     let _ = writeln!(
@@ -212,7 +284,7 @@ pub fn render(c: &Comparison) -> String {
     );
     let _ = writeln!(
         s,
-        "| Chain | Plugin | ADD separate | ADD multicall | ratio | DEL separate | DEL multicall | ratio | peak RSS separate / multicall |\n|---|---|---|---|---|---|---|---|---|"
+        "| Chain | Plugin | ADD separate | ADD multicall | ratio | DEL separate | DEL multicall | ratio | CPU ADD ratio | CPU DEL ratio | peak RSS separate / multicall |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for outcome in &c.chains {
         match outcome {
@@ -223,7 +295,7 @@ pub fn render(c: &Comparison) -> String {
             } => {
                 let _ = writeln!(
                     s,
-                    "| {} | **whole chain** (runtime) | {} | {} | {} | {} | {} | {} | |",
+                    "| {} | **whole chain** (runtime) | {} | {} | {} | {} | {} | {} | | | |",
                     chain.key,
                     ms(&ours.chain_add),
                     ms(&reference.chain_add),
@@ -240,7 +312,7 @@ pub fn render(c: &Comparison) -> String {
                     };
                     let _ = writeln!(
                         s,
-                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
+                        "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} / {} |",
                         chain.key,
                         o.name,
                         ms(&o.add),
@@ -249,15 +321,30 @@ pub fn render(c: &Comparison) -> String {
                         ms(&o.del),
                         ms(&m.del),
                         x(ratio(m.del.p50(), o.del.p50())),
+                        x(ratio(m.add_cpu.p50(), o.add_cpu.p50())),
+                        x(ratio(m.del_cpu.p50(), o.del_cpu.p50())),
                         peak(ours),
                         peak(reference),
                     );
                 }
             }
             ChainOutcome::Skipped { chain, reason } => {
-                let _ = writeln!(s, "| {} | skipped: {reason} | | | | | | | |", chain.key);
+                let _ = writeln!(s, "| {} | skipped: {reason} | | | | | | | | | |", chain.key);
             }
         }
+    }
+    let _ = writeln!(
+        s,
+        "\n| Plugin | start separate | start multicall | ratio |\n|---|---|---|---|"
+    );
+    for (p, own, link) in &c.starts {
+        let _ = writeln!(
+            s,
+            "| {p} | {} | {} | {} |",
+            ms(own),
+            ms(link),
+            x(ratio(link.p50(), own.p50()))
+        );
     }
     let _ = writeln!(
         s,
