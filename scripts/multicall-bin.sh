@@ -1,28 +1,44 @@
 #!/usr/bin/env bash
-# Makes the multicall form of a build as the black-box tests use it:
+# Installs the multicall form into a bin dir for the black-box tests, as a
+# node gets it:
 #
 #   scripts/multicall-bin.sh BUILD_DIR OUT_DIR
+#   scripts/multicall-bin.sh cni-rs-multicall-linux-<arch>-v<version>.tgz OUT_DIR [TOOLS_DIR]
 #
-# OUT_DIR gets BUILD_DIR's cni-rs (hard-linked, else copied) and a link to it
-# per plugin (`cni-rs --list`), as the multicall tarball holds them, plus links
-# to BUILD_DIR's tools (cnitool, cni-rs-install), which are not in it. Then
+# From BUILD_DIR (e.g. target/debug): its cni-rs and a link per plugin
+# (`cni-rs --list`) are staged as the multicall tarball holds them; from a
+# tarball (scripts/release.sh), its contents. Either way the stage's own
+# `cni-rs install OUT_DIR` puts the form into the emptied OUT_DIR. Then links
+# to the tools the tests also run (cnitool, cni-rs-install; not in the form)
+# are added from TOOLS_DIR (default: BUILD_DIR, or target/debug). Then
 #
 #   CNI_TEST_BIN_DIR=OUT_DIR cargo test -p tests
 #
 # runs the black-box suite against the multicall form.
 set -euo pipefail
-if [ $# -ne 2 ]; then
-  echo "usage: $0 BUILD_DIR OUT_DIR" >&2
+repo=$(cd "$(dirname "$0")/.." && pwd)
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+  echo "usage: $0 BUILD_DIR|MULTICALL_TGZ OUT_DIR [TOOLS_DIR]" >&2
   exit 2
 fi
-build=$(cd "$1" && pwd)
+src=$1
 out=$2
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+if [ -f "$src" ]; then
+  tar -xzf "$src" -C "$stage"
+  tools=${3:-$repo/target/debug}
+else
+  build=$(cd "$src" && pwd)
+  cp "$build/cni-rs" "$stage/cni-rs"
+  for p in $("$stage/cni-rs" --list); do
+    ln -s cni-rs "$stage/$p"
+  done
+  tools=${3:-$build}
+fi
 rm -rf "$out"
 mkdir -p "$out"
-ln -f "$build/cni-rs" "$out/cni-rs" 2>/dev/null || cp "$build/cni-rs" "$out/cni-rs"
-for p in $("$out/cni-rs" --list); do
-  ln -s cni-rs "$out/$p"
-done
+"$stage/cni-rs" install "$out" >/dev/null
 for t in cnitool cni-rs-install; do
-  ln -s "$build/$t" "$out/$t"
+  ln -s "$(cd "$tools" && pwd)/$t" "$out/$t"
 done
