@@ -5,8 +5,9 @@
 //! skeleton, hence the same output, codes, VERSION answer, `--version`
 //! line and panic handling. Called by any other name, its first argument
 //! chooses: a plugin name (`cni-rs bridge`, k3s-style), `install` (the
-//! installer, which then installs this binary and its links), `--list`,
-//! `--version` or `--help` ([`dispatch`]).
+//! installer, which then installs this binary and its links), `latency`
+//! (the call log's summary, [`latency`]), `--list`, `--version` or
+//! `--help` ([`dispatch`]). The node commands of issue 24 belong here too.
 
 pub mod latency;
 
