@@ -17,11 +17,14 @@ fn installer() -> PathBuf {
 }
 
 fn install(args: &[&str], dirs: &[&Path]) -> PluginOutput {
-    let out = Command::new(installer())
-        .args(args)
-        .args(dirs)
-        .output()
-        .expect("run cni-rs-install");
+    let mut cmd = Command::new(installer());
+    cmd.args(args).args(dirs);
+    outcome(&mut cmd)
+}
+
+/// What `cmd` printed and its exit code.
+fn outcome(cmd: &mut Command) -> PluginOutput {
+    let out = cmd.output().expect("run the installer");
     PluginOutput {
         exit_code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -319,16 +322,7 @@ impl Form<'_> {
         match self {
             Form::Separate(dir) => install(&["--from", dir.to_str().expect("utf8")], &[live]),
             Form::Multicall(dir) => {
-                let out = Command::new(dir.join("cni-rs"))
-                    .arg("install")
-                    .arg(live)
-                    .output()
-                    .expect("run cni-rs install");
-                PluginOutput {
-                    exit_code: out.status.code().unwrap_or(-1),
-                    stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                    stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-                }
+                outcome(Command::new(dir.join("cni-rs")).arg("install").arg(live))
             }
         }
     }
