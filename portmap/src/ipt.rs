@@ -545,14 +545,7 @@ pub fn netlink_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<
         nat::apply(
             nft,
             v6,
-            &mut |n| {
-                let chains = n.chain_names(family(v6), nat::TABLE)?;
-                let plan = nat::ReadPlan {
-                    chains,
-                    rules_of: &|_| vec![IPT_DNAT_CHAIN.into(), IPT_OLD_SNAT_CHAIN.into()],
-                };
-                nat::read(n, v6, &plan)
-            },
+            &mut |n| nat::read_every_chain(n, v6, &[IPT_DNAT_CHAIN, IPT_OLD_SNAT_CHAIN]),
             &mut |saved, r| gc_changes(network, valid, saved, r),
             &|_| false,
         )?;

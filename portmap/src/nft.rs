@@ -327,7 +327,6 @@ fn old_teardown(
 /// earlier ADD. The kernel echoes the new rules' handles, which go to the
 /// container's ledger, so DEL needs no listing.
 pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
-    const ATTEMPTS: usize = 3;
     let comment = rule_comment(&spec.owner);
     let ledger = ledger(&spec.owner);
     // Conditions are checked before anything is read or written.
@@ -336,15 +335,13 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let key = if v6 { "conditionsV6" } else { "conditionsV4" };
         conds[usize::from(v6)] = parse_conditions(key, spec.conditions.of(v6), v6)?;
     }
-    let mut attempt = 1;
-    loop {
-        let mut b = Batch::new();
+    ledger::commit_recorded(nft, ledger.as_ref(), &mut |nft, b| {
         if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
             for e in verified(nft, &old, &comment)?.0 {
                 b.del_rule(e.family, &e.table, &e.chain, e.handle);
             }
         }
-        let mut notes: Vec<(usize, bool, String)> = Vec::new();
+        let mut echoed = Vec::new();
         let mut set_id = 0;
         for v6 in [false, true] {
             let Some(container) = spec.container(v6) else {
@@ -352,48 +349,29 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
             };
             let f = family(v6);
             if !skeleton_intact(nft, v6, spec.snat)? {
-                skeleton(&mut b, v6, spec.snat);
+                skeleton(b, v6, spec.snat);
             }
+            let note = |index, note: String| ledger::Echoed {
+                index,
+                family: f,
+                table: TABLE.to_string(),
+                note,
+            };
             for m in spec.family_mappings(v6) {
-                let c = conditions::emit(&conds[usize::from(v6)], &mut b, f, TABLE, &mut set_id);
+                let c = conditions::emit(&conds[usize::from(v6)], b, f, TABLE, &mut set_id);
                 let r = mapping_rule(&m, container.addr(), c);
                 let i = b.add_rule_echo(f, TABLE, HOSTPORTS, &r, &comment);
-                notes.push((i, v6, port_note(&m)));
+                echoed.push(note(i, port_note(&m)));
             }
             if spec.snat {
                 for r in masq_rules(spec, container) {
                     let i = b.add_rule_echo(f, TABLE, MASQUERADING, &r, &comment);
-                    notes.push((i, v6, String::new()));
+                    echoed.push(note(i, String::new()));
                 }
             }
         }
-        let echoed = match nft.commit_echo(&b) {
-            Ok(e) => e,
-            // A rule of the earlier ADD went meanwhile: read again.
-            Err(e) if libcni::netlink::is_not_found(&e) && attempt < ATTEMPTS => {
-                attempt += 1;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let entries: Vec<Entry> = notes
-            .iter()
-            .filter_map(|(i, v6, note)| {
-                let (_, r) = echoed.iter().find(|(j, _)| j == i)?;
-                Some(Entry {
-                    family: family(*v6),
-                    table: TABLE.to_string(),
-                    chain: r.chain.clone(),
-                    handle: r.handle,
-                    note: note.clone(),
-                })
-            })
-            .collect();
-        let Some(ledger) = ledger else {
-            return Ok(());
-        };
-        return ledger.record_or_undo(&entries, nft);
-    }
+        Ok(echoed)
+    })
 }
 
 /// nftables DEL: the container's rules, from its ledger (each handle read

@@ -194,6 +194,62 @@ impl Ledger {
     }
 }
 
+/// A rule a batch adds with echo ([`Batch::add_rule_echo`]) to be kept in
+/// a ledger: its index in the batch, where it goes, and its note.
+pub struct Echoed {
+    pub index: usize,
+    pub family: Family,
+    pub table: String,
+    pub note: String,
+}
+
+/// How often [`commit_recorded`] builds its batch again.
+const COMMIT_ATTEMPTS: usize = 3;
+
+/// The ADD of a writer that keeps a ledger: `build` reads what it needs and
+/// fills a batch (deleting the attachment's rules of an earlier ADD, adding
+/// its rules with echo, which it returns); the batch is committed whole,
+/// built again from a fresh read when a rule it deletes went in between
+/// (another process's DEL or GC), and the echoed handles go to `ledger`
+/// (`None`: kept nowhere), or the rules are deleted again when the ledger
+/// cannot be written.
+pub fn commit_recorded(
+    nft: &mut Nft,
+    ledger: Option<&Ledger>,
+    build: &mut dyn FnMut(&mut Nft, &mut Batch) -> Result<Vec<Echoed>>,
+) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        let mut batch = Batch::new();
+        let wanted = build(nft, &mut batch)?;
+        let echoed = match nft.commit_echo(&batch) {
+            Ok(e) => e,
+            Err(e) if crate::netlink::is_not_found(&e) && attempt < COMMIT_ATTEMPTS => {
+                attempt += 1;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(ledger) = ledger else {
+            return Ok(());
+        };
+        let entries: Vec<Entry> = wanted
+            .into_iter()
+            .filter_map(|w| {
+                let (_, r) = echoed.iter().find(|(i, _)| *i == w.index)?;
+                Some(Entry {
+                    family: w.family,
+                    table: w.table,
+                    chain: r.chain.clone(),
+                    handle: r.handle,
+                    note: w.note,
+                })
+            })
+            .collect();
+        return ledger.record_or_undo(&entries, nft);
+    }
+}
+
 fn load_path(path: &Path) -> Option<Vec<Entry>> {
     let Contents::Bytes(bytes) = files::read_regular(path, MAX_LEN, "ledger") else {
         return None;

@@ -342,51 +342,27 @@ fn old_teardown(nft: &mut Nft, b: &mut Batch, doomed: &dyn Fn(&str) -> bool) -> 
 /// per address (echoed, its handle kept in the ledger), and the deletion of
 /// the attachment's rules of an earlier ADD, in one batch.
 pub fn nft_setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    const ATTEMPTS: usize = 3;
     let comment = rule_comment(&owner.network, ifname, &owner.container_id);
     let ledger = ledger_of(owner, ifname);
-    let mut attempt = 1;
-    loop {
-        let mut b = Batch::new();
+    ledger::commit_recorded(nft, ledger.as_ref(), &mut |nft, b| {
         if !skeleton_intact(nft)? {
-            skeleton(&mut b);
+            skeleton(b);
         }
         if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
             for e in verified(nft, &old, &comment)?.0 {
                 b.del_rule(e.family, &e.table, &e.chain, e.handle);
             }
         }
-        let mut notes = Vec::new();
-        for a in addrs {
-            let i = b.add_rule_echo(F, TABLE, CHAIN, &address_rule(a), &comment);
-            notes.push((i, a.addr().to_string()));
-        }
-        let echoed = match nft.commit_echo(&b) {
-            Ok(e) => e,
-            Err(e) if crate::netlink::is_not_found(&e) && attempt < ATTEMPTS => {
-                attempt += 1;
-                continue;
-            }
-            Err(e) => return Err(e),
-        };
-        let entries: Vec<Entry> = notes
+        Ok(addrs
             .iter()
-            .filter_map(|(i, note)| {
-                let (_, r) = echoed.iter().find(|(j, _)| j == i)?;
-                Some(Entry {
-                    family: F,
-                    table: TABLE.to_string(),
-                    chain: CHAIN.to_string(),
-                    handle: r.handle,
-                    note: note.clone(),
-                })
+            .map(|a| ledger::Echoed {
+                index: b.add_rule_echo(F, TABLE, CHAIN, &address_rule(a), &comment),
+                family: F,
+                table: TABLE.to_string(),
+                note: a.addr().to_string(),
             })
-            .collect();
-        let Some(ledger) = ledger else {
-            return Ok(());
-        };
-        return ledger.record_or_undo(&entries, nft);
-    }
+            .collect())
+    })
 }
 
 /// nftables teardown: the attachment's rules from its ledger (each read
@@ -818,18 +794,7 @@ pub fn ipt_gc_netlink(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Res
         nat::apply(
             nft,
             v6,
-            &mut |n| {
-                let fam = ipt_family(v6);
-                if !n.has_table(fam, nat::TABLE)? {
-                    return Ok((SavedTable::default(), nat::Handles::new()));
-                }
-                let chains = n.chain_names(fam, nat::TABLE)?;
-                let plan = nat::ReadPlan {
-                    chains,
-                    rules_of: &|_| vec![POSTROUTING.to_string()],
-                };
-                nat::read(n, v6, &plan)
-            },
+            &mut |n| nat::read_every_chain(n, v6, &[POSTROUTING]),
             &mut |saved, r| ipt_gc_changes(network, valid, saved, r),
             &|_| false,
         )?;

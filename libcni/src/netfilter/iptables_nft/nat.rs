@@ -46,6 +46,28 @@ pub fn read(nft: &mut Nft, v6: bool, plan: &ReadPlan) -> Result<(SavedTable, Han
     Ok((saved, handles))
 }
 
+/// The family's nat table as GC reads it: every chain (one dump, no
+/// lookup per chain: the dump names only chains that exist) and the rules
+/// of `rules_of` among them.
+pub fn read_every_chain(
+    nft: &mut Nft,
+    v6: bool,
+    rules_of: &[&str],
+) -> Result<(SavedTable, Handles)> {
+    let mut saved = SavedTable {
+        chains: nft.chain_names(family(v6), TABLE)?.into_iter().collect(),
+        ..SavedTable::default()
+    };
+    let handles = read_rules(
+        nft,
+        Table::Nat,
+        v6,
+        rules_of.iter().map(|c| c.to_string()),
+        &mut saved,
+    )?;
+    Ok((saved, handles))
+}
+
 /// The rules of `shared` that jump to `target`, as a DEL needs them: the
 /// ledger's handles (`entries`, this family's), each read back alone and
 /// checked to still jump there; when one is missing or another rule now
