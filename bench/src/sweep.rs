@@ -161,6 +161,16 @@ enum Node {
 }
 
 impl Node {
+    /// Iteration `i`'s order of the two sides and of the two nodes: each
+    /// goes first every other iteration, so drift hits both alike.
+    fn alternation(i: usize) -> ([usize; 2], [Node; 2]) {
+        if i.is_multiple_of(2) {
+            ([0, 1], [Node::Filled, Node::Empty])
+        } else {
+            ([1, 0], [Node::Empty, Node::Filled])
+        }
+    }
+
     fn tag(self) -> &'static str {
         match self {
             Node::Filled => "f",
@@ -411,12 +421,7 @@ fn measure_level(
         ..Level::default()
     });
     for i in 0..iterations {
-        let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-        let nodes = if i % 2 == 0 {
-            [Node::Filled, Node::Empty]
-        } else {
-            [Node::Empty, Node::Filled]
-        };
+        let (order, nodes) = Node::alternation(i);
         for on in nodes {
             if ns.ensure_pod(&bench.measured).map_err(|e| e.to_string())? {
                 *recreated += 1;
@@ -666,12 +671,7 @@ pub fn leases(
             ..Level::default()
         };
         for i in 0..iterations {
-            let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-            let nodes = if i % 2 == 0 {
-                [Node::Filled, Node::Empty]
-            } else {
-                [Node::Empty, Node::Filled]
-            };
+            let (order, nodes) = Node::alternation(i);
             for on in nodes {
                 let sides = if on == Node::Filled { &filled } else { &empty };
                 for &k in &order {
