@@ -272,6 +272,24 @@ impl ResultCache {
     /// from it removes that very file). Others are skipped.
     pub fn attachments(&self, network: &str) -> Result<Vec<CacheEntry>> {
         libcni::types::config::validate_network_name(network)?;
+        Ok(self
+            .listed(&format!("{network}-"))?
+            .into_iter()
+            .filter(|(e, _)| e.network_name == network)
+            .map(|(e, _)| e)
+            .collect())
+    }
+
+    /// Every cached attachment of every network (the node operator's
+    /// view), with its file's modification time, sorted by file name; the
+    /// same files [`ResultCache::attachments`] reads.
+    pub fn every_attachment(&self) -> Result<Vec<(CacheEntry, std::time::SystemTime)>> {
+        self.listed("")
+    }
+
+    /// The readable `cniCacheV1` files whose name starts with `prefix` and
+    /// is the one their own fields give.
+    fn listed(&self, prefix: &str) -> Result<Vec<(CacheEntry, std::time::SystemTime)>> {
         let dir = self.results_dir();
         let Some(fd) = self.open_results(false)? else {
             return Ok(Vec::new());
@@ -283,14 +301,13 @@ impl ResultCache {
             Mode::empty(),
         )
         .map_err(|e| Error::io(format!("reading {}", dir.display()), e.into()))?;
-        let prefix = format!("{network}-");
         let mut names: Vec<String> = listing
             .into_iter()
             .filter_map(|e| {
                 let e = e.ok()?;
                 e.file_name().to_str().ok().map(str::to_string)
             })
-            .filter(|n| n.starts_with(&prefix))
+            .filter(|n| n.starts_with(prefix) && !n.starts_with('.'))
             .collect();
         names.sort();
         let mut found = Vec::new();
@@ -298,11 +315,20 @@ impl ResultCache {
             let Cached::Entry(entry) = read_at(fd.as_fd(), &name, &dir.join(&name)) else {
                 continue;
             };
-            if entry.network_name != network {
-                continue;
-            }
-            match CacheKey::new(network, &entry.container_id, &entry.ifname) {
-                Ok(key) if key.file_name() == name => found.push(*entry),
+            match CacheKey::new(&entry.network_name, &entry.container_id, &entry.ifname) {
+                Ok(key) if key.file_name() == name => {
+                    let modified = nix::sys::stat::fstatat(
+                        fd.as_fd(),
+                        name.as_str(),
+                        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                    )
+                    .map(|st| {
+                        std::time::UNIX_EPOCH
+                            + std::time::Duration::from_secs(st.st_mtime.max(0) as u64)
+                    })
+                    .unwrap_or(std::time::UNIX_EPOCH);
+                    found.push((*entry, modified))
+                }
                 _ => continue,
             }
         }

@@ -6,8 +6,10 @@
 //! line and panic handling. Called by any other name, its first argument
 //! chooses: a plugin name (`cni-rs bridge`, k3s-style), `install` (the
 //! installer, which then installs this binary and its links), `latency`
-//! (the call log's summary, [`latency`]), `--list`, `--version` or
-//! `--help` ([`dispatch`]). The node commands of issue 24 belong here too.
+//! (the call log's summary, [`latency`]), `inspect` and `gc` (the node
+//! operator's commands, crate `operator`), `--list`, `--version` or
+//! `--help` ([`dispatch`]). No plugin may be named like a command: the
+//! name is checked against the plugins first.
 
 pub mod latency;
 
@@ -87,6 +89,12 @@ Usage: cni-rs PLUGIN [ARGS...]     run a plugin (as the runtime calls it: CNI_CO
                                   (`cni-rs install --help`)
        cni-rs latency [LOG]       p50/p90 per plugin and command from the call log
                                   (`cni-rs latency --help`)
+       cni-rs inspect [NETWORK] [--json]
+                                  every attachment on the node and where its pieces are
+                                  (`cni-rs inspect --help`)
+       cni-rs gc [NETWORK] [--apply] [--untied]
+                                  the CNI GC no runtime calls: dead attachments' state
+                                  (`cni-rs gc --help`)
        cni-rs --list              the plugins built in, one per line
        cni-rs --version           print \"cni-rs <version>\"
 
@@ -108,6 +116,10 @@ pub enum Call {
     Install(Vec<OsString>),
     /// The call log's summary, with these arguments (after `latency`).
     Latency(Vec<OsString>),
+    /// The node's attachments (`inspect`), with these arguments.
+    Inspect(Vec<OsString>),
+    /// The node's GC (`gc`), with these arguments.
+    Gc(Vec<OsString>),
     List,
     Version,
     Help,
@@ -141,6 +153,8 @@ pub fn dispatch(args: Vec<OsString>, runtime_call: bool) -> Call {
     match first.to_str() {
         Some("install") => Call::Install(args[2..].to_vec()),
         Some("latency") => Call::Latency(args[2..].to_vec()),
+        Some("inspect") => Call::Inspect(args[2..].to_vec()),
+        Some("gc") => Call::Gc(args[2..].to_vec()),
         Some("--list") if args.len() == 2 => Call::List,
         Some("--version") if args.len() == 2 => Call::Version,
         Some("-h" | "--help" | "help") => Call::Help,
@@ -163,11 +177,10 @@ pub fn main() -> ExitCode {
                 plugins: &names(),
             },
         ),
+        Call::Inspect(args) => operator::inspect_main(&lossy(&args)),
+        Call::Gc(args) => operator::gc_main(&lossy(&args)),
         Call::Latency(args) => {
-            let args: Vec<String> = args
-                .iter()
-                .map(|a| a.to_string_lossy().into_owned())
-                .collect();
+            let args = lossy(&args);
             if args.iter().any(|a| a == "-h" || a == "--help") {
                 print!("{}", latency::USAGE);
                 return ExitCode::SUCCESS;
@@ -209,6 +222,12 @@ pub fn main() -> ExitCode {
     }
 }
 
+fn lossy(args: &[OsString]) -> Vec<String> {
+    args.iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect()
+}
+
 /// The names of the plugins built in.
 pub fn names() -> Vec<&'static str> {
     PLUGINS.iter().map(|p| p.name).collect()
@@ -243,7 +262,9 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(n, sorted);
-        assert!(!n.contains(&SELF_NAME) && !n.contains(&"install"));
+        for command in [SELF_NAME, "install", "latency", "inspect", "gc", "doctor"] {
+            assert!(!n.contains(&command), "{command}");
+        }
     }
 
     #[test]

@@ -382,7 +382,7 @@ fn check_saved(spec: &PortMapSpec, v6: bool, saved: &SavedTable) -> Result<()> {
 
 /// The ledger feature of the iptables rules written natively: the
 /// handles of a container's jumps in `CNI-HOSTPORT-DNAT`.
-const IPT_LEDGER: &str = "portmap-iptables";
+pub(crate) const IPT_LEDGER: &str = "portmap-iptables";
 
 fn ledger(owner: &Owner) -> Option<Ledger> {
     Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)

@@ -12,6 +12,7 @@ pub mod conditions;
 pub mod config;
 pub mod ipt;
 pub mod nft;
+pub mod node_state;
 pub mod spec;
 
 use std::net::IpAddr;

@@ -62,7 +62,7 @@ pub const MASQUERADING: &str = "masquerading";
 /// The chains a container's rules are in.
 const OWNED_CHAINS: [&str; 3] = [HOSTPORTS, HOSTIP_HOSTPORTS, MASQUERADING];
 /// The ledger feature name (`/run/cni/portmap/<network>/<container ID>`).
-const LEDGER: &str = "portmap";
+pub(crate) const LEDGER: &str = "portmap";
 
 fn family(v6: bool) -> Family {
     if v6 {

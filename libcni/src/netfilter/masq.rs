@@ -72,7 +72,7 @@ const TABLE_COMMENT: &str = "Masquerading for plugins from github.com/containern
 const CHAIN_COMMENT: &str =
     "Masquerade traffic from certain IPs to any (non-multicast) IP outside their subnet";
 /// The ledger feature name.
-const LEDGER: &str = "ipmasq";
+pub(crate) const LEDGER: &str = "ipmasq";
 
 /// Masquerades traffic of `owner`'s addresses on `ifname` (with their
 /// prefix, which gives the subnet left alone) on `backend`, in the calling
@@ -659,7 +659,7 @@ pub fn ipt_check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
 
 /// The ledger feature of the iptables rules written over netlink: the
 /// handles of a container's jumps in `POSTROUTING`.
-const IPT_LEDGER: &str = "ipmasq-iptables";
+pub(crate) const IPT_LEDGER: &str = "ipmasq-iptables";
 const POSTROUTING: &str = "POSTROUTING";
 
 fn ipt_ledger(owner: &Owner) -> Option<Ledger> {
@@ -825,6 +825,33 @@ pub fn ipt_check_netlink(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Re
         ipt_check_saved(owner, &fam, v6, &saved)?;
     }
     Ok(())
+}
+
+// ---- node inspection ----------------------------------------------------------
+
+/// The attachments of `network` whose masquerade rules a ledger of ours
+/// records (either backend): container ID, interface (the nftables ledger
+/// names it), ledger path.
+pub fn recorded(network: &str) -> Vec<(String, Option<String>, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    for (l, _) in ledger::list(LEDGER, network) {
+        if let Some((cid, ifname)) = l.name().split_once(':') {
+            out.push((cid.to_string(), Some(ifname.to_string()), l.path()));
+        }
+    }
+    for (l, _) in ledger::list(IPT_LEDGER, network) {
+        out.push((l.name().to_string(), None, l.path()));
+    }
+    out
+}
+
+/// Whether iptables-nft holds `owner`'s masquerade chain (ours or the Go
+/// plugins'), in either family.
+pub fn ipt_chain_present(nft: &mut Nft, owner: &Owner) -> bool {
+    let chain = ipt_chain(owner);
+    [Family::Ip, Family::Ip6]
+        .into_iter()
+        .any(|f| nft.has_chain(f, "nat", &chain).unwrap_or(false))
 }
 
 #[cfg(test)]

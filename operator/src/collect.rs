@@ -1,0 +1,665 @@
+//! One pass over the node: every piece of CNI state, ours and the Go
+//! plugins' (the formats are the same), grouped by the attachment it
+//! belongs to. A cached attachment says what it should have (its result's
+//! addresses and host interfaces, its network's plugins); the other pieces
+//! are found where each plugin keeps them and read by that plugin's code.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use cnitool::cache::{CacheEntry, ResultCache};
+use cnitool::conf;
+use libcni::netfilter::nft::Nft;
+use libcni::netfilter::Owner;
+use libcni::netlink::Netlink;
+use libcni::netns::NetNs;
+use serde_json::Value;
+
+use crate::node::{self, key, Configured, Network, NodePaths};
+
+/// Who a piece belongs to. `ifname` is empty when the state names only the
+/// container (a portmap ledger, a pre-0.7 lease), and `container_id` too
+/// when it names nobody (an empty lease, the Go plugin's alias-less IFB).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AttachmentKey {
+    pub network: String,
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// The kinds of state, as `inspect --json` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// The runtime's result cache file (ours and Go libcni's format).
+    Cache,
+    /// The attachment's network namespace (its bind mount).
+    Netns,
+    /// A host-local lease file.
+    Lease,
+    /// flannel's saved delegate config.
+    FlannelConfig,
+    /// A host-side interface of the result (a veth, the bridge).
+    HostInterface,
+    /// bandwidth's IFB.
+    Ifb,
+    /// portmap's rules (its ledger, or the iptables chain).
+    PortMappings,
+    /// The masquerade rules (their ledger, or the iptables chain).
+    Masquerade,
+    /// tuning's backup of what it changed.
+    TuningBackup,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Cache => "cache",
+            Kind::Netns => "netns",
+            Kind::Lease => "lease",
+            Kind::FlannelConfig => "flannelConfig",
+            Kind::HostInterface => "hostInterface",
+            Kind::Ifb => "ifb",
+            Kind::PortMappings => "portMappings",
+            Kind::Masquerade => "masquerade",
+            Kind::TuningBackup => "tuningBackup",
+        }
+    }
+}
+
+/// One piece of state: where it is, and whether it is there (a cached
+/// attachment's expected pieces may be missing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub kind: Kind,
+    /// A path, or an interface or chain name.
+    pub location: String,
+    pub present: bool,
+    /// When it was last written, for files.
+    pub modified: Option<SystemTime>,
+}
+
+/// What the result cache holds of an attachment.
+#[derive(Debug, Clone)]
+pub struct Cached {
+    pub entry: CacheEntry,
+    pub path: PathBuf,
+    pub modified: SystemTime,
+    pub addresses: Vec<String>,
+    pub host_interfaces: Vec<String>,
+    /// The attachment's own host-side interface: the last host-side one
+    /// of the result that is not bandwidth's IFB (the bridge comes first).
+    pub host_interface: Option<String>,
+    pub host_ports: Vec<Value>,
+    pub shaping: Option<String>,
+}
+
+/// Everything found of one attachment.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub key: AttachmentKey,
+    pub cached: Option<Cached>,
+    pub pieces: Vec<Piece>,
+}
+
+impl Row {
+    fn new(key: AttachmentKey) -> Row {
+        Row {
+            key,
+            cached: None,
+            pieces: Vec::new(),
+        }
+    }
+
+    /// The netns path the cache records.
+    pub fn netns(&self) -> &str {
+        self.cached.as_ref().map_or("", |c| c.entry.netns.as_str())
+    }
+
+    pub fn missing(&self) -> impl Iterator<Item = &Piece> {
+        self.pieces.iter().filter(|p| !p.present)
+    }
+
+    /// The newest modification time of its files.
+    pub fn newest(&self) -> Option<SystemTime> {
+        self.pieces.iter().filter_map(|p| p.modified).max()
+    }
+
+    /// Marks the expected piece at `location` present, or adds it.
+    fn found(&mut self, kind: Kind, location: String, modified: Option<SystemTime>) {
+        // The expected piece at that place; else one of the kind expected
+        // elsewhere (a ledger where the Go plugins' chain was looked for).
+        let i = self
+            .pieces
+            .iter()
+            .position(|p| p.kind == kind && p.location == location)
+            .or_else(|| {
+                self.pieces
+                    .iter()
+                    .position(|p| p.kind == kind && !p.present)
+            });
+        match i.map(|i| &mut self.pieces[i]) {
+            Some(p) => {
+                p.present = true;
+                p.location = location;
+                p.modified = modified;
+            }
+            None => self.pieces.push(Piece {
+                kind,
+                location,
+                present: true,
+                modified,
+            }),
+        }
+    }
+
+    fn expect(&mut self, kind: Kind, location: String, present: bool) {
+        self.pieces.push(Piece {
+            kind,
+            location,
+            present,
+            modified: None,
+        });
+    }
+}
+
+/// The node's state: the configured networks and a row per attachment.
+pub struct NodeState {
+    pub configured: Configured,
+    pub rows: Vec<Row>,
+    /// What could not be read (a directory, the kernel), with why.
+    pub unreadable: Vec<String>,
+}
+
+impl NodeState {
+    /// The network config of `name`: the conf dir's, else the one its
+    /// cached attachments ran with.
+    pub fn network(&self, name: &str) -> Option<Network> {
+        if let Some(n) = self.configured.get(name) {
+            return Some(n.clone());
+        }
+        self.rows
+            .iter()
+            .filter(|r| r.key.network == name)
+            .find_map(|r| cached_network(r.cached.as_ref()?, None))
+    }
+}
+
+fn cached_network(c: &Cached, paths: Option<&NodePaths>) -> Option<Network> {
+    let list = conf::conf_list_from_bytes(&c.entry.config).ok()?;
+    let default_paths = NodePaths {
+        conf_dir: PathBuf::new(),
+        bin_path: Vec::new(),
+        cache_dir: PathBuf::from(node::DEFAULT_CACHE_DIR),
+    };
+    let paths = paths.unwrap_or(&default_paths);
+    (list.name == c.entry.network_name).then(|| Network::from_list(list, c.path.clone(), paths))
+}
+
+struct Collector {
+    rows: BTreeMap<AttachmentKey, Row>,
+    unreadable: Vec<String>,
+}
+
+impl Collector {
+    fn row(&mut self, network: &str, container_id: &str, ifname: &str) -> &mut Row {
+        let key = AttachmentKey {
+            network: network.into(),
+            container_id: container_id.into(),
+            ifname: ifname.into(),
+        };
+        self.rows
+            .entry(key.clone())
+            .or_insert_with(|| Row::new(key))
+    }
+
+    /// State naming only the container: every row of that container on
+    /// the network gets it, or a row with no interface.
+    fn found_for_container(
+        &mut self,
+        network: &str,
+        container_id: &str,
+        kind: Kind,
+        location: String,
+        modified: Option<SystemTime>,
+    ) {
+        let mut any = false;
+        for row in self.rows.values_mut() {
+            if row.key.network == network && row.key.container_id == container_id {
+                row.found(kind, location.clone(), modified);
+                any = true;
+            }
+        }
+        if !any {
+            self.row(network, container_id, "")
+                .found(kind, location, modified);
+        }
+    }
+}
+
+/// Reads the whole node: `paths` for the files, the calling thread's
+/// network namespace for links and rules.
+pub fn collect(paths: &NodePaths) -> NodeState {
+    let configured = node::load_networks(paths);
+    let mut c = Collector {
+        rows: BTreeMap::new(),
+        unreadable: Vec::new(),
+    };
+    let mut host = match Netlink::open() {
+        Ok(h) => Some(h),
+        Err(e) => {
+            c.unreadable.push(format!("links: {e}"));
+            None
+        }
+    };
+    let mut nft = Nft::open().ok();
+
+    // 1. The result cache: what each attachment should have.
+    let cache = ResultCache::new(&paths.cache_dir);
+    let cached = cache.every_attachment().unwrap_or_else(|e| {
+        c.unreadable.push(format!("result cache: {e}"));
+        Vec::new()
+    });
+    let mut networks: BTreeMap<String, Network> = configured
+        .networks
+        .iter()
+        .map(|n| (n.name().to_string(), n.clone()))
+        .collect();
+    for (entry, modified) in cached {
+        let path = cache.results_dir().join(format!(
+            "{}-{}-{}",
+            entry.network_name, entry.container_id, entry.ifname
+        ));
+        let info = describe(entry, path.clone(), modified);
+        if !networks.contains_key(&info.entry.network_name) {
+            if let Some(n) = cached_network(&info, Some(paths)) {
+                networks.insert(n.name().to_string(), n);
+            }
+        }
+        let net = networks.get(&info.entry.network_name).cloned();
+        let e = &info.entry;
+        let (network, cid, ifname) = (
+            e.network_name.clone(),
+            e.container_id.clone(),
+            e.ifname.clone(),
+        );
+        let row = c.row(&network, &cid, &ifname);
+        row.found(Kind::Cache, path.display().to_string(), Some(modified));
+        if !e.netns.is_empty() {
+            let live = NetNs::open_if_present(std::path::Path::new(&e.netns))
+                .ok()
+                .flatten()
+                .is_some();
+            row.expect(Kind::Netns, e.netns.clone(), live);
+        }
+        for name in &info.host_interfaces {
+            let present = host
+                .as_mut()
+                .map(|h| h.link_by_name(name).ok().flatten().is_some());
+            row.expect(Kind::HostInterface, name.clone(), present.unwrap_or(false));
+        }
+        if let Some(net) = &net {
+            expect_plugin_state(row, net, &info, nft.as_mut());
+        }
+        row.cached = Some(info);
+    }
+
+    // 2. host-local's leases: the configured networks' directories, and
+    //    every network directory under the default one (a network whose
+    //    config went, the Go plugins' leftovers).
+    let mut lease_dirs: BTreeMap<PathBuf, String> = networks
+        .values()
+        .filter_map(|n| Some((n.lease_dir.clone()?, n.name().to_string())))
+        .collect();
+    let default_leases = paths.state_dir(host_local::config::DEFAULT_DATA_DIR);
+    for net in node::subdirs(&default_leases) {
+        lease_dirs.entry(default_leases.join(&net)).or_insert(net);
+    }
+    for (dir, network) in &lease_dirs {
+        collect_leases(&mut c, dir, network);
+    }
+
+    // 3. flannel's saved delegate configs.
+    let mut flannel_dirs: BTreeSet<PathBuf> = networks
+        .values()
+        .filter_map(|n| n.flannel_dir.clone())
+        .collect();
+    flannel_dirs.insert(paths.state_dir(flannel_meta::config::DEFAULT_DATA_DIR));
+    for dir in &flannel_dirs {
+        collect_flannel(&mut c, dir, &networks);
+    }
+
+    // 4. The rule ledgers of portmap and masquerading, per network.
+    for net in networks.keys() {
+        for (cid, path) in portmap::node_state::recorded(net) {
+            let m = mtime(&path);
+            c.found_for_container(net, &cid, Kind::PortMappings, path.display().to_string(), m);
+        }
+        for (cid, ifname, path) in libcni::netfilter::masq::recorded(net) {
+            let m = mtime(&path);
+            let location = path.display().to_string();
+            match ifname {
+                Some(i) => c.row(net, &cid, &i).found(Kind::Masquerade, location, m),
+                None => c.found_for_container(net, &cid, Kind::Masquerade, location, m),
+            }
+        }
+    }
+
+    // 5. bandwidth's IFBs, ours by their alias, the Go plugin's by name.
+    if let Some(h) = host.as_mut() {
+        collect_ifbs(&mut c, h, &networks);
+    }
+
+    // 6. tuning's backups: `<containerID>_<ifname>.json`, no network named.
+    let mut tuning_dirs: BTreeSet<PathBuf> = networks
+        .values()
+        .filter_map(|n| n.tuning_dir.clone())
+        .collect();
+    tuning_dirs.insert(paths.state_dir(tuning::config::DEFAULT_DATA_DIR));
+    for dir in &tuning_dirs {
+        collect_tuning(&mut c, dir, &networks);
+    }
+
+    NodeState {
+        configured,
+        rows: c.rows.into_values().collect(),
+        unreadable: c.unreadable,
+    }
+}
+
+/// What a cache entry says of its attachment.
+fn describe(entry: CacheEntry, path: PathBuf, modified: SystemTime) -> Cached {
+    let result = entry.result.clone().unwrap_or(Value::Null);
+    let mut addresses = Vec::new();
+    if let Some(ips) = result.get("ips").and_then(Value::as_array) {
+        addresses.extend(
+            ips.iter()
+                .filter_map(|ip| ip.get("address")?.as_str().map(str::to_string)),
+        );
+    }
+    // 0.1.0 and 0.2.0 results.
+    for old in ["ip4", "ip6"] {
+        if let Some(a) = result
+            .get(old)
+            .and_then(|v| v.get("ip"))
+            .and_then(Value::as_str)
+        {
+            addresses.push(a.to_string());
+        }
+    }
+    let host_interfaces: Vec<String> = result
+        .get("interfaces")
+        .and_then(Value::as_array)
+        .map(|ifs| {
+            ifs.iter()
+                .filter(|i| {
+                    i.get("sandbox")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .is_empty()
+                })
+                .filter_map(|i| i.get("name")?.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let host_interface = host_interfaces
+        .iter()
+        .rev()
+        .find(|n| !bandwidth::shape::is_go_ifb_name(n))
+        .cloned();
+    let host_ports = key(&entry.capability_args, "portMappings")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let shaping = shaping_of(&entry);
+    Cached {
+        entry,
+        path,
+        modified,
+        addresses,
+        host_interfaces,
+        host_interface,
+        host_ports,
+        shaping,
+    }
+}
+
+/// The rates the attachment is shaped with: the runtime's `bandwidth`
+/// capability, else the bandwidth plugin's own keys.
+fn shaping_of(entry: &CacheEntry) -> Option<String> {
+    let from_caps = key(&entry.capability_args, "bandwidth")
+        .and_then(Value::as_object)
+        .cloned();
+    let from_conf = conf::conf_list_from_bytes(&entry.config)
+        .ok()
+        .and_then(|l| {
+            l.plugins
+                .into_iter()
+                .find(|p| key(p, "type").and_then(Value::as_str) == Some("bandwidth"))
+        });
+    let obj = from_caps.or(from_conf)?;
+    let rate = |k: &str| key(&obj, k).and_then(Value::as_u64).filter(|r| *r > 0);
+    let (ingress, egress) = (rate("ingressRate"), rate("egressRate"));
+    if ingress.is_none() && egress.is_none() {
+        return None;
+    }
+    let show = |r: Option<u64>| r.map_or("-".to_string(), |r| format!("{r}bit/s"));
+    Some(format!("in {} out {}", show(ingress), show(egress)))
+}
+
+/// Egress shaping makes an IFB; ingress alone does not.
+fn shapes_egress(c: &Cached) -> bool {
+    c.shaping.as_deref().is_some_and(|s| !s.ends_with("out -"))
+}
+
+/// The pieces a cached attachment's network makes it expect.
+fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, nft: Option<&mut Nft>) {
+    let e = &info.entry;
+    if let Some(dir) = &net.lease_dir {
+        for a in &info.addresses {
+            if let Some((ip, _)) = a.split_once('/') {
+                let path = dir.join(ip);
+                let present = path.is_file();
+                row.expect(Kind::Lease, path.display().to_string(), present);
+            }
+        }
+    }
+    if let Some(dir) = &net.flannel_dir {
+        let who = libcni::types::Attachment {
+            container_id: e.container_id.clone(),
+            ifname: e.ifname.clone(),
+        };
+        let path = dir.join(flannel_meta::store::attachment_name(&who));
+        let legacy = dir.join(&e.container_id);
+        let present = path.is_file() || legacy.is_file();
+        row.expect(Kind::FlannelConfig, path.display().to_string(), present);
+    }
+    if net.has_bandwidth && shapes_egress(info) {
+        row.expect(
+            Kind::Ifb,
+            bandwidth::shape::ifb_name(&e.network_name, &e.container_id),
+            false,
+        );
+    }
+    let owner = Owner::new(&e.network_name, &e.container_id);
+    let mut nft = nft;
+    if net.has_portmap && !info.host_ports.is_empty() {
+        let chain = portmap::ipt::dnat_chain(&owner);
+        let go = nft
+            .as_deref_mut()
+            .is_some_and(|n| portmap::node_state::ipt_chain_present(n, &owner));
+        row.expect(Kind::PortMappings, chain, go);
+    }
+    if net.has_masq {
+        let chain = libcni::netfilter::masq::ipt_chain(&owner);
+        let go = nft.is_some_and(|n| libcni::netfilter::masq::ipt_chain_present(n, &owner));
+        row.expect(Kind::Masquerade, chain, go);
+    }
+}
+
+fn mtime(path: &std::path::Path) -> Option<SystemTime> {
+    std::fs::symlink_metadata(path).ok()?.modified().ok()
+}
+
+fn collect_leases(c: &mut Collector, dir: &std::path::Path, network: &str) {
+    use host_local::store::{Holder, Store};
+    let loc = host_local::config::Location {
+        data_dir: dir.parent().unwrap_or(dir).to_path_buf(),
+        network: network.to_string(),
+    };
+    let store = match Store::open_unlocked(&loc) {
+        Ok(Some(s)) => s,
+        Ok(None) => return,
+        Err(e) => {
+            c.unreadable.push(e.to_string());
+            return;
+        }
+    };
+    let scan = match store.scan(&|_, _| true) {
+        Ok(s) => s,
+        Err(e) => {
+            c.unreadable.push(e.to_string());
+            return;
+        }
+    };
+    for lease in scan.leases {
+        let path = dir.join(&lease.name);
+        let (location, m) = (path.display().to_string(), mtime(&path));
+        match lease.holder {
+            Some(Holder::Attachment(a)) => {
+                c.row(network, &a.container_id, &a.ifname)
+                    .found(Kind::Lease, location, m)
+            }
+            Some(Holder::LegacyId(id)) => {
+                c.found_for_container(network, &id, Kind::Lease, location, m)
+            }
+            Some(Holder::Unknown) | None => c.row(network, "", "").found(Kind::Lease, location, m),
+        }
+    }
+}
+
+/// The network a saved flannel config is of: its `name` key.
+fn collect_flannel(c: &mut Collector, dir: &std::path::Path, networks: &BTreeMap<String, Network>) {
+    use flannel_meta::store::{Entry, Store};
+    let store = Store::new(dir);
+    let entries = match store.list() {
+        Ok(e) => e,
+        Err(e) => {
+            c.unreadable.push(e.to_string());
+            return;
+        }
+    };
+    // Without a readable name, the flannel network using this directory.
+    let dir_network = networks
+        .values()
+        .find(|n| n.flannel_dir.as_deref() == Some(dir))
+        .map(|n| n.name().to_string())
+        .unwrap_or_default();
+    for entry in entries {
+        let path = dir.join(entry.file_name());
+        let network = store
+            .read_entry(&entry)
+            .ok()
+            .flatten()
+            .and_then(|b| libcni::gojson::parse_value(&b).ok())
+            .and_then(|v| v.get("name")?.as_str().map(str::to_string))
+            .unwrap_or_else(|| dir_network.clone());
+        let (location, m) = (path.display().to_string(), mtime(&path));
+        match entry {
+            Entry::Attachment(a) => {
+                c.row(&network, &a.container_id, &a.ifname)
+                    .found(Kind::FlannelConfig, location, m)
+            }
+            Entry::Legacy(id) => {
+                c.found_for_container(&network, &id, Kind::FlannelConfig, location, m)
+            }
+            Entry::StaleTemp(_) => c
+                .row(&network, "", "")
+                .found(Kind::FlannelConfig, location, m),
+        }
+    }
+}
+
+fn collect_ifbs(c: &mut Collector, host: &mut Netlink, networks: &BTreeMap<String, Network>) {
+    let links = match host.links() {
+        Ok(l) => l,
+        Err(e) => {
+            c.unreadable.push(format!("links: {e}"));
+            return;
+        }
+    };
+    for link in links.iter().filter(|l| l.kind.as_deref() == Some("ifb")) {
+        let owner = link
+            .alias
+            .as_deref()
+            .and_then(bandwidth::shape::parse_alias);
+        // The network whose name hashes to the IFB's, for this container.
+        let network_of = |cid: &str| {
+            networks
+                .keys()
+                .find(|n| bandwidth::shape::ifb_name(n, cid) == link.name)
+                .cloned()
+        };
+        if let Some((cid, ifname)) = owner {
+            let net = network_of(cid).unwrap_or_default();
+            c.row(&net, cid, ifname)
+                .found(Kind::Ifb, link.name.clone(), None);
+            continue;
+        }
+        if !bandwidth::shape::is_go_ifb_name(&link.name) {
+            continue;
+        }
+        // The Go plugin's: tied to a cached attachment whose name it is.
+        let tied = c.rows.values_mut().find(|r| {
+            r.pieces
+                .iter()
+                .any(|p| p.kind == Kind::Ifb && p.location == link.name)
+        });
+        match tied {
+            Some(row) => row.found(Kind::Ifb, link.name.clone(), None),
+            None => c
+                .row("", "", &link.name)
+                .found(Kind::Ifb, link.name.clone(), None),
+        }
+    }
+}
+
+fn collect_tuning(c: &mut Collector, dir: &std::path::Path, networks: &BTreeMap<String, Network>) {
+    let Ok(read) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let tuning_networks: Vec<&str> = networks
+        .values()
+        .filter(|n| n.tuning_dir.as_deref() == Some(dir))
+        .map(|n| n.name())
+        .collect();
+    for entry in read.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Some((cid, ifname)) = name.strip_suffix(".json").and_then(|s| s.rsplit_once('_'))
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let (location, m) = (path.display().to_string(), mtime(&path));
+        let mut tied = false;
+        for row in c.rows.values_mut() {
+            if row.key.container_id == cid
+                && row.key.ifname == ifname
+                && tuning_networks.contains(&row.key.network.as_str())
+            {
+                row.found(Kind::TuningBackup, location.clone(), m);
+                tied = true;
+            }
+        }
+        if !tied {
+            let net = match tuning_networks.as_slice() {
+                [only] => only.to_string(),
+                _ => String::new(),
+            };
+            c.row(&net, cid, ifname)
+                .found(Kind::TuningBackup, location, m);
+        }
+    }
+}

@@ -1,0 +1,306 @@
+//! `cni-rs gc`: the CNI GC no runtime calls, with the attachments found
+//! live on the node as the valid ones. A dry run lists what it would
+//! remove; `--apply` removes it in three steps:
+//! 1. DEL of each stale cached attachment through its chain (the current
+//!    config, as Go libcni's GC does; the cached one for a network whose
+//!    config is gone);
+//! 2. GC of every plugin of each network still holding state of a dead
+//!    attachment, with every other attachment found (live, or untied and
+//!    kept) as `cni.dev/valid-attachments`: a network with nothing dead is
+//!    not sent GC at all, so a quiet node sees no plugin call;
+//! 3. what no plugin claimed (a lease or saved config of a network whose
+//!    config is gone, a cache file) is removed directly, under host-local's
+//!    lock for a lease.
+//!
+//! The node is read again before steps 2 and 3 and at the end: an ADD that
+//! began meanwhile is young, hence live, and what is still there at the
+//! end is reported as not removed (exit 1).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use cnitool::cache::{CacheKey, ResultCache};
+use cnitool::exec::{CniConfig, RuntimeConf};
+use libcni::types::Attachment;
+
+use crate::collect::{self, Kind, NodeState, Piece, Row};
+use crate::liveness::{Judge, Liveness};
+use crate::node::NodePaths;
+
+#[derive(Debug, Clone, Default)]
+pub struct GcOptions {
+    /// Only this network.
+    pub network: Option<String>,
+    pub apply: bool,
+    /// Also remove untied state.
+    pub untied: bool,
+}
+
+/// What a run found and did.
+#[derive(Debug, Default)]
+pub struct GcReport {
+    pub text: String,
+    /// Pieces of dead attachments still on the node, and failed steps.
+    pub failures: Vec<String>,
+    /// How many dead attachments were found (stale, and untied when asked).
+    pub found: usize,
+}
+
+fn in_scope(row: &Row, opts: &GcOptions) -> bool {
+    opts.network.as_deref().is_none_or(|n| row.key.network == n)
+}
+
+/// The attachments to remove: stale ones, and untied ones when asked. An
+/// unknown one is never removed: it is most likely a live pod of a runtime
+/// whose cache predates netns (containerd 1.7), and only the runtime can
+/// tell (`--cri-socket`).
+fn is_target(l: Liveness, opts: &GcOptions) -> bool {
+    l == Liveness::Stale || (opts.untied && l == Liveness::Untied)
+}
+
+fn describe(row: &Row) -> String {
+    let k = &row.key;
+    let net = if k.network.is_empty() {
+        "?"
+    } else {
+        &k.network
+    };
+    let cid = if k.container_id.is_empty() {
+        "?"
+    } else {
+        &k.container_id
+    };
+    let ifname = if k.ifname.is_empty() { "?" } else { &k.ifname };
+    format!("{net} {cid} {ifname}")
+}
+
+fn present(row: &Row) -> impl Iterator<Item = &Piece> {
+    row.pieces.iter().filter(|p| p.present)
+}
+
+pub fn run(
+    paths: &NodePaths,
+    judge: &dyn Fn() -> Result<Judge, String>,
+    opts: &GcOptions,
+) -> GcReport {
+    let mut report = GcReport::default();
+    let judged = match judge() {
+        Ok(j) => j,
+        Err(e) => {
+            report.failures.push(e);
+            return report;
+        }
+    };
+    let state = collect::collect(paths);
+    let out = &mut report.text;
+    for u in &state.unreadable {
+        let _ = writeln!(out, "unreadable: {u}");
+    }
+    let mut targets = Vec::new();
+    for row in state.rows.iter().filter(|r| in_scope(r, opts)) {
+        let l = judged.liveness(row);
+        match l {
+            Liveness::Stale => {
+                let why = if row.netns().is_empty() {
+                    "the CRI runtime lists no such sandbox".to_string()
+                } else {
+                    format!("netns {} is gone", row.netns())
+                };
+                let _ = writeln!(out, "stale   {} ({why})", describe(row));
+            }
+            Liveness::Untied => {
+                let kept = if opts.untied {
+                    ""
+                } else {
+                    ": kept; --untied removes it"
+                };
+                let _ = writeln!(
+                    out,
+                    "untied  {} (no cache, no sandbox{kept})",
+                    describe(row)
+                );
+            }
+            Liveness::Unknown => {
+                let _ = writeln!(
+                    out,
+                    "unknown {} (its cache records no netns and no CRI runtime was asked: \
+                     kept; --cri-socket names the runtime that can tell)",
+                    describe(row)
+                );
+            }
+            _ => continue,
+        }
+        for p in present(row) {
+            let verb = match (opts.apply, is_target(l, opts)) {
+                (_, false) => "holds",
+                (false, true) => "would remove",
+                (true, true) => "removing",
+            };
+            let _ = writeln!(out, "  {verb} {} {}", p.kind.as_str(), p.location);
+        }
+        if is_target(l, opts) {
+            targets.push(row.key.clone());
+        }
+    }
+    report.found = targets.len();
+    if !opts.apply || targets.is_empty() {
+        return report;
+    }
+    let runner = CniConfig::new(paths.bin_path.clone(), &paths.cache_dir);
+
+    // 1. DEL through the chain.
+    for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
+        let Some(cached) = &row.cached else { continue };
+        let Some(net) = state.network(&row.key.network) else {
+            report.failures.push(format!(
+                "{}: no config of network {:?} in the conf dir or the cache",
+                describe(row),
+                row.key.network
+            ));
+            continue;
+        };
+        let e = &cached.entry;
+        let rt = RuntimeConf {
+            container_id: e.container_id.clone(),
+            netns: e.netns.clone(),
+            ifname: e.ifname.clone(),
+            args: e.cni_args.clone(),
+            capability_args: e.capability_args.clone(),
+        };
+        match runner.del_network_list(&net.list, &rt) {
+            Ok(()) => {
+                let _ = writeln!(report.text, "DEL {}: done", describe(row));
+            }
+            Err(err) => {
+                let _ = writeln!(report.text, "DEL {}: {err}", describe(row));
+            }
+        }
+    }
+
+    // 2. GC of the networks still holding state of the dead.
+    let state = collect::collect(paths);
+    let judged = match judge() {
+        Ok(j) => j,
+        Err(e) => {
+            report.failures.push(e);
+            return report;
+        }
+    };
+    let mut by_network: BTreeMap<&str, (bool, Vec<Attachment>)> = BTreeMap::new();
+    for row in state
+        .rows
+        .iter()
+        .filter(|r| in_scope(r, opts) && !r.key.network.is_empty())
+    {
+        let slot = by_network.entry(&row.key.network).or_default();
+        let l = judged.liveness(row);
+        if is_target(l, opts) {
+            slot.0 |= present(row).next().is_some();
+        } else if !row.key.container_id.is_empty() {
+            slot.1.push(Attachment {
+                container_id: row.key.container_id.clone(),
+                ifname: row.key.ifname.clone(),
+            });
+        }
+    }
+    for (network, (dead_state, valid)) in &by_network {
+        if !dead_state {
+            continue;
+        }
+        let Some(net) = state.network(network) else {
+            continue;
+        };
+        match runner.gc_network_list(&net.list, Some(valid)) {
+            Ok(()) => {
+                let _ = writeln!(report.text, "GC {network}: done ({} valid)", valid.len());
+            }
+            Err(err) => {
+                let _ = writeln!(report.text, "GC {network}: {err}");
+            }
+        }
+    }
+
+    // 3. What no plugin claimed.
+    let state = collect::collect(paths);
+    let judged = match judge() {
+        Ok(j) => j,
+        Err(e) => {
+            report.failures.push(e);
+            return report;
+        }
+    };
+    for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
+        if judged.liveness(row).is_live() {
+            continue; // taken again meanwhile
+        }
+        for p in present(row) {
+            if let Err(why) = remove_piece(paths, &state, row, p) {
+                report.failures.push(format!(
+                    "{}: {} {}: {why}",
+                    describe(row),
+                    p.kind.as_str(),
+                    p.location
+                ));
+            } else {
+                let _ = writeln!(report.text, "removed {} {}", p.kind.as_str(), p.location);
+            }
+        }
+    }
+    report
+}
+
+/// Removes one piece nothing claimed, if it is of a kind removed by file.
+fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> Result<(), String> {
+    match p.kind {
+        Kind::Cache => {
+            let k = &row.key;
+            let key =
+                CacheKey::new(&k.network, &k.container_id, &k.ifname).map_err(|e| e.to_string())?;
+            ResultCache::new(&paths.cache_dir)
+                .remove(&key)
+                .map_err(|e| e.to_string())
+        }
+        Kind::Lease => remove_lease(&p.location),
+        Kind::FlannelConfig | Kind::TuningBackup => match std::fs::remove_file(&p.location) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e.to_string()),
+        },
+        _ => {
+            let why = if state.network(&row.key.network).is_some() {
+                "still there after the network's GC"
+            } else {
+                "no config of its network to run its plugin's GC with"
+            };
+            Err(why.into())
+        }
+    }
+}
+
+/// Releases a lease under host-local's lock, with its index links.
+fn remove_lease(location: &str) -> Result<(), String> {
+    use host_local::store::Store;
+    let path = std::path::Path::new(location);
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return Err("not a lease path".into());
+    };
+    let loc = host_local::config::Location {
+        data_dir: dir.parent().unwrap_or(dir).to_path_buf(),
+        network: dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string(),
+    };
+    let Some(store) = Store::open_locked(&loc).map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    let scan = store.scan(&|_, _| false).map_err(|e| e.to_string())?;
+    match scan.leases.iter().find(|l| l.name == name) {
+        Some(l) => store
+            .release(name, &l.links)
+            .map(|_| ())
+            .map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,237 @@
+//! The node operator's commands, run as `cni-rs inspect` and `cni-rs gc`
+//! (the multicall binary dispatches to [`inspect_main`] and [`gc_main`]).
+//!
+//! They read what the runtimes read (the conf dir, the plugin path, the
+//! result cache) and what each plugin keeps on the node, through that
+//! plugin's own code ([`collect`]); decide which attachments are live
+//! ([`liveness`], asking a CRI runtime through [`cri`]); and print
+//! ([`inspect`]) or collect ([`gc`]) them.
+
+pub mod collect;
+pub mod cri;
+pub mod gc;
+pub mod inspect;
+pub mod liveness;
+pub mod node;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use liveness::Judge;
+use node::NodePaths;
+
+const COMMON_OPTIONS: &str = "\
+OPTIONS
+  --conf-dir DIR     the runtimes' conf dir (default $NETCONFPATH or /etc/cni/net.d)
+  --bin-dir DIRS     the plugin path, ':'-separated (default $CNI_PATH or /opt/cni/bin)
+  --cache-dir DIR    the result cache dir (default $CNI_CACHE_DIR or /var/lib/cni); the
+                     plugins' default data dirs under /var/lib/cni are looked for under
+                     it (networks/, flannel/)
+  --cri-socket PATH  the CRI runtime whose sandboxes are live (default: containerd's
+                     /run/containerd/containerd.sock, else CRI-O's /var/run/crio/crio.sock,
+                     when there); `none` asks no runtime
+  --grace SECONDS    state younger than this is live: an ADD in flight (default 120)
+";
+
+pub const INSPECT_USAGE: &str = "\
+NAME
+  cni-rs inspect - every CNI attachment on this node, and where its pieces are
+
+SYNOPSIS
+  cni-rs inspect [NETWORK] [--json] [OPTIONS]
+
+DESCRIPTION
+  One row per attachment (network, container ID, interface), built from every
+  piece of state the suite and the Go plugins leave: the result cache,
+  host-local's leases, flannel's saved configs, portmap's and the masquerade
+  rules (their ledgers in /run/cni, and the iptables-nft chains), bandwidth's
+  IFBs, tuning's backups, and the host-side interfaces the result names. An
+  attachment with a cache entry shows what it should have and marks what is
+  missing (`!lease`); state that no cache names gets a row of its own.
+
+  LIVE says why an attachment counts as live (netns: its namespace exists;
+  sandbox: the CRI runtime lists it; young: newer than --grace) or that it is
+  not (stale: cached, and its namespace gone or its sandbox not listed;
+  unknown: cached without a namespace, as Go libcni before v1.2 caches, and no
+  CRI runtime asked; untied: no cache and no sandbox).
+
+  --json prints the stable schema documented in the README (schemaVersion 1).
+
+EXIT STATUS
+  0, or 1 when something could not be read, 2 for a usage error.
+
+";
+
+pub const GC_USAGE: &str = "\
+NAME
+  cni-rs gc - collect the CNI state of dead attachments (the GC no runtime calls)
+
+SYNOPSIS
+  cni-rs gc [NETWORK] [--apply] [--untied] [OPTIONS]
+
+DESCRIPTION
+  Lists each stale attachment (cached, but its namespace is gone, its
+  sandbox is not listed, and it is older than --grace) and each piece it
+  holds. Untied state (no cache entry, no sandbox, older than --grace: a
+  lease only a runtime without a cache knows) is listed and kept, and so is
+  an unknown attachment (its cache records no namespace, as Go libcni before
+  v1.2 writes it, and no CRI runtime could be asked about its sandbox): it is
+  never removed without a runtime that says its sandbox is gone.
+
+  --apply removes them: DEL of each stale attachment through its chain, then
+  GC of every plugin of each network that still holds dead state, with every
+  other attachment as cni.dev/valid-attachments, then the removal of files no
+  plugin claimed (leases under host-local's lock, saved configs, cache
+  files). Live attachments are never touched.
+  --untied also removes untied state.
+
+EXIT STATUS
+  0 when nothing is left to remove (a dry run: when nothing was found);
+  1 when something was found (dry run) or could not be removed (--apply);
+  2 for a usage error.
+
+";
+
+struct Common {
+    paths: NodePaths,
+    cri: Option<PathBuf>,
+    grace: Duration,
+    network: Option<String>,
+    flags: Vec<String>,
+}
+
+fn env_path(var: &str, default: &str) -> PathBuf {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default))
+}
+
+/// The options both commands take; the rest are returned as flags.
+fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
+    let bin_path = std::env::var("CNI_PATH").unwrap_or_else(|_| node::DEFAULT_BIN_DIR.into());
+    let mut c = Common {
+        paths: NodePaths {
+            conf_dir: env_path("NETCONFPATH", node::DEFAULT_CONF_DIR),
+            bin_path: split_path(&bin_path),
+            cache_dir: env_path("CNI_CACHE_DIR", node::DEFAULT_CACHE_DIR),
+        },
+        cri: cri::default_socket(),
+        grace: liveness::DEFAULT_GRACE,
+        network: None,
+        flags: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{name} needs a value"))
+        };
+        match a.as_str() {
+            "--conf-dir" => c.paths.conf_dir = value(a)?.into(),
+            "--bin-dir" => c.paths.bin_path = split_path(&value(a)?),
+            "--cache-dir" => c.paths.cache_dir = value(a)?.into(),
+            "--cri-socket" => {
+                let v = value(a)?;
+                c.cri = (v != "none").then(|| v.into());
+            }
+            "--grace" => {
+                let v = value(a)?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| format!("--grace {v:?}: not a number of seconds"))?;
+                c.grace = Duration::from_secs(secs);
+            }
+            f if flags_known.contains(&f) => c.flags.push(f.to_string()),
+            f if f.starts_with('-') => return Err(format!("unknown option {f:?}")),
+            n if c.network.is_none() => c.network = Some(n.to_string()),
+            n => return Err(format!("one network at most ({n:?} is a second)")),
+        }
+    }
+    Ok(c)
+}
+
+fn split_path(p: &str) -> Vec<PathBuf> {
+    p.split(':')
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect()
+}
+
+impl Common {
+    fn judge(&self) -> Result<Judge, String> {
+        let sandboxes = match &self.cri {
+            Some(s) => Some(cri::sandbox_ids(s, Duration::from_secs(10))?),
+            None => None,
+        };
+        Ok(Judge {
+            sandboxes,
+            grace: self.grace,
+            now: SystemTime::now(),
+        })
+    }
+}
+
+fn usage_error(cmd: &str, msg: &str, usage: &str) -> ExitCode {
+    eprintln!("cni-rs {cmd}: {msg}\n\n{usage}");
+    ExitCode::from(2)
+}
+
+pub fn inspect_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{INSPECT_USAGE}{COMMON_OPTIONS}");
+        return ExitCode::SUCCESS;
+    }
+    let c = match parse(args, &["--json"]) {
+        Ok(c) => c,
+        Err(e) => return usage_error("inspect", &e, INSPECT_USAGE),
+    };
+    let judge = match c.judge() {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("cni-rs inspect: {e} (--cri-socket none to ask no runtime)");
+            return ExitCode::FAILURE;
+        }
+    };
+    let state = collect::collect(&c.paths);
+    let network = c.network.as_deref();
+    if c.flags.iter().any(|f| f == "--json") {
+        let v = inspect::to_json(&state, &judge, network);
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        print!("{}", inspect::to_table(&state, &judge, network));
+    }
+    if state.unreadable.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+pub fn gc_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{GC_USAGE}{COMMON_OPTIONS}");
+        return ExitCode::SUCCESS;
+    }
+    let c = match parse(args, &["--apply", "--untied"]) {
+        Ok(c) => c,
+        Err(e) => return usage_error("gc", &e, GC_USAGE),
+    };
+    let opts = gc::GcOptions {
+        network: c.network.clone(),
+        apply: c.flags.iter().any(|f| f == "--apply"),
+        untied: c.flags.iter().any(|f| f == "--untied"),
+    };
+    let report = gc::run(&c.paths, &|| c.judge(), &opts);
+    print!("{}", report.text);
+    for f in &report.failures {
+        eprintln!("cni-rs gc: not removed: {f}");
+    }
+    if !report.failures.is_empty() || (!opts.apply && report.found > 0) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -1,0 +1,96 @@
+//! Which attachments are live. An attachment is live when any of these
+//! holds, checked in this order:
+//! 1. the network namespace its cache records exists (a namespace file
+//!    that is really a namespace);
+//! 2. the CRI runtime lists its sandbox (ready or not: the runtime will
+//!    call DEL when it stops it);
+//! 3. its newest file is younger than the grace period: an ADD in flight
+//!    already holds a lease and rules, but the runtime caches its result
+//!    only when the whole chain succeeded.
+//!
+//! A cached attachment that is not live is *stale*, when its death is
+//! proven: its cache records a namespace (Go libcni before v1.2, as in
+//! containerd 1.6 and 1.7, records none), or a CRI runtime was asked and
+//! does not list it. Otherwise it is *unknown*. State that no cache entry
+//! names and that is not live by 2 or 3 is *untied*: a runtime without a
+//! cache may still own it. Unknown and untied state is only removed on
+//! request.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use crate::collect::{Kind, Row};
+
+/// Kubelet's default pod start timeout is 4 minutes; an ADD taking longer
+/// than 2 is far beyond anything normal.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Netns,
+    Sandbox,
+    Young,
+    /// Cached, and none of the above.
+    Stale,
+    /// Cached without a namespace, and no CRI runtime asked.
+    Unknown,
+    /// Not cached, and not a sandbox nor young.
+    Untied,
+}
+
+impl Liveness {
+    pub fn is_live(self) -> bool {
+        matches!(self, Liveness::Netns | Liveness::Sandbox | Liveness::Young)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Liveness::Netns => "netns",
+            Liveness::Sandbox => "sandbox",
+            Liveness::Young => "young",
+            Liveness::Stale => "stale",
+            Liveness::Unknown => "unknown",
+            Liveness::Untied => "untied",
+        }
+    }
+}
+
+/// What the rule is judged against.
+pub struct Judge {
+    /// The runtime's sandboxes, when a CRI socket was asked.
+    pub sandboxes: Option<BTreeSet<String>>,
+    pub grace: Duration,
+    pub now: SystemTime,
+}
+
+impl Judge {
+    pub fn liveness(&self, row: &Row) -> Liveness {
+        let netns_present = row
+            .pieces
+            .iter()
+            .any(|p| p.kind == Kind::Netns && p.present);
+        if netns_present {
+            return Liveness::Netns;
+        }
+        let cid = &row.key.container_id;
+        if self
+            .sandboxes
+            .as_ref()
+            .is_some_and(|s| !cid.is_empty() && s.contains(cid))
+        {
+            return Liveness::Sandbox;
+        }
+        let young = row
+            .newest()
+            .is_some_and(|t| self.now.duration_since(t).unwrap_or_default() < self.grace);
+        if young {
+            return Liveness::Young;
+        }
+        let netns_recorded = row.pieces.iter().any(|p| p.kind == Kind::Netns);
+        match row.cached {
+            Some(_) if netns_recorded || self.sandboxes.is_some() => Liveness::Stale,
+            Some(_) => Liveness::Unknown,
+            None => Liveness::Untied,
+        }
+    }
+}
