@@ -86,7 +86,6 @@ pub struct Cached {
     pub path: PathBuf,
     pub modified: SystemTime,
     pub addresses: Vec<String>,
-    pub host_interfaces: Vec<String>,
     /// The attachment's own host-side interface: the last host-side one
     /// of the result that is not bandwidth's IFB (the bridge comes first).
     pub host_interface: Option<String>,
@@ -292,7 +291,8 @@ pub fn collect(paths: &NodePaths) -> NodeState {
                 .is_some();
             row.expect(Kind::Netns, e.netns.clone(), live);
         }
-        for name in &info.host_interfaces {
+        // Its own host interface only: the bridge is every pod's.
+        if let Some(name) = &info.host_interface {
             let present = host
                 .as_mut()
                 .map(|h| h.link_by_name(name).ok().flatten().is_some());
@@ -417,7 +417,6 @@ fn describe(entry: CacheEntry, path: PathBuf, modified: SystemTime) -> Cached {
         path,
         modified,
         addresses,
-        host_interfaces,
         host_interface,
         host_ports,
         shaping,

@@ -5,8 +5,13 @@
 //! afterwards is, link for link and rule for rule, the node of the live
 //! pods alone.
 
+use cri_client::{CriClient, PodSpec};
 use serde_json::{json, Value};
+use std::collections::HashMap;
 use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tests::containerd::{Containerd, SANDBOX_PAGE};
 use tests::*;
 
 /// Our chain: every plugin with state of its own on the node.
@@ -90,24 +95,6 @@ fn cid_of(row: &Value) -> &str {
     row["containerID"].as_str().unwrap()
 }
 
-/// Every file under `dir`, relative, sorted (leases, backups, caches).
-fn files_under(dir: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push(p.strip_prefix(dir).unwrap().display().to_string());
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     if !require_root("gc_removes_exactly_the_dead_and_inspect_shows_the_live") {
@@ -159,10 +146,7 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         live_ips.push(add(net, pod, &format!("live-{i}"), 9000 + i as u16, go));
     }
     let only_live = NetSnapshot::take(&node.ns);
-    let live_files = (
-        files_under(state.path()),
-        files_under(&node.shared_cache_dir()),
-    );
+    let live_files = (tree(state.path()), tree(&node.shared_cache_dir()));
 
     // The leaked: two of ours and one of Go's, their namespaces removed
     // without DEL, as a runtime that died (or a person) leaves them.
@@ -302,12 +286,8 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     let mut want_state = live_files.0.clone();
     want_state.push("leases/opnet/10.89.0.250".into());
     want_state.sort();
-    assert_eq!(files_under(state.path()), want_state, "{apply:?}");
-    assert_eq!(
-        files_under(&node.shared_cache_dir()),
-        live_files.1,
-        "{apply:?}"
-    );
+    assert_eq!(tree(state.path()), want_state, "{apply:?}");
+    assert_eq!(tree(&node.shared_cache_dir()), live_files.1, "{apply:?}");
 
     // A second run finds nothing; --untied takes the lease.
     let again = gc(&node, &["--grace", "0"]);
@@ -333,4 +313,219 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         let out = node.cnitool_with(&bin("cnitool"), &["del", net, &path], &env);
         assert_eq!(out.exit_code, 0, "{out:?}");
     }
+}
+
+/// kubelet's pod: host port `port` to 80, shaped 10 Mbit/s each way.
+fn pod(containerd: &Containerd, name: &str, port: i32) -> PodSpec {
+    PodSpec {
+        name: name.to_string(),
+        namespace: "default".to_string(),
+        uid: format!("uid-{name}"),
+        ports: vec![(port, 80, "tcp", String::new())],
+        annotations: HashMap::from([
+            (
+                "kubernetes.io/ingress-bandwidth".to_string(),
+                "10M".to_string(),
+            ),
+            (
+                "kubernetes.io/egress-bandwidth".to_string(),
+                "10M".to_string(),
+            ),
+        ]),
+        cgroup_parent: containerd.cgroup_parent().to_string(),
+    }
+}
+
+fn network_ready(cri: &mut CriClient) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cri.network_condition().expect("Status").ready {
+        assert!(
+            Instant::now() < deadline,
+            "NetworkReady still false after 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `cni-rs <command>` as a node's systemd unit runs it: in containerd's
+/// mount namespace (its /var/lib/cni, /run/cni and pod namespaces), the
+/// node's network namespace and containerd's pid namespace (whose `/proc`
+/// that mount namespace has), asking containerd's CRI socket.
+fn operator_beside(ctd: &Containerd, conf: &Path, command: &str, extra: &[&str]) -> PluginOutput {
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--target={}", ctd.pid()))
+        .args(["--mount", "--net", "--pid", "--"])
+        .arg(bin("cni-rs"))
+        .arg(command)
+        .arg("--cri-socket")
+        .arg(ctd.socket())
+        .arg("--conf-dir")
+        .arg(conf)
+        .arg("--bin-dir")
+        .arg(bin_dir())
+        .args(extra);
+    call_plugin_cmd(cmd, &[], "")
+}
+
+/// containerd (Debian's 1.6, whose go-cni caches no netns) killed between
+/// ADD and DEL, and started again without its sandboxes, as containerd
+/// #12923 leaves a node: the dead pods' leases, rules, IFBs and cache
+/// entries stay. Only the CRI runtime can tell they are dead, and `gc`
+/// asks it: before the kill both pods are live (listed), after it both
+/// are stale and `--apply` removes them, while a pod of the new containerd
+/// keeps working. A runtime that does not answer stops `gc` before it
+/// changes anything.
+#[test]
+fn gc_asks_containerd_which_sandboxes_live() {
+    if !require_root("gc_asks_containerd_which_sandboxes_live") || step_skipped("containerd") {
+        return;
+    }
+    let node = forwarding_node("op-ctd");
+    let conf = TempDir::new("op-ctd-conf");
+    let leases = TempDir::new("op-ctd-leases");
+    conf.write(
+        "10-pods.conflist",
+        &json!({
+            "cniVersion": "1.0.0", "name": "k8s-pod-network",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+                 "ipam": {"type": "host-local", "dataDir": leases.path(),
+                          "ranges": [[{"subnet": "10.86.0.0/24"}]]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}},
+                {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+            ]
+        })
+        .to_string(),
+    );
+    let mut first = Containerd::start(&node, conf.path(), &[]);
+    let mut cri = CriClient::connect(&first.socket()).expect("CRI");
+    network_ready(&mut cri);
+    // A warm-up pod makes what pods share (the bridge, the base chains).
+    let warm = cri
+        .run_pod_sandbox(&pod(&first, "warm", 18080))
+        .expect("RunPodSandbox");
+    cri.stop_pod_sandbox(&warm).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&warm).expect("RemovePodSandbox");
+    let empty = NetSnapshot::take(&node);
+    let dead: Vec<String> = (0..2)
+        .map(|i| {
+            cri.run_pod_sandbox(&pod(&first, &format!("dead{i}"), 8080 + i))
+                .expect("RunPodSandbox")
+        })
+        .collect();
+
+    // Listed by the runtime: live, though go-cni's cache names no netns.
+    // containerd 1.6 attaches each pod to its built-in loopback network
+    // too (`cni-loopback`, cached, in no conf dir).
+    let out = operator_beside(&first, conf.path(), "inspect", &["--json", "--grace", "0"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let rows = out.json()["attachments"].as_array().unwrap().clone();
+    let networks: Vec<&str> = rows
+        .iter()
+        .map(|r| r["network"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        networks,
+        [
+            "cni-loopback",
+            "cni-loopback",
+            "k8s-pod-network",
+            "k8s-pod-network"
+        ],
+        "{rows:#?}"
+    );
+    for r in &rows {
+        assert_eq!(r["liveness"], "sandbox", "{r:#}");
+        assert_eq!(r["missing"], json!([]), "{r:#}");
+        assert!(dead.contains(&cid_of(r).to_string()), "{r:#}");
+    }
+    let out = operator_beside(&first, conf.path(), "gc", &["--grace", "0", "--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(!out.stdout.contains("stale"), "{out:?}");
+
+    // The runtime dies between ADD and DEL; a new one starts without its
+    // sandboxes, over the same /var/lib/cni and /run/cni.
+    let (old_cache, old_run) = (first.var_lib_cni(), first.run_cni());
+    first.kill();
+    let second = Containerd::start(&node, conf.path(), &[]);
+    for (from, to) in [
+        (&old_cache, second.var_lib_cni()),
+        (&old_run, second.run_cni()),
+    ] {
+        run_ok(Command::new("cp").arg("-a").arg(from.join(".")).arg(&to));
+    }
+    drop(first);
+    let mut cri = CriClient::connect(&second.socket()).expect("CRI");
+    network_ready(&mut cri);
+    let live = cri
+        .run_pod_sandbox(&pod(&second, "live", 8090))
+        .expect("RunPodSandbox");
+    let ip = cri.pod_sandbox_status(&live).expect("status").ips[0].clone();
+
+    // A runtime that does not answer: nothing is decided.
+    let before = NetSnapshot::take(&node);
+    let mut cmd = Command::new("nsenter");
+    cmd.arg(format!("--target={}", second.pid()))
+        .args(["--mount", "--net", "--pid", "--"])
+        .arg(bin("cni-rs"))
+        .args([
+            "gc",
+            "--apply",
+            "--grace",
+            "0",
+            "--cri-socket",
+            "/nonexistent/cri.sock",
+        ])
+        .arg("--conf-dir")
+        .arg(conf.path());
+    let out = call_plugin_cmd(cmd, &[], "");
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    assert!(out.stderr.contains("/nonexistent/cri.sock"), "{out:?}");
+    assert_eq!(before.diff(&NetSnapshot::take(&node)), Vec::<String>::new());
+
+    // Asked, the new runtime lists only the new pod: the two are stale.
+    let out = operator_beside(&second, conf.path(), "gc", &["--grace", "0"]);
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    for id in &dead {
+        assert!(
+            out.stdout
+                .contains(&format!("stale   k8s-pod-network {id} eth0")),
+            "{out:?}"
+        );
+        assert!(
+            out.stdout
+                .contains(&format!("stale   cni-loopback {id} lo")),
+            "{out:?}"
+        );
+    }
+    assert_eq!(out.stdout.matches("stale").count(), 4, "{out:?}");
+    let out = operator_beside(&second, conf.path(), "gc", &["--grace", "0", "--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(
+        http_get(&node, &ip, 80).as_deref(),
+        Some(SANDBOX_PAGE),
+        "the live pod after gc --apply: {out:?}"
+    );
+    let out = operator_beside(&second, conf.path(), "inspect", &["--json", "--grace", "0"]);
+    let rows = out.json()["attachments"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for r in &rows {
+        assert_eq!(cid_of(r), live, "{rows:#?}");
+        assert_eq!(r["missing"], json!([]), "{rows:#?}");
+    }
+
+    // With the live pod gone too, the node is as before the dead pods.
+    cri.stop_pod_sandbox(&live).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&live).expect("RemovePodSandbox");
+    assert_eq!(empty.diff(&NetSnapshot::take(&node)), Vec::<String>::new());
+    assert_eq!(
+        leases_in(&leases.path().join("k8s-pod-network")),
+        Vec::<String>::new()
+    );
+    let left: Vec<String> = tree(&second.var_lib_cni())
+        .into_iter()
+        .chain(tree(&second.run_cni()))
+        .filter(|f| !f.ends_with('/') && !f.contains("lock") && !f.contains("last_reserved_ip"))
+        .collect();
+    assert_eq!(left, Vec::<String>::new());
 }
