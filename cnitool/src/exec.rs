@@ -301,6 +301,27 @@ impl CniConfig {
         Ok(Some((entry.config, cached_rt)))
     }
 
+    /// The versions a plugin of `list` says it speaks (VERSION), as
+    /// `supportedVersions` lists them.
+    pub fn supported_versions(
+        &self,
+        list: &NetworkConfigList,
+        plugin: &Map<String, Value>,
+    ) -> Result<Vec<String>> {
+        let mut stdin = Map::new();
+        stdin.insert("cniVersion".into(), list.cni_version.as_str().into());
+        let out = self.run(list, plugin, Command::Version, None, &stdin)?;
+        let v = libcni::gojson::parse_value(&out)
+            .map_err(|e| Error::Decode(format!("VERSION answer: {e}")))?;
+        Ok(match libcni::gojson::lookup(&v, "supportedVersions") {
+            Some(Value::Array(a)) => a
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            _ => Vec::new(),
+        })
+    }
+
     /// Finds and runs one plugin; every error names the plugin and keeps its
     /// code. `rt` is `None` for GC and STATUS, which get empty
     /// `CNI_CONTAINERID`, `CNI_NETNS`, `CNI_IFNAME` and `CNI_ARGS`.

@@ -20,8 +20,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use cnitool::cache::{CacheKey, ResultCache};
+use cnitool::conf::NetworkConfigList;
 use cnitool::exec::{CniConfig, RuntimeConf};
 use libcni::types::Attachment;
+use libcni::version::Version;
 
 use crate::collect::{self, Kind, NodeState, Piece, Row};
 use crate::liveness::{Judge, Liveness};
@@ -210,7 +212,14 @@ pub fn run(
         let Some(net) = state.network(network) else {
             continue;
         };
-        match runner.gc_network_list(&net.list, Some(valid)) {
+        let list = match gc_list(&runner, &net.list) {
+            Ok(l) => l,
+            Err(why) => {
+                let _ = writeln!(report.text, "GC {network}: not sent: {why}");
+                continue;
+            }
+        };
+        match runner.gc_network_list(&list, Some(valid)) {
             Ok(()) => {
                 let _ = writeln!(report.text, "GC {network}: done ({} valid)", valid.len());
             }
@@ -247,6 +256,34 @@ pub fn run(
         }
     }
     report
+}
+
+/// The list to send GC with. GC came with CNI 1.1.0, and most nodes'
+/// lists are older (kube-flannel's is 0.3.1, containerd's examples 1.0.0):
+/// such a list gets GC at 1.1.0 when every plugin of it says it speaks
+/// 1.1.0 (ours do, whatever the list's version), and none otherwise, as
+/// a runtime would send none.
+fn gc_list(runner: &CniConfig, list: &NetworkConfigList) -> Result<NetworkConfigList, String> {
+    if list.cni_version.allows_gc_and_status() {
+        return Ok(list.clone());
+    }
+    for plugin in &list.plugins {
+        let versions = runner
+            .supported_versions(list, plugin)
+            .map_err(|e| e.to_string())?;
+        if !versions.iter().any(|v| v == Version::V1_1_0.as_str()) {
+            let ty = crate::node::key(plugin, "type")
+                .and_then(|t| t.as_str())
+                .unwrap_or("?");
+            return Err(format!(
+                "the list is at {} and plugin {ty:?} does not speak 1.1.0 (GC)",
+                list.cni_version.as_str()
+            ));
+        }
+    }
+    let mut upgraded = list.clone();
+    upgraded.cni_version = Version::V1_1_0;
+    Ok(upgraded)
 }
 
 /// Removes one piece nothing claimed, if it is of a kind removed by file.

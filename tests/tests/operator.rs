@@ -29,14 +29,35 @@ fn our_conflist(state: &TempDir) -> Value {
     })
 }
 
-/// The Go 1.1.1 plugins' chain (Debian's package), at a version they speak.
-fn go_conflist(state: &TempDir) -> Value {
+/// A chain for the Go 1.1.1 plugins (Debian's package), at a version they
+/// speak: `bridge` names the bridge, `third` the /24.
+fn go_conflist(state: &TempDir, name: &str, bridge: &str, third: u8) -> Value {
     json!({
-        "cniVersion": "1.0.0", "name": "gonet",
+        "cniVersion": "1.0.0", "name": name,
         "plugins": [
-            {"type": "bridge", "bridge": "cni-op1", "isGateway": true, "ipMasq": true,
+            {"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true,
              "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
-                      "ranges": [[{"subnet": "10.89.1.0/24"}]]}},
+                      "ranges": [[{"subnet": format!("10.89.{third}.0/24")}]]}},
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "egressRate": 8000000, "egressBurst": 800000}
+        ]
+    })
+}
+
+/// kube-flannel's conflist, flannel masquerading through its delegate.
+fn flannel_conflist(state: &TempDir) -> Value {
+    std::fs::write(
+        state.path().join("subnet.env"),
+        "FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=1400\nFLANNEL_IPMASQ=false\n",
+    )
+    .unwrap();
+    json!({
+        "cniVersion": "1.0.0", "name": "cbr0",
+        "plugins": [
+            {"type": "flannel", "delegate": {"hairpinMode": true, "isDefaultGateway": true},
+             "subnetFile": state.path().join("subnet.env"),
+             "dataDir": state.path().join("flannel"),
+             "ipam": {"dataDir": state.path().join("leases")}},
             {"type": "portmap", "capabilities": {"portMappings": true}}
         ]
     })
@@ -95,6 +116,17 @@ fn cid_of(row: &Value) -> &str {
     row["containerID"].as_str().unwrap()
 }
 
+/// The node: 20 live pods (ours, the Go plugins', flannel's) and
+/// 10 leaked attachments of every kind: namespaces removed without DEL
+/// (ours, the Go plugins' with their IFBs and iptables chains, flannel's
+/// with its saved config), a network whose config was removed, what a
+/// failed Go flannel DEL leaves (the lease and the rules, its saved config
+/// and the runtime's cache gone: upstream's flannel deletes the file even
+/// when the delegate's DEL fails), and a lease no cache names. `gc` lists
+/// exactly the 10, `gc --apply --untied` removes them and nothing else
+/// (the node is then, link for link, rule for rule and file for file, the
+/// node of the 20), a second `gc` finds nothing, and `inspect` shows the
+/// 20 live with every piece present.
 #[test]
 fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     if !require_root("gc_removes_exactly_the_dead_and_inspect_shows_the_live") {
@@ -104,27 +136,34 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     node.ns.ip(&["link", "set", "lo", "up"]);
     let state = TempDir::new("op-state");
     node.write_conf("10-opnet.conflist", &our_conflist(&state));
-    node.write_conf("20-gonet.conflist", &go_conflist(&state));
-    let go_cnitool = go_cnitool().expect("go-cnitool");
-    let go_dir = go_plugin("bridge").unwrap().parent().unwrap().to_path_buf();
+    node.write_conf(
+        "20-gonet.conflist",
+        &go_conflist(&state, "gonet", "cni-op1", 1),
+    );
+    node.write_conf(
+        "30-oldnet.conflist",
+        &go_conflist(&state, "oldnet", "cni-op3", 3),
+    );
+    node.write_conf("40-flannel.conflist", &flannel_conflist(&state));
+    let go_dir = go_plugin("bridge")
+        .unwrap()
+        .parent()
+        .unwrap()
+        .display()
+        .to_string();
 
-    // `go`: the Go plugins, run by the Go libcni cnitool (whose cache
-    // records no netns, as containerd 1.7's does), or by ours.
-    let add = |net: &str, pod: &Netns, cid: &str, port: u16, go: Option<bool>| {
+    // ADD through our cnitool, with our plugins or the Go ones.
+    let add = |net: &str, pod: &Netns, cid: &str, port: u16| {
         let caps =
             json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]})
                 .to_string();
         let path = pod.path().display().to_string();
-        let env = [("CAP_ARGS", caps.as_str()), ("CNI_CONTAINERID", cid)];
-        let dir = go_dir.display().to_string();
-        let mut go_env = env.to_vec();
-        go_env.push(("CNI_PATH", &dir));
-        let out = match go {
-            Some(true) => node.go_cnitool(&go_cnitool, &["add", net, &path], &go_env),
-            Some(false) => node.cnitool_with(&bin("cnitool"), &["add", net, &path], &go_env),
-            None => node.cnitool_with(&bin("cnitool"), &["add", net, &path], &env),
-        };
-        assert_eq!(out.exit_code, 0, "{out:?}");
+        let mut env = vec![("CAP_ARGS", caps.as_str()), ("CNI_CONTAINERID", cid)];
+        if net == "gonet" || net == "oldnet" {
+            env.push(("CNI_PATH", &go_dir));
+        }
+        let out = node.cnitool_with(&bin("cnitool"), &["add", net, &path], &env);
+        assert_eq!(out.exit_code, 0, "{net} {cid}: {out:?}");
         out.json()["ips"][0]["address"]
             .as_str()
             .unwrap()
@@ -133,87 +172,103 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
             .unwrap()
             .to_string()
     };
+    // oldnet's bridge and base chains exist before the snapshot, as on a
+    // node that ran pods there.
+    let warm = Netns::new("op-warm");
+    add("oldnet", &warm, "warm", 8999);
+    let path = warm.path().display().to_string();
+    let out = node.cnitool_with(
+        &bin("cnitool"),
+        &["del", "oldnet", &path],
+        &[("CNI_CONTAINERID", "warm"), ("CNI_PATH", &go_dir)],
+    );
+    assert_eq!(out.exit_code, 0, "{out:?}");
 
-    // The live pods: three of ours, one of the Go plugins'.
-    let live: Vec<Netns> = (0..4).map(|i| Netns::new(&format!("op-live{i}"))).collect();
-    let mut live_ips = Vec::new();
-    for (i, pod) in live.iter().enumerate() {
-        let (net, go) = if i == 3 {
-            ("gonet", Some(true))
-        } else {
-            ("opnet", None)
-        };
-        live_ips.push(add(net, pod, &format!("live-{i}"), 9000 + i as u16, go));
-    }
+    // The 20 live pods.
+    let nets = |i: usize| ["opnet", "gonet", "cbr0"][i % 3];
+    let live: Vec<Netns> = (0..20)
+        .map(|i| Netns::new(&format!("op-live{i}")))
+        .collect();
+    let live_ips: Vec<String> = live
+        .iter()
+        .enumerate()
+        .map(|(i, pod)| add(nets(i), pod, &format!("live-{i}"), 9000 + i as u16))
+        .collect();
     let only_live = NetSnapshot::take(&node.ns);
     let live_files = (tree(state.path()), tree(&node.shared_cache_dir()));
 
-    // The leaked: two of ours and one of Go's, their namespaces removed
-    // without DEL, as a runtime that died (or a person) leaves them.
-    for (i, (net, go)) in [("opnet", None), ("opnet", None), ("gonet", Some(false))]
-        .into_iter()
-        .enumerate()
-    {
+    // The 10 leaked.
+    let leak = |net: &str, i: usize| {
         let pod = Netns::new(&format!("op-dead{i}"));
-        add(net, &pod, &format!("dead-{i}"), 9100 + i as u16, go);
-        drop(pod);
+        add(net, &pod, &format!("dead-{i}"), 9100 + i as u16);
+    };
+    for (i, net) in [
+        "opnet", "opnet", "opnet", "opnet", "gonet", "gonet", "cbr0", "oldnet",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        leak(net, i);
     }
+    std::fs::remove_file(node.conf_dir.path().join("30-oldnet.conflist")).unwrap();
+    // A failed Go flannel DEL: the saved config and the cache go, the
+    // lease and the rules stay.
+    let pod = Netns::new("op-dead8");
+    add("cbr0", &pod, "dead-8", 9108);
+    drop(pod);
+    std::fs::remove_file(state.path().join("flannel/dead-8@eth0")).unwrap();
+    let _ = std::fs::remove_file(state.path().join("flannel/dead-8"));
+    std::fs::remove_file(node.shared_cache_dir().join("results/cbr0-dead-8-eth0")).unwrap();
     // A lease no cache names (a runtime without a cache), written long ago.
     let ghost = state.path().join("leases/opnet/10.89.0.250");
-    std::fs::write(&ghost, "ghost\r\neth0").unwrap();
-    run_ok(
-        std::process::Command::new("touch")
-            .args(["-d", "2020-01-01"])
-            .arg(&ghost),
-    );
+    std::fs::write(&ghost, "dead-9\r\neth0").unwrap();
+    run_ok(Command::new("touch").args(["-d", "2020-01-01"]).arg(&ghost));
+    let dead: Vec<String> = (0..10).map(|i| format!("dead-{i}")).collect();
 
-    // inspect: the live four with every piece present, the three stale
-    // ones and the untied lease.
+    // inspect: the 20 live with every piece present, the 8 stale and the
+    // 2 untied.
     let rows = inspect(&node, &["--grace", "0"]);
     let by = |l: &str| -> Vec<&Value> { rows.iter().filter(|r| r["liveness"] == l).collect() };
-    let mut live_cids: Vec<&str> = by("netns").iter().map(|r| cid_of(r)).collect();
-    live_cids.sort();
-    assert_eq!(live_cids, ["live-0", "live-1", "live-2"], "{rows:#?}");
-    // Go libcni's cache names no netns: without a CRI runtime to ask, the
-    // Go pod cannot be proven dead, and is kept.
-    let unknown = by("unknown");
-    assert_eq!(unknown.len(), 1, "{rows:#?}");
-    assert_eq!(cid_of(unknown[0]), "live-3");
-    for r in by("netns").into_iter().chain(unknown) {
+    let cids = |rows: &[&Value]| -> Vec<String> {
+        let mut c: Vec<String> = rows.iter().map(|r| cid_of(r).to_string()).collect();
+        c.sort();
+        c
+    };
+    let mut want_live: Vec<String> = (0..20).map(|i| format!("live-{i}")).collect();
+    want_live.sort();
+    assert_eq!(cids(&by("netns")), want_live, "{rows:#?}");
+    assert_eq!(rows.len(), 30, "{rows:#?}");
+    for r in by("netns") {
         assert_eq!(r["missing"], json!([]), "{r:#}");
-        assert_eq!(r["live"], r["network"] == "opnet");
+        assert_eq!(r["live"], true);
         let mut want = vec![
             "cache",
             "hostInterface",
             "lease",
             "masquerade",
+            "netns",
             "portMappings",
         ];
-        if r["network"] == "opnet" {
-            want.extend(["ifb", "netns", "tuningBackup"]);
-            assert_eq!(r["shaping"], "in - out 8000000bit/s", "{r:#}");
+        match r["network"].as_str().unwrap() {
+            "opnet" => want.extend(["ifb", "tuningBackup"]),
+            "gonet" => want.push("ifb"),
+            _ => want.push("flannelConfig"),
         }
         want.sort();
         assert_eq!(kinds(r), want, "{r:#}");
         let i: usize = cid_of(r)[5..].parse().unwrap();
-        assert_eq!(
-            r["addresses"][0]
-                .as_str()
-                .unwrap()
-                .split('/')
-                .next()
-                .unwrap(),
-            live_ips[i]
-        );
+        let addr = r["addresses"][0].as_str().unwrap();
+        assert_eq!(addr.split('/').next().unwrap(), live_ips[i]);
         assert_eq!(r["hostPorts"][0]["hostPort"], 9000 + i as u64);
         assert!(
             r["hostInterface"].as_str().unwrap().starts_with("veth"),
             "{r:#}"
         );
+        if r["network"] != "cbr0" {
+            assert_eq!(r["shaping"], "in - out 8000000bit/s", "{r:#}");
+        }
     }
-    let mut stale: Vec<&str> = by("stale").iter().map(|r| cid_of(r)).collect();
-    stale.sort();
-    assert_eq!(stale, ["dead-0", "dead-1", "dead-2"], "{rows:#?}");
+    assert_eq!(cids(&by("stale")), dead[..8], "{rows:#?}");
     for r in by("stale") {
         assert_eq!(r["live"], false);
         let missing: Vec<&str> = r["missing"]
@@ -222,19 +277,10 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
             .iter()
             .map(|m| m.as_str().unwrap())
             .collect();
-        assert!(
-            missing.contains(&"netns") && missing.contains(&"hostInterface"),
-            "{r:#}"
-        );
-        assert!(
-            !missing.contains(&"lease") && !missing.contains(&"portMappings"),
-            "{r:#}"
-        );
+        assert_eq!(missing, ["netns", "hostInterface"], "{r:#}");
     }
-    let untied = by("untied");
-    assert_eq!(untied.len(), 1, "{rows:#?}");
-    assert_eq!(cid_of(untied[0]), "ghost");
-    assert_eq!(kinds(untied[0]), ["lease"]);
+    assert_eq!(cids(&by("untied")), dead[8..], "{rows:#?}");
+    assert_eq!(kinds(by("untied")[1]), ["lease"]);
 
     // The table says the same.
     let d = dirs(&node);
@@ -243,29 +289,31 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     let table = operator(&node, "inspect", &args);
     assert_eq!(table.exit_code, 0, "{table:?}");
     assert!(table.stdout.starts_with("NETWORK"), "{table:?}");
-    assert!(table.stdout.contains("missing netns"), "{table:?}");
+    assert_eq!(table.stdout.matches(" stale ").count(), 8, "{table:?}");
+    assert!(
+        table.stdout.contains("opnet dead-0 eth0: missing netns"),
+        "{table:?}"
+    );
 
-    // The dry run lists exactly the three and changes nothing.
+    // The dry run lists exactly the 10 and changes nothing.
     let before = NetSnapshot::take(&node.ns);
     let dry = gc(&node, &["--grace", "0"]);
     assert_eq!(dry.exit_code, 1, "{dry:?}");
-    let stale_lines: Vec<&str> = dry
+    let listed: Vec<&str> = dry
         .stdout
         .lines()
-        .filter(|l| l.starts_with("stale"))
+        .filter(|l| l.starts_with("stale") || l.starts_with("untied"))
         .collect();
-    assert_eq!(stale_lines.len(), 3, "{dry:?}");
-    for cid in ["dead-0", "dead-1", "dead-2"] {
-        assert!(stale_lines.iter().any(|l| l.contains(cid)), "{dry:?}");
+    assert_eq!(listed.len(), 10, "{dry:?}");
+    for cid in &dead {
+        assert!(
+            listed.iter().any(|l| l.contains(&format!(" {cid} "))),
+            "{cid}: {dry:?}"
+        );
     }
     assert!(
         dry.stdout
-            .contains("untied  opnet ghost eth0 (no cache, no sandbox: kept"),
-        "{dry:?}"
-    );
-    assert!(
-        dry.stdout
-            .contains("unknown gonet live-3 eth0 (its cache records no netns"),
+            .contains("untied  opnet dead-9 eth0 (no cache, no sandbox: kept"),
         "{dry:?}"
     );
     assert!(dry.stdout.contains("would remove lease"), "{dry:?}");
@@ -274,31 +322,44 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         Vec::<String>::new()
     );
 
-    // --apply: the node is the live pods' node again, file for file and
-    // rule for rule, but for the untied lease, kept.
+    // --apply alone: the stale go, the untied stay.
     let apply = gc(&node, &["--grace", "0", "--apply"]);
+    assert_eq!(apply.exit_code, 0, "{apply:?}");
+    assert!(ghost.exists(), "{apply:?}");
+    let rows = inspect(&node, &["--grace", "0"]);
+    assert_eq!(
+        cids(
+            &rows
+                .iter()
+                .filter(|r| r["live"] == false)
+                .collect::<Vec<_>>()
+        ),
+        dead[8..]
+    );
+
+    // --untied too: the node is the 20's again, file for file and rule for
+    // rule.
+    let apply = gc(&node, &["--grace", "0", "--apply", "--untied"]);
     assert_eq!(apply.exit_code, 0, "{apply:?}");
     assert_eq!(
         only_live.diff(&NetSnapshot::take(&node.ns)),
         Vec::<String>::new(),
         "{apply:?}"
     );
-    let mut want_state = live_files.0.clone();
-    want_state.push("leases/opnet/10.89.0.250".into());
-    want_state.sort();
-    assert_eq!(tree(state.path()), want_state, "{apply:?}");
+    assert_eq!(tree(state.path()), live_files.0, "{apply:?}");
     assert_eq!(tree(&node.shared_cache_dir()), live_files.1, "{apply:?}");
-
-    // A second run finds nothing; --untied takes the lease.
     let again = gc(&node, &["--grace", "0"]);
     assert_eq!(again.exit_code, 0, "{again:?}");
-    assert!(!again.stdout.contains("stale"), "{again:?}");
-    let untied = gc(&node, &["--grace", "0", "--apply", "--untied"]);
-    assert_eq!(untied.exit_code, 0, "{untied:?}");
-    assert!(!ghost.exists(), "{untied:?}");
-    assert_eq!(
-        only_live.diff(&NetSnapshot::take(&node.ns)),
-        Vec::<String>::new()
+    assert!(
+        !again.stdout.contains("stale") && !again.stdout.contains("untied"),
+        "{again:?}"
+    );
+    let rows = inspect(&node, &["--grace", "0"]);
+    assert_eq!(rows.len(), 20, "{rows:#?}");
+    assert!(
+        rows.iter()
+            .all(|r| r["live"] == true && r["missing"] == json!([])),
+        "{rows:#?}"
     );
 
     // The live pods still answer, and DEL cleanly.
@@ -307,10 +368,12 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     }
     for (i, pod) in live.iter().enumerate() {
         let path = pod.path().display().to_string();
-        let env = [("CNI_CONTAINERID", format!("live-{i}"))];
-        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let net = if i == 3 { "gonet" } else { "opnet" };
-        let out = node.cnitool_with(&bin("cnitool"), &["del", net, &path], &env);
+        let cid = format!("live-{i}");
+        let mut env = vec![("CNI_CONTAINERID", cid.as_str())];
+        if nets(i) == "gonet" {
+            env.push(("CNI_PATH", &go_dir));
+        }
+        let out = node.cnitool_with(&bin("cnitool"), &["del", nets(i), &path], &env);
         assert_eq!(out.exit_code, 0, "{out:?}");
     }
 }
@@ -442,6 +505,26 @@ fn gc_asks_containerd_which_sandboxes_live() {
     let out = operator_beside(&first, conf.path(), "gc", &["--grace", "0", "--apply"]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert!(!out.stdout.contains("stale"), "{out:?}");
+    // Without the runtime to ask, nothing tells they live: unknown, kept.
+    let before = NetSnapshot::take(&node);
+    let none = ["--grace", "0", "--cri-socket", "none"];
+    let out = operator_beside(
+        &first,
+        conf.path(),
+        "inspect",
+        &[&none[..], &["--json"]].concat(),
+    );
+    let rows = out.json()["attachments"].as_array().unwrap().clone();
+    assert!(rows.iter().all(|r| r["liveness"] == "unknown"), "{rows:#?}");
+    let out = operator_beside(
+        &first,
+        conf.path(),
+        "gc",
+        &[&none[..], &["--apply", "--untied"]].concat(),
+    );
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(out.stdout.matches("unknown ").count(), 4, "{out:?}");
+    assert_eq!(before.diff(&NetSnapshot::take(&node)), Vec::<String>::new());
 
     // The runtime dies between ADD and DEL; a new one starts without its
     // sandboxes, over the same /var/lib/cni and /run/cni.
