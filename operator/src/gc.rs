@@ -1,29 +1,31 @@
-//! `cni-rs gc`: the CNI GC no runtime calls, with the attachments found
-//! live on the node as the valid ones. A dry run lists what it would
-//! remove; `--apply` removes it in three steps:
+//! `cni-rs gc`: the CNI GC no runtime calls. A dry run lists the dead
+//! attachments and what they hold; `--apply` removes them in three steps:
 //! 1. DEL of each stale cached attachment through its chain (the current
 //!    config, as Go libcni's GC does; the cached one for a network whose
 //!    config is gone);
-//! 2. GC of every plugin of each network still holding state of a dead
-//!    attachment, with every other attachment found (live, or untied and
-//!    kept) as `cni.dev/valid-attachments`: a network with nothing dead is
-//!    not sent GC at all, so a quiet node sees no plugin call;
-//! 3. what no plugin claimed (a lease or saved config of a network whose
-//!    config is gone, a cache file) is removed directly, under host-local's
-//!    lock for a lease.
+//! 2. DEL by identity (container ID and interface, no namespace, no cached
+//!    result) of each dead attachment step 1 left something of: untied
+//!    ones (`--untied`), failed DELs. A dead flannel attachment without its
+//!    saved config gets its delegate rendered again from subnet.env;
+//! 3. the removal of files no plugin took (a lease or saved config of a
+//!    network whose config is gone, a cache file), a lease under
+//!    host-local's lock.
 //!
-//! The node is read again before steps 2 and 3 and at the end: an ADD that
-//! began meanwhile is young, hence live, and what is still there at the
-//! end is reported as not removed (exit 1).
+//! The GC verb with `cni.dev/valid-attachments` is not sent: a plugin's GC
+//! removes all its list does not name, and an ADD that starts after the
+//! node was read is in no list, since nothing serializes us with the
+//! runtime's ADDs (a runtime calling GC would hold its own lock). Every
+//! step touches only the dead attachments found, so a live one, even one
+//! whose ADD is in flight (young, hence live), is never touched.
+//!
+//! The node is read again before steps 2 and 3; what step 3 cannot
+//! remove is reported as not removed (exit 1).
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use cnitool::cache::{CacheKey, ResultCache};
 use cnitool::conf::NetworkConfigList;
 use cnitool::exec::{CniConfig, RuntimeConf};
-use libcni::types::Attachment;
-use libcni::version::Version;
 
 use crate::collect::{self, Kind, NodeState, Piece, Row};
 use crate::liveness::{Judge, Liveness};
@@ -179,7 +181,11 @@ pub fn run(
         }
     }
 
-    // 2. GC of the networks still holding state of the dead.
+    // 2. DEL by identity of what step 1 left of the dead: an untied
+    //    attachment, a DEL that failed. Not the GC verb: a plugin's GC
+    //    removes whatever its list does not name, and an ADD that started
+    //    after the node was read is in no list (nothing serializes ADD
+    //    with us, as a runtime would); a DEL touches only its attachment.
     let state = collect::collect(paths);
     let judged = match judge() {
         Ok(j) => j,
@@ -188,43 +194,35 @@ pub fn run(
             return report;
         }
     };
-    let mut by_network: BTreeMap<&str, (bool, Vec<Attachment>)> = BTreeMap::new();
-    for row in state
-        .rows
-        .iter()
-        .filter(|r| in_scope(r, opts) && !r.key.network.is_empty())
-    {
-        let slot = by_network.entry(&row.key.network).or_default();
-        let l = judged.liveness(row);
-        if is_target(l, opts) {
-            slot.0 |= present(row).next().is_some();
-        } else if !row.key.container_id.is_empty() {
-            slot.1.push(Attachment {
-                container_id: row.key.container_id.clone(),
-                ifname: row.key.ifname.clone(),
-            });
-        }
-    }
-    for (network, (dead_state, valid)) in &by_network {
-        if !dead_state {
+    for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
+        if judged.liveness(row).is_live() || present(row).next().is_none() {
             continue;
         }
-        let Some(net) = state.network(network) else {
+        let (Some(net), false) = (
+            state.network(&row.key.network),
+            row.key.container_id.is_empty(),
+        ) else {
             continue;
         };
-        let list = match gc_list(&runner, &net.list) {
-            Ok(l) => l,
-            Err(why) => {
-                let _ = writeln!(report.text, "GC {network}: not sent: {why}");
-                continue;
-            }
+        let list = del_list(&net.list, row);
+        let rt = RuntimeConf {
+            container_id: row.key.container_id.clone(),
+            netns: String::new(),
+            // State naming only the container (a portmap ledger, a
+            // pre-0.7 lease) is found by the container ID alone.
+            ifname: if row.key.ifname.is_empty() {
+                "eth0".into()
+            } else {
+                row.key.ifname.clone()
+            },
+            ..RuntimeConf::default()
         };
-        match runner.gc_network_list(&list, Some(valid)) {
+        match runner.del_network_list(&list, &rt) {
             Ok(()) => {
-                let _ = writeln!(report.text, "GC {network}: done ({} valid)", valid.len());
+                let _ = writeln!(report.text, "DEL {} (no cache): done", describe(row));
             }
             Err(err) => {
-                let _ = writeln!(report.text, "GC {network}: {err}");
+                let _ = writeln!(report.text, "DEL {} (no cache): {err}", describe(row));
             }
         }
     }
@@ -258,32 +256,37 @@ pub fn run(
     report
 }
 
-/// The list to send GC with. GC came with CNI 1.1.0, and most nodes'
-/// lists are older (kube-flannel's is 0.3.1, containerd's examples 1.0.0):
-/// such a list gets GC at 1.1.0 when every plugin of it says it speaks
-/// 1.1.0 (ours do, whatever the list's version), and none otherwise, as
-/// a runtime would send none.
-fn gc_list(runner: &CniConfig, list: &NetworkConfigList) -> Result<NetworkConfigList, String> {
-    if list.cni_version.allows_gc_and_status() {
-        return Ok(list.clone());
+/// The chain to DEL a dead attachment through: the network's, except
+/// that flannel, whose DEL only replays the delegate config it saved at
+/// ADD, is replaced by that config rendered again from subnet.env when the
+/// saved one is gone (what the Go flannel leaves when its delegate's DEL
+/// failed: it deletes the file anyway). DEL of what is already gone
+/// succeeds, so a rendering that changed since (a new subnet) is harmless.
+fn del_list(list: &NetworkConfigList, row: &Row) -> NetworkConfigList {
+    let saved = row
+        .pieces
+        .iter()
+        .any(|p| p.kind == Kind::FlannelConfig && p.present);
+    if saved {
+        return list.clone();
     }
-    for plugin in &list.plugins {
-        let versions = runner
-            .supported_versions(list, plugin)
-            .map_err(|e| e.to_string())?;
-        if !versions.iter().any(|v| v == Version::V1_1_0.as_str()) {
-            let ty = crate::node::key(plugin, "type")
-                .and_then(|t| t.as_str())
-                .unwrap_or("?");
-            return Err(format!(
-                "the list is at {} and plugin {ty:?} does not speak 1.1.0 (GC)",
-                list.cni_version.as_str()
-            ));
+    let mut out = list.clone();
+    for plugin in &mut out.plugins {
+        if crate::node::key(plugin, "type").and_then(|t| t.as_str()) != Some("flannel") {
+            continue;
+        }
+        let mut stdin = plugin.clone();
+        stdin.insert("name".into(), list.name.clone().into());
+        stdin.insert("cniVersion".into(), list.cni_version.as_str().into());
+        let bytes = serde_json::to_vec(&stdin).unwrap_or_default();
+        let Ok(conf) = flannel_meta::config::FlannelConf::parse(&bytes) else {
+            continue;
+        };
+        if let Ok(env) = flannel_meta::subnet_env::SubnetEnv::load(&conf.subnet_file) {
+            *plugin = flannel_meta::delegate_conf::render(&conf, &env);
         }
     }
-    let mut upgraded = list.clone();
-    upgraded.cni_version = Version::V1_1_0;
-    Ok(upgraded)
+    out
 }
 
 /// Removes one piece nothing claimed, if it is of a kind removed by file.

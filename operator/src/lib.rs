@@ -79,11 +79,13 @@ DESCRIPTION
   v1.2 writes it, and no CRI runtime could be asked about its sandbox): it is
   never removed without a runtime that says its sandbox is gone.
 
-  --apply removes them: DEL of each stale attachment through its chain, then
-  GC of every plugin of each network that still holds dead state, with every
-  other attachment as cni.dev/valid-attachments, then the removal of files no
-  plugin claimed (leases under host-local's lock, saved configs, cache
-  files). Live attachments are never touched.
+  --apply removes them: DEL of each stale attachment through its chain (with
+  its cached result), then DEL by identity (container ID and interface) of
+  each dead attachment the first DEL left something of, then the removal of
+  files no plugin took (leases under host-local's lock, saved configs, cache
+  files). Only the dead attachments found are touched: the plugins' GC verb,
+  which removes all that its list of valid attachments does not name, is not
+  sent, since an ADD in flight would be in no list.
   --untied also removes untied state.
 
 EXIT STATUS
