@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tests::containerd::{Containerd, SANDBOX_PAGE};
 use tests::*;
@@ -611,4 +612,135 @@ fn gc_asks_containerd_which_sandboxes_live() {
         .filter(|f| !f.ends_with('/') && !f.contains("lock") && !f.contains("last_reserved_ip"))
         .collect();
     assert_eq!(left, Vec::<String>::new());
+}
+
+/// Backdates every file of container `cid` (its cache entry, leases,
+/// ledgers, tuning backup) under `dirs`, as if its pod died long ago.
+fn backdate(cid: &str, dirs: &[&Path]) {
+    for dir in dirs {
+        for rel in tree(dir).iter().filter(|f| !f.ends_with('/')) {
+            let path = dir.join(rel);
+            let named = rel.contains(cid);
+            let holds = std::fs::read(&path).is_ok_and(|b| b.starts_with(cid.as_bytes()));
+            if named || holds {
+                run_ok(
+                    Command::new("touch")
+                        .args(["-h", "-d", "2020-01-01"])
+                        .arg(&path),
+                );
+            }
+        }
+    }
+}
+
+/// 64 pods cycling ADD, CHECK, CHECK, DEL through our cnitool beside a
+/// looping `gc --apply --untied` (the default 2-minute grace), while pods
+/// leak (namespaces removed without DEL, leases no cache names) and age:
+/// every cycle succeeds (CHECK finds each piece of the live pod), every gc
+/// run succeeds, and at the end the leaks are gone and the node is as
+/// before. (With `--grace 0` the same test fails: ADDs in flight, not yet
+/// cached, lose their IFB and rules.)
+#[test]
+fn gc_looping_beside_64_cycling_pods_takes_nothing_live() {
+    if !require_root("gc_looping_beside_64_cycling_pods_takes_nothing_live") {
+        return;
+    }
+    let node = Node::new("opcyc");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opcyc-state");
+    node.write_conf("10-opnet.conflist", &our_conflist(&state));
+    let cnitool = bin("cnitool");
+    let run = |verb: &str, pod: &Netns, cid: &str| {
+        let path = pod.path().display().to_string();
+        let caps =
+            json!({"portMappings": [{"hostPort": 20000, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string();
+        node.cnitool_with(
+            &cnitool,
+            &[verb, "opnet", &path],
+            &[("CNI_CONTAINERID", cid), ("CAP_ARGS", &caps)],
+        )
+    };
+    let warm = Netns::new("opcyc-warm");
+    assert_eq!(run("add", &warm, "warm").exit_code, 0);
+    assert_eq!(run("del", &warm, "warm").exit_code, 0);
+    let empty = NetSnapshot::take(&node.ns);
+    let empty_files = tree(&state.path().join("leases"));
+
+    let done = AtomicBool::new(false);
+    let gc_runs = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        let gc_loop = s.spawn(|| {
+            let mut failures = Vec::new();
+            while !done.load(Ordering::SeqCst) {
+                let out = gc(&node, &["--apply", "--untied"]);
+                if out.exit_code != 0 {
+                    failures.push(out);
+                }
+                gc_runs.fetch_add(1, Ordering::SeqCst);
+            }
+            failures
+        });
+        let leaker = s.spawn(|| {
+            let run_dir = node.ns.run_dir();
+            let cache = node.shared_cache_dir();
+            for k in 0..6 {
+                let cid = format!("leak-{k}");
+                let pod = Netns::new(&format!("opcyc-leak{k}"));
+                assert_eq!(run("add", &pod, &cid).exit_code, 0);
+                drop(pod);
+                std::fs::write(
+                    state
+                        .path()
+                        .join(format!("leases/opnet/10.89.0.{}", 240 + k)),
+                    format!("ghost-{k}\r\neth0"),
+                )
+                .unwrap();
+                for who in [cid.as_str(), &format!("ghost-{k}")] {
+                    backdate(who, &[state.path(), &cache, &run_dir]);
+                }
+            }
+        });
+        let cyclers: Vec<_> = (0..64)
+            .map(|i| {
+                let run = &run;
+                s.spawn(move || {
+                    let mut failures = Vec::new();
+                    for round in 0..3 {
+                        let cid = format!("pod-{i}-{round}");
+                        let pod = Netns::new(&format!("opcyc{i}"));
+                        for verb in ["add", "check", "check", "del"] {
+                            let out = run(verb, &pod, &cid);
+                            if out.exit_code != 0 {
+                                failures.push(format!("{cid} {verb}: {out:?}"));
+                                break;
+                            }
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        let failures: Vec<String> = cyclers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect();
+        leaker.join().unwrap();
+        done.store(true, Ordering::SeqCst);
+        let gc_failures = gc_loop.join().unwrap();
+        assert_eq!(failures, Vec::<String>::new());
+        assert!(gc_failures.is_empty(), "{gc_failures:#?}");
+    });
+    assert!(gc_runs.load(Ordering::SeqCst) >= 3);
+
+    // The leaks are gone by now or by one more run; then the node is the
+    // empty node again.
+    let out = gc(&node, &["--apply", "--untied"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(inspect(&node, &[]), Vec::<Value>::new());
+    assert_eq!(
+        empty.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new()
+    );
+    assert_eq!(tree(&state.path().join("leases")), empty_files);
 }
