@@ -6,8 +6,8 @@
 //! line and panic handling. Called by any other name, its first argument
 //! chooses: a plugin name (`cni-rs bridge`, k3s-style), `install` (the
 //! installer, which then installs this binary and its links), `latency`
-//! (the call log's summary, [`latency`]), `inspect` and `gc` (the node
-//! operator's commands, crate `operator`), `--list`, `--version` or
+//! (the call log's summary, [`latency`]), `inspect`, `gc` and `doctor`
+//! (the node operator's commands, crate `operator`), `--list`, `--version` or
 //! `--help` ([`dispatch`]). No plugin may be named like a command: the
 //! name is checked against the plugins first.
 
@@ -95,6 +95,8 @@ Usage: cni-rs PLUGIN [ARGS...]     run a plugin (as the runtime calls it: CNI_CO
        cni-rs gc [NETWORK] [--apply] [--untied]
                                   the CNI GC no runtime calls: dead attachments' state
                                   (`cni-rs gc --help`)
+       cni-rs doctor              what the node's configs need, and gc's findings
+                                  (`cni-rs doctor --help`)
        cni-rs --list              the plugins built in, one per line
        cni-rs --version           print \"cni-rs <version>\"
 
@@ -120,6 +122,8 @@ pub enum Call {
     Inspect(Vec<OsString>),
     /// The node's GC (`gc`), with these arguments.
     Gc(Vec<OsString>),
+    /// The node's checks (`doctor`), with these arguments.
+    Doctor(Vec<OsString>),
     List,
     Version,
     Help,
@@ -155,6 +159,7 @@ pub fn dispatch(args: Vec<OsString>, runtime_call: bool) -> Call {
         Some("latency") => Call::Latency(args[2..].to_vec()),
         Some("inspect") => Call::Inspect(args[2..].to_vec()),
         Some("gc") => Call::Gc(args[2..].to_vec()),
+        Some("doctor") => Call::Doctor(args[2..].to_vec()),
         Some("--list") if args.len() == 2 => Call::List,
         Some("--version") if args.len() == 2 => Call::Version,
         Some("-h" | "--help" | "help") => Call::Help,
@@ -179,6 +184,7 @@ pub fn main() -> ExitCode {
         ),
         Call::Inspect(args) => operator::inspect_main(&lossy(&args)),
         Call::Gc(args) => operator::gc_main(&lossy(&args)),
+        Call::Doctor(args) => operator::doctor_main(&lossy(&args)),
         Call::Latency(args) => {
             let args = lossy(&args);
             if args.iter().any(|a| a == "-h" || a == "--help") {

@@ -1,14 +1,16 @@
-//! The node operator's commands, run as `cni-rs inspect` and `cni-rs gc`
-//! (the multicall binary dispatches to [`inspect_main`] and [`gc_main`]).
+//! The node operator's commands, run as `cni-rs inspect`, `cni-rs gc` and
+//! `cni-rs doctor` (the multicall binary dispatches to [`inspect_main`],
+//! [`gc_main`] and [`doctor_main`]).
 //!
 //! They read what the runtimes read (the conf dir, the plugin path, the
 //! result cache) and what each plugin keeps on the node, through that
 //! plugin's own code ([`collect`]); decide which attachments are live
 //! ([`liveness`], asking a CRI runtime through [`cri`]); and print
-//! ([`inspect`]) or collect ([`gc`]) them.
+//! ([`inspect`]) or collect ([`gc`]) them; [`doctor`] checks the rest.
 
 pub mod collect;
 pub mod cri;
+pub mod doctor;
 pub mod gc;
 pub mod inspect;
 pub mod liveness;
@@ -92,6 +94,31 @@ EXIT STATUS
   0 when nothing is left to remove (a dry run: when nothing was found);
   1 when something was found (dry run) or could not be removed (--apply);
   2 for a usage error.
+
+";
+
+pub const DOCTOR_USAGE: &str = "\
+NAME
+  cni-rs doctor - check what this node's CNI configs need, then gc's findings
+
+SYNOPSIS
+  cni-rs doctor [OPTIONS]
+
+DESCRIPTION
+  Every conflist of the conf dir parsed as the runtimes parse it (a broken or
+  shadowed file is named), each plugin found in the plugin path with its
+  version line and the CNI versions it speaks, STATUS of each network (a list
+  older than 1.1.0 is asked at 1.1.0 when all its plugins speak it, so its
+  keys are read as the plugins read them), IPv4 forwarding, the iptables
+  flavour, the link kinds the configs need (bridge, veth, macvlan, ipvlan,
+  vlan, dummy, vrf, ifb), then the findings of `cni-rs gc` (a stale
+  attachment needs attention; untied and unknown ones are noted).
+
+  Each line is `ok`, `note` or `FAIL`.
+
+EXIT STATUS
+  0 when nothing needs attention (no FAIL line), 1 otherwise, 2 for a usage
+  error.
 
 ";
 
@@ -235,5 +262,24 @@ pub fn gc_main(args: &[String]) -> ExitCode {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+pub fn doctor_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{DOCTOR_USAGE}{COMMON_OPTIONS}");
+        return ExitCode::SUCCESS;
+    }
+    let c = match parse(args, &[]) {
+        Ok(c) if c.network.is_none() => c,
+        Ok(_) => return usage_error("doctor", "doctor takes no network", DOCTOR_USAGE),
+        Err(e) => return usage_error("doctor", &e, DOCTOR_USAGE),
+    };
+    let findings = doctor::run(&c.paths, &|| c.judge());
+    print!("{}", findings.text);
+    if findings.failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

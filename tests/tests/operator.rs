@@ -744,3 +744,79 @@ fn gc_looping_beside_64_cycling_pods_takes_nothing_live() {
     );
     assert_eq!(tree(&state.path().join("leases")), empty_files);
 }
+
+/// `cni-rs doctor`: a broken conflist, a plugin missing from the bin
+/// path, forwarding off and a stale attachment each fail it, named; a
+/// node without them passes, with each network's STATUS and plugin.
+#[test]
+fn doctor_names_what_needs_attention() {
+    if !require_root("doctor_names_what_needs_attention") {
+        return;
+    }
+    let node = Node::new("opdoc");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opdoc-state");
+    node.write_conf("10-opnet.conflist", &our_conflist(&state));
+    node.conf_dir.write(
+        "20-broken.conflist",
+        "{\"name\": \"broken\", \"plugins\": [",
+    );
+    node.write_conf(
+        "30-missing.conflist",
+        &json!({"cniVersion": "1.0.0", "name": "missing", "plugins": [{"type": "no-such-plugin"}]}),
+    );
+    let d = dirs(&node);
+    let args: Vec<&str> = d.iter().map(String::as_str).collect();
+    let out = operator(&node, "doctor", &args);
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    let fails: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("FAIL"))
+        .collect();
+    assert_eq!(fails.len(), 3, "{out:?}");
+    assert!(fails[0].contains("20-broken.conflist"), "{out:?}");
+    assert!(fails[1].contains("\"no-such-plugin\""), "{out:?}");
+    assert!(fails[2].contains("IPv4 forwarding is off"), "{out:?}");
+    for ok in [
+        "ok    network \"opnet\"",
+        "ok    network \"opnet\": STATUS ready",
+        "ok      bridge: ",
+        "ok    the kernel makes bridge links",
+        "ok    the kernel makes ifb links",
+        "ok    gc: no stale attachment",
+    ] {
+        assert!(out.stdout.contains(ok), "{ok}: {out:?}");
+    }
+
+    std::fs::remove_file(node.conf_dir.path().join("20-broken.conflist")).unwrap();
+    std::fs::remove_file(node.conf_dir.path().join("30-missing.conflist")).unwrap();
+    run_ok(
+        node.ns
+            .command("sysctl")
+            .args(["-qw", "net.ipv4.ip_forward=1"]),
+    );
+    let out = operator(&node, "doctor", &args);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(!out.stdout.contains("FAIL"), "{out:?}");
+
+    // A pod whose namespace went without DEL: gc's finding fails it.
+    let pod = Netns::new("opdoc-dead");
+    let path = pod.path().display().to_string();
+    let add = node.cnitool_with(
+        &bin("cnitool"),
+        &["add", "opnet", &path],
+        &[("CNI_CONTAINERID", "dead")],
+    );
+    assert_eq!(add.exit_code, 0, "{add:?}");
+    drop(pod);
+    let mut late = args.clone();
+    late.extend(["--grace", "0"]);
+    let out = operator(&node, "doctor", &late);
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    assert!(
+        out.stdout.contains("FAIL  gc: stale   opnet dead eth0"),
+        "{out:?}"
+    );
+    assert_eq!(gc(&node, &["--grace", "0", "--apply"]).exit_code, 0);
+}
