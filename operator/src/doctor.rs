@@ -83,7 +83,7 @@ pub fn run(paths: &NodePaths, judge: &dyn Fn() -> Result<Judge, String>) -> Find
             list.cni_version.as_str(),
             list.plugins
                 .iter()
-                .map(|p| plugin_type(p))
+                .map(plugin_type)
                 .collect::<Vec<_>>()
                 .join(" + ")
         ));
