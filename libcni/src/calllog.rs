@@ -221,6 +221,8 @@ impl Call {
             v.insert("stepsMs".into(), Value::Object(steps));
         }
         match outcome {
+            // Only ADD prints a result: DEL, CHECK and GC print nothing.
+            Outcome::Done("") => {}
             Outcome::Done(stdout) => {
                 let parsed = crate::gojson::parse_value(stdout.as_bytes()).ok();
                 let ips: Vec<Value> = parsed

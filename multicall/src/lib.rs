@@ -182,9 +182,9 @@ pub fn main() -> ExitCode {
                 plugins: &names(),
             },
         ),
-        Call::Inspect(args) => operator::inspect_main(&lossy(&args)),
-        Call::Gc(args) => operator::gc_main(&lossy(&args)),
-        Call::Doctor(args) => operator::doctor_main(&lossy(&args)),
+        Call::Inspect(args) => node_command(operator::inspect_main, &args),
+        Call::Gc(args) => node_command(operator::gc_main, &args),
+        Call::Doctor(args) => node_command(operator::doctor_main, &args),
         Call::Latency(args) => {
             let args = lossy(&args);
             if args.iter().any(|a| a == "-h" || a == "--help") {
@@ -226,6 +226,29 @@ pub fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Stand-ins when the binary is built without its node commands.
+#[cfg(not(feature = "node-commands"))]
+mod operator {
+    use std::process::ExitCode;
+    fn absent() -> ExitCode {
+        eprintln!("cni-rs: built without its node commands (cargo feature node-commands)");
+        ExitCode::from(2)
+    }
+    pub fn inspect_main(_: &[String]) -> ExitCode {
+        absent()
+    }
+    pub fn gc_main(_: &[String]) -> ExitCode {
+        absent()
+    }
+    pub fn doctor_main(_: &[String]) -> ExitCode {
+        absent()
+    }
+}
+
+fn node_command(main: fn(&[String]) -> ExitCode, args: &[OsString]) -> ExitCode {
+    main(&lossy(args))
 }
 
 fn lossy(args: &[OsString]) -> Vec<String> {

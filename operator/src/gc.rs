@@ -57,9 +57,15 @@ fn in_scope(row: &Row, opts: &GcOptions) -> bool {
 /// The attachments to remove: stale ones, and untied ones when asked. An
 /// unknown one is never removed: it is most likely a live pod of a runtime
 /// whose cache predates netns (containerd 1.7), and only the runtime can
-/// tell (`--cri-socket`).
-fn is_target(l: Liveness, opts: &GcOptions) -> bool {
-    l == Liveness::Stale || (opts.untied && l == Liveness::Untied)
+/// tell (`--cri-socket`). Nor is state whose owner is not known (an empty
+/// lease, an IFB without our alias that no cached attachment's name
+/// matches): nothing says it is not an ADD's in flight.
+fn is_target(l: Liveness, row: &Row, opts: &GcOptions) -> bool {
+    l == Liveness::Stale || (opts.untied && l == Liveness::Untied && owner_known(row))
+}
+
+fn owner_known(row: &Row) -> bool {
+    !row.key.network.is_empty() && !row.key.container_id.is_empty()
 }
 
 fn describe(row: &Row) -> String {
@@ -96,13 +102,14 @@ pub fn run(
         }
     };
     let state = collect::collect(paths);
+    let verdicts = judged.judge(&state.rows);
     let out = &mut report.text;
     for u in &state.unreadable {
         let _ = writeln!(out, "unreadable: {u}");
     }
     let mut targets = Vec::new();
     for row in state.rows.iter().filter(|r| in_scope(r, opts)) {
-        let l = judged.liveness(row);
+        let l = verdicts[&row.key];
         match l {
             Liveness::Stale => {
                 let why = if row.netns().is_empty() {
@@ -113,7 +120,9 @@ pub fn run(
                 let _ = writeln!(out, "stale   {} ({why})", describe(row));
             }
             Liveness::Untied => {
-                let kept = if opts.untied {
+                let kept = if !owner_known(row) {
+                    ": its owner is not known, kept"
+                } else if opts.untied {
                     ""
                 } else {
                     ": kept; --untied removes it"
@@ -135,14 +144,14 @@ pub fn run(
             _ => continue,
         }
         for p in present(row) {
-            let verb = match (opts.apply, is_target(l, opts)) {
+            let verb = match (opts.apply, is_target(l, row, opts)) {
                 (_, false) => "holds",
                 (false, true) => "would remove",
                 (true, true) => "removing",
             };
             let _ = writeln!(out, "  {verb} {} {}", p.kind.as_str(), p.location);
         }
-        if is_target(l, opts) {
+        if is_target(l, row, opts) {
             targets.push(row.key.clone());
         }
     }
@@ -194,8 +203,9 @@ pub fn run(
             return report;
         }
     };
+    let verdicts = judged.judge(&state.rows);
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
-        if judged.liveness(row).is_live() || present(row).next().is_none() {
+        if verdicts[&row.key].is_live() || present(row).next().is_none() {
             continue;
         }
         let (Some(net), false) = (
@@ -236,8 +246,9 @@ pub fn run(
             return report;
         }
     };
+    let verdicts = judged.judge(&state.rows);
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
-        if judged.liveness(row).is_live() {
+        if verdicts[&row.key].is_live() {
             continue; // taken again meanwhile
         }
         for p in present(row) {

@@ -8,7 +8,8 @@
 //!       "network", "containerID", "ifname",   // "" where the state names none
 //!       "netns",                              // from the cache; "" if none
 //!       "live": bool,
-//!       "liveness": "netns" | "sandbox" | "young" | "stale" | "untied",
+//!       "liveness": "netns" | "sandbox" | "young" | "sibling"
+//!                   | "stale" | "unknown" | "untied",
 //!       "cached": bool,
 //!       "addresses": ["10.22.0.5/24", ...],
 //!       "hostInterface": "veth..." | null,    // its own host-side interface
@@ -56,9 +57,10 @@ pub fn to_json(state: &NodeState, judge: &Judge, network: Option<&str>) -> Value
             })
         })
         .collect();
+    let verdicts = judge.judge(&state.rows);
     let attachments: Vec<Value> = rows(state, network)
         .map(|r| {
-            let l = judge.liveness(r);
+            let l = verdicts[&r.key];
             let c = r.cached.as_ref();
             let pieces: Vec<Value> = r
                 .pieces
@@ -107,6 +109,7 @@ pub fn to_table(state: &NodeState, judge: &Judge, network: Option<&str>) -> Stri
     .map(String::from)
     .to_vec()];
     let mut notes = Vec::new();
+    let verdicts = judge.judge(&state.rows);
     for r in rows(state, network) {
         let c = r.cached.as_ref();
         let dash = |s: &str| {
@@ -152,7 +155,7 @@ pub fn to_table(state: &NodeState, judge: &Judge, network: Option<&str>) -> Stri
             dash(&r.key.network),
             dash(&cid),
             dash(&r.key.ifname),
-            judge.liveness(r).as_str().to_string(),
+            verdicts[&r.key].as_str().to_string(),
             dash(&c.map(|c| c.addresses.join(",")).unwrap_or_default()),
             dash(c.and_then(|c| c.host_interface.as_deref()).unwrap_or("")),
             dash(&ports.join(",")),

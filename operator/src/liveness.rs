@@ -15,11 +15,17 @@
 //! names and that is not live by 2 or 3 is *untied*: a runtime without a
 //! cache may still own it. Unknown and untied state is only removed on
 //! request.
+//!
+//! An attachment with a live sibling (another interface of the same
+//! container on the same network) is live too: the rules and the IFB of
+//! a network are per container, so removing one interface's would take
+//! the other's.
 
-use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
-use crate::collect::{Kind, Row};
+use std::collections::{BTreeMap, BTreeSet as Set};
+
+use crate::collect::{AttachmentKey, Kind, Row};
 
 /// Kubelet's default pod start timeout is 4 minutes; an ADD taking longer
 /// than 2 is far beyond anything normal.
@@ -30,6 +36,8 @@ pub enum Liveness {
     Netns,
     Sandbox,
     Young,
+    /// Another interface of its container on its network is live.
+    Sibling,
     /// Cached, and none of the above.
     Stale,
     /// Cached without a namespace, and no CRI runtime asked.
@@ -40,7 +48,10 @@ pub enum Liveness {
 
 impl Liveness {
     pub fn is_live(self) -> bool {
-        matches!(self, Liveness::Netns | Liveness::Sandbox | Liveness::Young)
+        matches!(
+            self,
+            Liveness::Netns | Liveness::Sandbox | Liveness::Young | Liveness::Sibling
+        )
     }
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +59,7 @@ impl Liveness {
             Liveness::Netns => "netns",
             Liveness::Sandbox => "sandbox",
             Liveness::Young => "young",
+            Liveness::Sibling => "sibling",
             Liveness::Stale => "stale",
             Liveness::Unknown => "unknown",
             Liveness::Untied => "untied",
@@ -58,13 +70,35 @@ impl Liveness {
 /// What the rule is judged against.
 pub struct Judge {
     /// The runtime's sandboxes, when a CRI socket was asked.
-    pub sandboxes: Option<BTreeSet<String>>,
+    pub sandboxes: Option<Set<String>>,
     pub grace: Duration,
     pub now: SystemTime,
 }
 
+/// Each row's liveness, by its key.
+pub type Verdicts = BTreeMap<AttachmentKey, Liveness>;
+
 impl Judge {
-    pub fn liveness(&self, row: &Row) -> Liveness {
+    /// The liveness of every row, siblings of live rows made live.
+    pub fn judge(&self, rows: &[Row]) -> Verdicts {
+        let mut verdicts: Verdicts = rows
+            .iter()
+            .map(|r| (r.key.clone(), self.own_liveness(r)))
+            .collect();
+        let live: Set<(String, String)> = verdicts
+            .iter()
+            .filter(|(k, l)| l.is_live() && !k.container_id.is_empty())
+            .map(|(k, _)| (k.network.clone(), k.container_id.clone()))
+            .collect();
+        for (k, l) in verdicts.iter_mut() {
+            if !l.is_live() && live.contains(&(k.network.clone(), k.container_id.clone())) {
+                *l = Liveness::Sibling;
+            }
+        }
+        verdicts
+    }
+
+    fn own_liveness(&self, row: &Row) -> Liveness {
         let netns_present = row
             .pieces
             .iter()

@@ -225,6 +225,16 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     std::fs::write(&ghost, "dead-9\r\neth0").unwrap();
     run_ok(Command::new("touch").args(["-d", "2020-01-01"]).arg(&ghost));
     let dead: Vec<String> = (0..10).map(|i| format!("dead-{i}")).collect();
+    // A lease of another interface of a live pod on its network: live by
+    // its sibling (a DEL by identity would take the pod's rules and IFB,
+    // which are per container).
+    let sibling = state.path().join("leases/opnet/10.89.0.249");
+    std::fs::write(&sibling, "live-0\r\nnet1").unwrap();
+    run_ok(
+        Command::new("touch")
+            .args(["-d", "2020-01-01"])
+            .arg(&sibling),
+    );
 
     // inspect: the 20 live with every piece present, the 8 stale and the
     // 2 untied.
@@ -238,7 +248,8 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     let mut want_live: Vec<String> = (0..20).map(|i| format!("live-{i}")).collect();
     want_live.sort();
     assert_eq!(cids(&by("netns")), want_live, "{rows:#?}");
-    assert_eq!(rows.len(), 30, "{rows:#?}");
+    assert_eq!(cids(&by("sibling")), ["live-0"], "{rows:#?}");
+    assert_eq!(rows.len(), 31, "{rows:#?}");
     for r in by("netns") {
         assert_eq!(r["missing"], json!([]), "{r:#}");
         assert_eq!(r["live"], true);
@@ -342,6 +353,8 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     // rule.
     let apply = gc(&node, &["--grace", "0", "--apply", "--untied"]);
     assert_eq!(apply.exit_code, 0, "{apply:?}");
+    assert!(sibling.exists(), "{apply:?}");
+    std::fs::remove_file(&sibling).unwrap();
     assert_eq!(
         only_live.diff(&NetSnapshot::take(&node.ns)),
         Vec::<String>::new(),

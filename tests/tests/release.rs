@@ -326,6 +326,10 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         [
             "drwxr-xr-x ./",
             "-rwxr-xr-x ./cni-rs",
+            "drwxr-xr-x ./deploy/",
+            "-rw-r--r-- ./deploy/cni-rs-gc-daemonset.yaml",
+            "-rw-r--r-- ./deploy/cni-rs-gc.service",
+            "-rw-r--r-- ./deploy/cni-rs-gc.timer",
             "lrwxrwxrwx ./loopback -> cni-rs"
         ]
     );
@@ -422,9 +426,9 @@ fn status_of(pkg: &str) -> String {
         .to_string()
 }
 
-/// Names of unit files (or links) anywhere under /etc/systemd/system.
+/// Names of our unit files (or links) anywhere under /etc/systemd/system.
 fn enabled_units() -> Vec<String> {
-    sh_ok("find /etc/systemd/system -name 'cni-dhcp*' 2>/dev/null | sort")
+    sh_ok("find /etc/systemd/system -name 'cni-dhcp*' -o -name 'cni-rs-gc*' 2>/dev/null | sort")
         .lines()
         .map(String::from)
         .collect()
@@ -467,11 +471,19 @@ fn the_package_replaces_go_plugins_and_goes_on_remove_and_purge_keeping_node_sta
                 .arg(stage.join(&b)),
         );
     }
+    let node_command = work.path().join("cni-rs");
+    run_ok(
+        Command::new("objcopy")
+            .arg("--strip-all")
+            .arg(bin("cni-rs"))
+            .arg(&node_command),
+    );
     let out = run_ok(
         Command::new("bash")
             .arg(workspace_root().join("scripts/package-deb.sh"))
             .arg(&stage)
             .arg(work.path())
+            .arg(&node_command)
             .env("DEB_COMPRESS", "gzip")
             .env("SOURCE_DATE_EPOCH", commit_time()),
     );
@@ -600,6 +612,21 @@ fn package_in_vm() {
             None => assert!(!p.exists(), "{u}: Go's went with its package, we ship none"),
         }
     }
+    // The node command and its gc units, disabled.
+    assert_eq!(
+        sh_ok("/usr/sbin/cni-rs --version"),
+        format!("cni-rs {SUITE_VERSION}\n")
+    );
+    let service = std::fs::read_to_string("/lib/systemd/system/cni-rs-gc.service").expect("unit");
+    assert!(
+        service.contains("\nExecStart=/usr/sbin/cni-rs gc --apply\n"),
+        "{service}"
+    );
+    assert_eq!(
+        std::fs::read("/lib/systemd/system/cni-rs-gc.timer").expect("timer"),
+        std::fs::read(workspace_root().join("operator/deploy/cni-rs-gc.timer")).expect("timer")
+    );
+    assert!(Path::new("/usr/share/doc/cni-rs/examples/cni-rs-gc-daemonset.yaml").is_file());
     assert!(
         enabled_units().is_empty(),
         "disabled: {:?}",
@@ -645,7 +672,9 @@ fn package_in_vm() {
     for p in [
         "/usr/bin/cnitool",
         "/usr/sbin/cni-rs-install",
+        "/usr/sbin/cni-rs",
         "/lib/systemd/system/cni-dhcp.socket",
+        "/lib/systemd/system/cni-rs-gc.timer",
     ] {
         assert!(std::fs::symlink_metadata(p).is_err(), "{p} removed");
     }
