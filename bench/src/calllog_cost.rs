@@ -79,7 +79,7 @@ pub fn measure(set: &Setting, pod: &str, chain: &Chain, dir: &Path) -> Result<Lo
             );
             let timed = side.runtime_add_del_cpu(&rt);
             std::env::remove_var(libcni::calllog::CONFIG_ENV);
-            let ((add, add_cpu), (del, del_cpu)) = timed?;
+            let [(add, add_cpu), (del, del_cpu)] = timed?;
             runs[usize::from(logged)] = (add, del, add_cpu, del_cpu);
             if logged {
                 cost.on_add.push(add);

@@ -83,10 +83,7 @@ impl SideSetup {
     /// [`Self::runtime_add_del`], with the CPU time (user + system) the
     /// verb's plugin processes took, from this process's waited-for
     /// children: `((add ms, add CPU ms), (del ms, del CPU ms))`.
-    pub fn runtime_add_del_cpu(
-        &self,
-        rt: &RuntimeConf,
-    ) -> Result<((f64, f64), (f64, f64)), String> {
+    pub fn runtime_add_del_cpu(&self, rt: &RuntimeConf) -> Result<[WallCpu; 2], String> {
         let cpu0 = children_cpu_ms();
         let start = Instant::now();
         let added = self.cni.add_network_list(&self.list, rt);
@@ -102,7 +99,7 @@ impl SideSetup {
             .map_err(|e| format!("DEL: {e}"))?;
         let del_ms = elapsed_ms(start);
         let cpu2 = children_cpu_ms();
-        Ok(((add_ms, cpu1 - cpu0), (del_ms, cpu2 - cpu1)))
+        Ok([(add_ms, cpu1 - cpu0), (del_ms, cpu2 - cpu1)])
     }
 
     /// ADD through the runtime only; returns the wall time and the result.
@@ -306,6 +303,9 @@ mod tests {
         assert_eq!(rt.netns, "/run/netns/p");
     }
 }
+
+/// A verb's wall time and its plugin processes' CPU time (ms).
+pub type WallCpu = (f64, f64);
 
 /// The CPU time of this process's waited-for children so far (ms).
 fn children_cpu_ms() -> f64 {
