@@ -277,6 +277,21 @@ pub fn runtime_conf(
     }
 }
 
+/// A verb's wall time and its plugin processes' CPU time (ms).
+pub type WallCpu = (f64, f64);
+
+/// The CPU time of this process's waited-for children so far (ms).
+fn children_cpu_ms() -> f64 {
+    // SAFETY: all-zero is a valid rusage; getrusage fills it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) } != 0 {
+        return 0.0;
+    }
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    ms(u.ru_utime) + ms(u.ru_stime)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,19 +317,4 @@ mod tests {
         );
         assert_eq!(rt.netns, "/run/netns/p");
     }
-}
-
-/// A verb's wall time and its plugin processes' CPU time (ms).
-pub type WallCpu = (f64, f64);
-
-/// The CPU time of this process's waited-for children so far (ms).
-fn children_cpu_ms() -> f64 {
-    // SAFETY: all-zero is a valid rusage; getrusage fills it.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: valid out-pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) } != 0 {
-        return 0.0;
-    }
-    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
-    ms(u.ru_utime) + ms(u.ru_stime)
 }
