@@ -44,7 +44,15 @@ pub fn measure(set: &Setting, pod: &str, chain: &Chain, dir: &Path) -> Result<Lo
     std::fs::write(&on, serde_json::json!({"logFile": log}).to_string())
         .map_err(|e| format!("{}: {e}", on.display()))?;
     let side = measure::setup(set, chain, Side::Ours, "calllog")?;
-    let plugins = side.plugin_types().len();
+    // Every plugin process of a verb writes a line: the chain's, and the
+    // IPAM plugins they run.
+    let ipams = side
+        .list
+        .plugins
+        .iter()
+        .filter(|p| p.get("ipam").and_then(|i| i.get("type")).is_some())
+        .count();
+    let plugins = side.plugin_types().len() + ipams;
     let mut cost = LogCost {
         chain: chain.title.to_string(),
         off_add: Samples::default(),

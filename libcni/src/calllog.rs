@@ -84,6 +84,7 @@ const STEPS: [(Step, &str); 7] = [
 static ENABLED: AtomicBool = AtomicBool::new(false);
 static STEP_NANOS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 static NETWORK: OnceLock<String> = OnceLock::new();
+static ADDRESSES: OnceLock<Vec<String>> = OnceLock::new();
 
 /// Runs `f`, adding its time to `step` when the log is on (else nothing
 /// but one atomic load).
@@ -109,6 +110,14 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
+/// The addresses of the result an ADD prints, so the line needs no second
+/// parse of it.
+pub fn note_addresses(addresses: impl Iterator<Item = String>) {
+    if enabled() {
+        let _ = ADDRESSES.set(addresses.collect());
+    }
+}
+
 /// The network's name, once the config is read.
 pub fn note_network(name: &str) {
     if enabled() {
@@ -119,9 +128,19 @@ pub fn note_network(name: &str) {
 /// The config at `path`: `None` when there is none or it cannot be read
 /// as one (a broken config turns the log off, never a call).
 pub fn read_config(path: &Path) -> Option<Config> {
-    let bytes = std::fs::read(path).ok()?;
+    use std::io::Read;
+    // Not `fs::read`: its size hint costs a `statx` on every call.
+    let mut bytes = Vec::with_capacity(512);
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_CONFIG)
+        .read_to_end(&mut bytes)
+        .ok()?;
     parse_config(&bytes)
 }
+
+/// A config is a few keys; anything longer is not one.
+const MAX_CONFIG: u64 = 64 << 10;
 
 /// The config in `bytes`, read as every JSON of the suite is (Go's rules).
 pub fn parse_config(bytes: &[u8]) -> Option<Config> {
@@ -221,22 +240,9 @@ impl Call {
             v.insert("stepsMs".into(), Value::Object(steps));
         }
         match outcome {
-            // Only ADD prints a result: DEL, CHECK and GC print nothing.
-            Outcome::Done("") => {}
-            Outcome::Done(stdout) => {
-                let parsed = crate::gojson::parse_value(stdout.as_bytes()).ok();
-                let ips: Vec<Value> = parsed
-                    .as_ref()
-                    .and_then(|r| r.get("ips").or_else(|| r.get("ip4")))
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|ip| ip.get("address").cloned())
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                if !ips.is_empty() {
-                    v.insert("ips".into(), Value::Array(ips));
+            Outcome::Done(_) => {
+                if let Some(a) = ADDRESSES.get().filter(|a| !a.is_empty()) {
+                    v.insert("ips".into(), json!(a));
                 }
             }
             Outcome::Failed(stdout) => {

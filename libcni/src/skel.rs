@@ -451,6 +451,7 @@ fn run<P: Plugin>(
     match command {
         Command::Add => {
             let result = plugin.add(&cmd)?;
+            calllog::note_addresses(result.ips.iter().map(|ip| ip.address.to_string()));
             let mut s = serde_json::to_string(&result.to_json(version)?)
                 .map_err(|e| Error::Internal(format!("encoding result: {e}")))?;
             s.push('\n');

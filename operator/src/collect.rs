@@ -165,6 +165,9 @@ impl Row {
 /// The node's state: the configured networks and a row per attachment.
 pub struct NodeState {
     pub configured: Configured,
+    /// Every network known: the conf dir's, then those only a cache entry
+    /// names (with the config it ran with).
+    pub networks: BTreeMap<String, Network>,
     pub rows: Vec<Row>,
     /// What could not be read (a directory, the kernel), with why.
     pub unreadable: Vec<String>,
@@ -173,25 +176,14 @@ pub struct NodeState {
 impl NodeState {
     /// The network config of `name`: the conf dir's, else the one its
     /// cached attachments ran with.
-    pub fn network(&self, name: &str) -> Option<Network> {
-        if let Some(n) = self.configured.get(name) {
-            return Some(n.clone());
-        }
-        self.rows
-            .iter()
-            .filter(|r| r.key.network == name)
-            .find_map(|r| cached_network(r.cached.as_ref()?, None))
+    pub fn network(&self, name: &str) -> Option<&Network> {
+        self.networks.get(name)
     }
 }
 
-fn cached_network(c: &Cached, paths: Option<&NodePaths>) -> Option<Network> {
+/// The network a cache entry ran with, from its cached config.
+fn cached_network(c: &Cached, paths: &NodePaths) -> Option<Network> {
     let list = conf::conf_list_from_bytes(&c.entry.config).ok()?;
-    let default_paths = NodePaths {
-        conf_dir: PathBuf::new(),
-        bin_path: Vec::new(),
-        cache_dir: PathBuf::from(node::DEFAULT_CACHE_DIR),
-    };
-    let paths = paths.unwrap_or(&default_paths);
     (list.name == c.entry.network_name).then(|| Network::from_list(list, c.path.clone(), paths))
 }
 
@@ -271,7 +263,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         ));
         let info = describe(entry, path.clone(), modified);
         if !networks.contains_key(&info.entry.network_name) {
-            if let Some(n) = cached_network(&info, Some(paths)) {
+            if let Some(n) = cached_network(&info, paths) {
                 networks.insert(n.name().to_string(), n);
             }
         }
@@ -362,6 +354,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
 
     NodeState {
         configured,
+        networks,
         rows: c.rows.into_values().collect(),
         unreadable: c.unreadable,
     }
