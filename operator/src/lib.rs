@@ -139,7 +139,10 @@ fn env_path(var: &str, default: &str) -> PathBuf {
 
 /// The options both commands take; the rest are returned as flags.
 fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
-    let bin_path = std::env::var("CNI_PATH").unwrap_or_else(|_| node::DEFAULT_BIN_DIR.into());
+    let bin_path = std::env::var("CNI_PATH")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| node::DEFAULT_BIN_DIR.into());
     let mut c = Common {
         paths: NodePaths {
             conf_dir: env_path("NETCONFPATH", node::DEFAULT_CONF_DIR),
