@@ -66,18 +66,8 @@ impl SideSetup {
     /// ADD then DEL through the runtime; returns both wall times in ms.
     /// After a failed ADD the DEL still runs (as a runtime must), untimed.
     pub fn runtime_add_del(&self, rt: &RuntimeConf) -> Result<(f64, f64), String> {
-        let start = Instant::now();
-        let added = self.cni.add_network_list(&self.list, rt);
-        let add_ms = elapsed_ms(start);
-        if let Err(e) = added {
-            let _ = self.cni.del_network_list(&self.list, rt);
-            return Err(format!("ADD: {e}"));
-        }
-        let start = Instant::now();
-        self.cni
-            .del_network_list(&self.list, rt)
-            .map_err(|e| format!("DEL: {e}"))?;
-        Ok((add_ms, elapsed_ms(start)))
+        let [(add_ms, _), (del_ms, _)] = self.runtime_add_del_cpu(rt)?;
+        Ok((add_ms, del_ms))
     }
 
     /// [`Self::runtime_add_del`], with the CPU time (user + system) the

@@ -28,7 +28,7 @@ use cnitool::conf::NetworkConfigList;
 use cnitool::exec::{CniConfig, RuntimeConf};
 
 use crate::collect::{self, Kind, NodeState, Piece, Row};
-use crate::liveness::{Judge, Liveness};
+use crate::liveness::{Judge, Liveness, Verdicts};
 use crate::node::NodePaths;
 
 #[derive(Debug, Clone, Default)]
@@ -94,15 +94,13 @@ pub fn run(
     opts: &GcOptions,
 ) -> GcReport {
     let mut report = GcReport::default();
-    let judged = match judge() {
-        Ok(j) => j,
+    let (state, verdicts) = match read(paths, judge) {
+        Ok(read) => read,
         Err(e) => {
             report.failures.push(e);
             return report;
         }
     };
-    let state = collect::collect(paths);
-    let verdicts = judged.judge(&state.rows);
     let out = &mut report.text;
     for u in &state.unreadable {
         let _ = writeln!(out, "unreadable: {u}");
@@ -180,14 +178,8 @@ pub fn run(
             args: e.cni_args.clone(),
             capability_args: e.capability_args.clone(),
         };
-        match runner.del_network_list(&net.list, &rt) {
-            Ok(()) => {
-                let _ = writeln!(report.text, "DEL {}: done", describe(row));
-            }
-            Err(err) => {
-                let _ = writeln!(report.text, "DEL {}: {err}", describe(row));
-            }
-        }
+        let done = runner.del_network_list(&net.list, &rt);
+        note_del(&mut report, &describe(row), done);
     }
 
     // 2. DEL by identity of what step 1 left of the dead: an untied
@@ -195,15 +187,13 @@ pub fn run(
     //    removes whatever its list does not name, and an ADD that started
     //    after the node was read is in no list (nothing serializes ADD
     //    with us, as a runtime would); a DEL touches only its attachment.
-    let state = collect::collect(paths);
-    let judged = match judge() {
-        Ok(j) => j,
+    let (state, verdicts) = match read(paths, judge) {
+        Ok(read) => read,
         Err(e) => {
             report.failures.push(e);
             return report;
         }
     };
-    let verdicts = judged.judge(&state.rows);
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
         if verdicts[&row.key].is_live() || present(row).next().is_none() {
             continue;
@@ -227,26 +217,18 @@ pub fn run(
             },
             ..RuntimeConf::default()
         };
-        match runner.del_network_list(&list, &rt) {
-            Ok(()) => {
-                let _ = writeln!(report.text, "DEL {} (no cache): done", describe(row));
-            }
-            Err(err) => {
-                let _ = writeln!(report.text, "DEL {} (no cache): {err}", describe(row));
-            }
-        }
+        let done = runner.del_network_list(&list, &rt);
+        note_del(&mut report, &format!("{} (no cache)", describe(row)), done);
     }
 
     // 3. What no plugin claimed.
-    let state = collect::collect(paths);
-    let judged = match judge() {
-        Ok(j) => j,
+    let (state, verdicts) = match read(paths, judge) {
+        Ok(read) => read,
         Err(e) => {
             report.failures.push(e);
             return report;
         }
     };
-    let verdicts = judged.judge(&state.rows);
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
         if verdicts[&row.key].is_live() {
             continue; // taken again meanwhile
@@ -265,6 +247,26 @@ pub fn run(
         }
     }
     report
+}
+
+/// The node read, and each row judged (the CRI runtime asked again).
+fn read(
+    paths: &NodePaths,
+    judge: &dyn Fn() -> Result<Judge, String>,
+) -> Result<(NodeState, Verdicts), String> {
+    let judged = judge()?;
+    let state = collect::collect(paths);
+    let verdicts = judged.judge(&state.rows);
+    Ok((state, verdicts))
+}
+
+/// A DEL's outcome in the report: a failed one leaves pieces, which step
+/// 3 reports as not removed.
+fn note_del(report: &mut GcReport, what: &str, done: libcni::Result<()>) {
+    let _ = match done {
+        Ok(()) => writeln!(report.text, "DEL {what}: done"),
+        Err(err) => writeln!(report.text, "DEL {what}: {err}"),
+    };
 }
 
 /// The chain to DEL a dead attachment through: the network's, except
