@@ -323,6 +323,18 @@ mod tests {
             dispatch(args(&["cni-rs", "install", "--dry-run", "/x"]), false),
             Call::Install(args(&["--dry-run", "/x"]))
         );
+        assert_eq!(
+            dispatch(args(&["cni-rs", "gc", "--apply"]), false),
+            Call::Gc(args(&["--apply"]))
+        );
+        assert_eq!(
+            dispatch(args(&["cni-rs", "inspect", "--json"]), false),
+            Call::Inspect(args(&["--json"]))
+        );
+        assert_eq!(
+            dispatch(args(&["cni-rs", "doctor"]), false),
+            Call::Doctor(vec![])
+        );
         assert_eq!(dispatch(args(&["cni-rs", "--list"]), false), Call::List);
         assert_eq!(
             dispatch(args(&["cni-rs", "--version"]), false),

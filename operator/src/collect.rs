@@ -244,6 +244,17 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         }
     };
     let mut nft = Nft::open().ok();
+    // The nf_tables rules of portmap and masquerading, listed once.
+    let rules = NftRules {
+        portmap_owners: nft
+            .as_mut()
+            .map(portmap::node_state::nft_rule_owners)
+            .unwrap_or_default(),
+        masq_comments: nft
+            .as_mut()
+            .map(libcni::netfilter::masq::nft_rule_comments)
+            .unwrap_or_default(),
+    };
 
     // 1. The result cache: what each attachment should have.
     let cache = ResultCache::new(&paths.cache_dir);
@@ -291,7 +302,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
             row.expect(Kind::HostInterface, name.clone(), present.unwrap_or(false));
         }
         if let Some(net) = &net {
-            expect_plugin_state(row, net, &info, nft.as_mut());
+            expect_plugin_state(row, net, &info, nft.as_mut(), &rules);
         }
         row.cached = Some(info);
     }
@@ -334,6 +345,20 @@ pub fn collect(paths: &NodePaths) -> NodeState {
                 Some(i) => c.row(net, &cid, &i).found(Kind::Masquerade, location, m),
                 None => c.found_for_container(net, &cid, Kind::Masquerade, location, m),
             }
+        }
+    }
+
+    //    And the nf_tables masquerade rules, whose comments name their
+    //    attachment (the Go plugins' nftables backend keeps no ledger).
+    for comment in &rules.masq_comments {
+        if let Some((net, ifname, cid)) = libcni::netfilter::masq::parse_rule_comment(comment) {
+            let location = format!(
+                "inet {} {} \"{comment}\"",
+                libcni::netfilter::masq::TABLE,
+                libcni::netfilter::masq::CHAIN
+            );
+            c.row(&net, &cid, &ifname)
+                .found(Kind::Masquerade, location, None);
         }
     }
 
@@ -444,8 +469,22 @@ fn shapes_egress(c: &Cached) -> bool {
     c.shaping.as_deref().is_some_and(|s| !s.ends_with("out -"))
 }
 
+/// The nf_tables rules that name their owner in a comment.
+struct NftRules {
+    /// portmap's: the container ID (cut to what `nft` keeps).
+    portmap_owners: BTreeSet<String>,
+    /// The masquerade rules': network, interface and container ID.
+    masq_comments: Vec<String>,
+}
+
 /// The pieces a cached attachment's network makes it expect.
-fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, nft: Option<&mut Nft>) {
+fn expect_plugin_state(
+    row: &mut Row,
+    net: &Network,
+    info: &Cached,
+    nft: Option<&mut Nft>,
+    rules: &NftRules,
+) {
     let e = &info.entry;
     if let Some(dir) = &net.lease_dir {
         for a in &info.addresses {
@@ -477,10 +516,22 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, nft: Option<
     let mut nft = nft;
     if net.has_portmap && !info.host_ports.is_empty() {
         let chain = portmap::ipt::dnat_chain(&owner);
-        let go = nft
+        let in_ipt = nft
             .as_deref_mut()
             .is_some_and(|n| portmap::node_state::ipt_chain_present(n, &owner));
-        row.expect(Kind::PortMappings, chain, go);
+        let in_nft = rules
+            .portmap_owners
+            .contains(&portmap::nft::rule_comment(&owner));
+        let location = if in_nft && !in_ipt {
+            format!(
+                "{} {}",
+                portmap::nft::TABLE,
+                portmap::nft::rule_comment(&owner)
+            )
+        } else {
+            chain
+        };
+        row.expect(Kind::PortMappings, location, in_ipt || in_nft);
     }
     if net.has_masq {
         let chain = libcni::netfilter::masq::ipt_chain(&owner);

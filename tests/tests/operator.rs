@@ -833,3 +833,86 @@ fn doctor_names_what_needs_attention() {
     );
     assert_eq!(gc(&node, &["--grace", "0", "--apply"]).exit_code, 0);
 }
+
+/// The nftables backends' rules without our ledgers, as the Go v1.9
+/// plugins leave them: inspect finds the port mappings by their comment
+/// (the container ID) and the masquerade rules by theirs (network,
+/// interface, container ID), for a live pod and a leaked one, and
+/// `gc --apply` removes the leaked one's, leaving the live pod's.
+#[test]
+fn inspect_and_gc_find_nftables_rules_without_ledgers() {
+    if !require_root("inspect_and_gc_find_nftables_rules_without_ledgers") {
+        return;
+    }
+    let node = Node::new("opnft");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opnft-state");
+    node.write_conf(
+        "10-nftnet.conflist",
+        &json!({
+            "cniVersion": "1.1.0", "name": "nftnet",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni-opn0", "isGateway": true, "ipMasq": true,
+                 "ipMasqBackend": "nftables",
+                 "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
+                          "ranges": [[{"subnet": "10.89.7.0/24"}]]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}, "backend": "nftables"}
+            ]
+        }),
+    );
+    let add = |pod: &Netns, cid: &str, port: u16| {
+        let caps =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string();
+        let path = pod.path().display().to_string();
+        let out = node.cnitool_with(
+            &bin("cnitool"),
+            &["add", "nftnet", &path],
+            &[("CAP_ARGS", &caps), ("CNI_CONTAINERID", cid)],
+        );
+        assert_eq!(out.exit_code, 0, "{out:?}");
+    };
+    let live = Netns::new("opnft-live");
+    add(&live, "live", 9200);
+    let only_live = NetSnapshot::take(&node.ns);
+    let dead = Netns::new("opnft-dead");
+    add(&dead, "dead", 9201);
+    drop(dead);
+    for feature in ["portmap", "ipmasq"] {
+        std::fs::remove_dir_all(node.ns.run_dir().join(feature)).unwrap();
+    }
+
+    let rows = inspect(&node, &["--grace", "0"]);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for r in &rows {
+        let want_missing = if cid_of(r) == "live" {
+            json!([])
+        } else {
+            json!(["netns", "hostInterface"])
+        };
+        assert_eq!(r["missing"], want_missing, "{r:#}");
+        let locations: Vec<&str> = r["pieces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "portMappings" || p["kind"] == "masquerade")
+            .map(|p| p["location"].as_str().unwrap())
+            .collect();
+        assert_eq!(locations.len(), 2, "{r:#}");
+        assert!(locations[0].starts_with("cni_hostport "), "{r:#}");
+        assert!(
+            locations[1].starts_with("inet cni_plugins_masquerade masq_checks"),
+            "{r:#}"
+        );
+    }
+    let out = gc(&node, &["--grace", "0", "--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(
+        only_live.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new(),
+        "{out:?}"
+    );
+    let rows = inspect(&node, &["--grace", "0"]);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
+}

@@ -845,6 +845,29 @@ pub fn recorded(network: &str) -> Vec<(String, Option<String>, std::path::PathBu
     out
 }
 
+/// The comments of the per-address rules in the Go plugins' nf_tables
+/// masquerade table (ours are the same): one per attachment and address,
+/// [`rule_comment`].
+pub fn nft_rule_comments(nft: &mut Nft) -> Vec<String> {
+    nft.rules(F, TABLE, CHAIN)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|r| r.comment)
+        .collect()
+}
+
+/// The network, interface and container ID a [`rule_comment`] names;
+/// `None` for another comment or one cut short (the ID would be partial).
+pub fn parse_rule_comment(comment: &str) -> Option<(String, String, String)> {
+    if comment.len() >= super::nft::MAX_NFT_COMMENT_CHARS {
+        return None;
+    }
+    let (_, rest) = comment.split_once(", net: ")?;
+    let (network, rest) = rest.split_once(", if: ")?;
+    let (ifname, cid) = rest.split_once(", id: ")?;
+    Some((network.into(), ifname.into(), cid.into()))
+}
+
 /// Whether iptables-nft holds `owner`'s masquerade chain (ours or the Go
 /// plugins'), in either family.
 pub fn ipt_chain_present(nft: &mut Nft, owner: &Owner) -> bool {
