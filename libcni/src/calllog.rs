@@ -12,7 +12,7 @@
 //! by whichever call first holds its `flock`.
 
 use serde::Deserialize;
-use std::io::Write;
+use std::io::{Seek, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -198,68 +198,126 @@ impl Call {
         if !wanted {
             return;
         }
-        let mut line = self.line(env, &command, outcome).to_string();
+        let mut line = self.line(env, &command, outcome);
         line.push('\n');
         let max = self.config.log_max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
         let _ = append(&self.config.log_file, line.as_bytes(), max);
     }
 
+    /// The line, written directly (no JSON value built first: every
+    /// plugin process pays for it).
     fn line(
         &self,
         env: &dyn Fn(&str) -> Option<String>,
         command: &str,
         outcome: Outcome,
-    ) -> serde_json::Value {
-        use serde_json::{json, Map, Value};
+    ) -> String {
         let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
-        let mut v = Map::new();
-        v.insert("time".into(), json!(rfc3339(self.at)));
-        v.insert("plugin".into(), json!(self.plugin));
-        v.insert("command".into(), json!(command));
+        let mut line = Line(String::with_capacity(384));
+        line.open();
+        line.string("time", &rfc3339(self.at));
+        line.string("plugin", &self.plugin);
+        line.string("command", command);
         for (key, var) in [
             ("containerID", "CNI_CONTAINERID"),
             ("netns", "CNI_NETNS"),
             ("ifname", "CNI_IFNAME"),
         ] {
             if let Some(val) = env(var).filter(|s| !s.is_empty()) {
-                v.insert(key.into(), json!(val));
+                line.string(key, &val);
             }
         }
         if let Some(n) = NETWORK.get() {
-            v.insert("network".into(), json!(n));
+            line.string("network", n);
         }
-        v.insert("durationMs".into(), json!(ms(self.started.elapsed())));
-        let mut steps = Map::new();
-        for (step, name) in STEPS {
-            let nanos = STEP_NANOS[step as usize].load(Ordering::Relaxed);
-            if nanos > 0 {
-                steps.insert(name.into(), json!(ms(Duration::from_nanos(nanos))));
-            }
-        }
+        line.raw("durationMs", &ms(self.started.elapsed()).to_string());
+        let steps: Vec<(&str, f64)> = STEPS
+            .iter()
+            .map(|&(step, name)| {
+                let nanos = STEP_NANOS[step as usize].load(Ordering::Relaxed);
+                (name, ms(Duration::from_nanos(nanos)))
+            })
+            .filter(|&(_, v)| v > 0.0)
+            .collect();
         if !steps.is_empty() {
-            v.insert("stepsMs".into(), Value::Object(steps));
+            let mut inner = Line(String::new());
+            inner.open();
+            for (name, v) in steps {
+                inner.raw(name, &v.to_string());
+            }
+            inner.close();
+            line.raw("stepsMs", &inner.0);
         }
         match outcome {
             Outcome::Done(_) => {
                 if let Some(a) = ADDRESSES.get().filter(|a| !a.is_empty()) {
-                    v.insert("ips".into(), json!(a));
+                    let quoted: Vec<String> = a.iter().map(|s| quote(s)).collect();
+                    line.raw("ips", &format!("[{}]", quoted.join(",")));
                 }
             }
+            // A failure, rare: its JSON is read back for the code and message.
             Outcome::Failed(stdout) => {
-                let parsed = crate::gojson::parse_value(stdout.as_bytes()).unwrap_or(Value::Null);
-                v.insert(
-                    "error".into(),
-                    json!({"code": parsed.get("code"), "msg": parsed.get("msg")}),
-                );
+                let parsed = crate::gojson::parse_value(stdout.as_bytes())
+                    .unwrap_or(serde_json::Value::Null);
+                let error =
+                    serde_json::json!({"code": parsed.get("code"), "msg": parsed.get("msg")});
+                line.raw("error", &error.to_string());
             }
         }
         for (key, var) in [("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE")] {
             if let Some(val) = env(var).filter(|s| !s.is_empty()) {
-                v.insert(key.into(), json!(val));
+                line.string(key, &val);
             }
         }
-        Value::Object(v)
+        line.close();
+        line.0
     }
+}
+
+/// A JSON object written key by key.
+struct Line(String);
+
+impl Line {
+    fn open(&mut self) {
+        self.0.push('{');
+    }
+
+    fn close(&mut self) {
+        self.0.push('}');
+    }
+
+    /// `"key":<raw>`, `raw` being JSON already.
+    fn raw(&mut self, key: &str, raw: &str) {
+        if !self.0.ends_with('{') {
+            self.0.push(',');
+        }
+        self.0.push_str(&quote(key));
+        self.0.push(':');
+        self.0.push_str(raw);
+    }
+
+    fn string(&mut self, key: &str, value: &str) {
+        self.raw(key, &quote(value));
+    }
+}
+
+/// `s` as a JSON string.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// Appends `line` with one `write` (`O_APPEND`: whole, whoever else
@@ -272,6 +330,11 @@ pub fn append(log: &Path, line: &[u8], max: u64) -> std::io::Result<()> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(log)?;
     f.write_all(line)?;
+    // After an O_APPEND write the offset is the file's end as this write
+    // left it: an `lseek`, cheaper than the `fstat` needed only to rotate.
+    if f.stream_position()? <= max {
+        return Ok(());
+    }
     let meta = f.metadata()?;
     if meta.len() > max && f.try_lock().is_ok() {
         // The holder of the lock on the file still at the log's path
@@ -315,6 +378,34 @@ pub fn rfc3339(t: SystemTime) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lines_are_json_whatever_the_strings_hold() {
+        let mut l = Line(String::new());
+        l.open();
+        for v in [
+            "plain",
+            "quote \" and \\ back",
+            "nl\ncr\rtab\t",
+            "\u{1}\u{1f}",
+            "é漢",
+        ] {
+            l.string(v, v);
+        }
+        l.raw("n", "1.5");
+        l.close();
+        let parsed = crate::gojson::parse_value(l.0.as_bytes()).unwrap();
+        for v in [
+            "plain",
+            "quote \" and \\ back",
+            "nl\ncr\rtab\t",
+            "\u{1}\u{1f}",
+            "é漢",
+        ] {
+            assert_eq!(parsed[v], v, "{}", l.0);
+        }
+        assert_eq!(parsed["n"], 1.5);
+    }
 
     #[test]
     fn times_are_rfc3339_utc() {
