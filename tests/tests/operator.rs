@@ -101,6 +101,17 @@ fn gc(node: &Node, extra: &[&str]) -> PluginOutput {
     operator(node, "gc", &args)
 }
 
+/// Waits until `node` has `n` veths: a removed namespace takes its veths
+/// with it asynchronously (the kernel's namespace cleanup runs later).
+fn wait_for_veths(node: &Netns, n: usize) {
+    wait_for(&format!("{n} veths in {}", node.name()), || {
+        node.ip_json(&["link", "show", "type", "veth"])
+            .as_array()
+            .map_or(0, Vec::len)
+            == n
+    });
+}
+
 fn kinds(row: &Value) -> Vec<String> {
     let mut k: Vec<String> = row["pieces"]
         .as_array()
@@ -228,6 +239,7 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     // A lease of another interface of a live pod on its network: live by
     // its sibling (a DEL by identity would take the pod's rules and IFB,
     // which are per container).
+    wait_for_veths(&node.ns, 20);
     let sibling = state.path().join("leases/opnet/10.89.0.249");
     std::fs::write(&sibling, "live-0\r\nnet1").unwrap();
     run_ok(
@@ -878,6 +890,7 @@ fn inspect_and_gc_find_nftables_rules_without_ledgers() {
     let dead = Netns::new("opnft-dead");
     add(&dead, "dead", 9201);
     drop(dead);
+    wait_for_veths(&node.ns, 1);
     for feature in ["portmap", "ipmasq"] {
         std::fs::remove_dir_all(node.ns.run_dir().join(feature)).unwrap();
     }
