@@ -381,27 +381,22 @@ mod tests {
 
     #[test]
     fn lines_are_json_whatever_the_strings_hold() {
-        let mut l = Line(String::new());
-        l.open();
-        for v in [
+        const ODD: [&str; 5] = [
             "plain",
             "quote \" and \\ back",
             "nl\ncr\rtab\t",
             "\u{1}\u{1f}",
             "é漢",
-        ] {
+        ];
+        let mut l = Line(String::new());
+        l.open();
+        for v in ODD {
             l.string(v, v);
         }
         l.raw("n", "1.5");
         l.close();
         let parsed = crate::gojson::parse_value(l.0.as_bytes()).unwrap();
-        for v in [
-            "plain",
-            "quote \" and \\ back",
-            "nl\ncr\rtab\t",
-            "\u{1}\u{1f}",
-            "é漢",
-        ] {
+        for v in ODD {
             assert_eq!(parsed[v], v, "{}", l.0);
         }
         assert_eq!(parsed["n"], 1.5);

@@ -10,9 +10,9 @@ use std::time::SystemTime;
 
 use cnitool::cache::{CacheEntry, ResultCache};
 use cnitool::conf;
-use libcni::netfilter::nft::Nft;
+use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::Owner;
-use libcni::netlink::Netlink;
+use libcni::netlink::{Link, Netlink};
 use libcni::netns::NetNs;
 use serde_json::Value;
 
@@ -236,24 +236,28 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         rows: BTreeMap::new(),
         unreadable: Vec::new(),
     };
-    let mut host = match Netlink::open() {
-        Ok(h) => Some(h),
+    // The kernel's side, each read once: the node's links, the iptables-nft
+    // nat chains (the Go plugins' per-container chains), and the
+    // nf_tables rules of portmap and masquerading.
+    let links = match Netlink::open().and_then(|mut h| h.links()) {
+        Ok(l) => l,
         Err(e) => {
             c.unreadable.push(format!("links: {e}"));
-            None
+            Vec::new()
         }
     };
+    let link_names: BTreeSet<&str> = links.iter().map(|l| l.name.as_str()).collect();
     let mut nft = Nft::open().ok();
-    // The nf_tables rules of portmap and masquerading, listed once.
-    let rules = NftRules {
-        portmap_owners: nft
-            .as_mut()
-            .map(portmap::node_state::nft_rule_owners)
-            .unwrap_or_default(),
-        masq_comments: nft
-            .as_mut()
-            .map(libcni::netfilter::masq::nft_rule_comments)
-            .unwrap_or_default(),
+    let rules = match nft.as_mut() {
+        Some(n) => NftRules {
+            nat_chains: [Family::Ip, Family::Ip6]
+                .into_iter()
+                .flat_map(|f| n.chain_names(f, "nat").unwrap_or_default())
+                .collect(),
+            portmap_owners: portmap::node_state::nft_rule_owners(n),
+            masq_comments: libcni::netfilter::masq::nft_rule_comments(n),
+        },
+        None => NftRules::default(),
     };
 
     // 1. The result cache: what each attachment should have.
@@ -296,13 +300,11 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         }
         // Its own host interface only: the bridge is every pod's.
         if let Some(name) = &info.host_interface {
-            let present = host
-                .as_mut()
-                .map(|h| h.link_by_name(name).ok().flatten().is_some());
-            row.expect(Kind::HostInterface, name.clone(), present.unwrap_or(false));
+            let present = link_names.contains(name.as_str());
+            row.expect(Kind::HostInterface, name.clone(), present);
         }
         if let Some(net) = &net {
-            expect_plugin_state(row, net, &info, nft.as_mut(), &rules);
+            expect_plugin_state(row, net, &info, &rules);
         }
         row.cached = Some(info);
     }
@@ -363,9 +365,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
     }
 
     // 5. bandwidth's IFBs, ours by their alias, the Go plugin's by name.
-    if let Some(h) = host.as_mut() {
-        collect_ifbs(&mut c, h, &networks);
-    }
+    collect_ifbs(&mut c, &links, &networks);
 
     // 6. tuning's backups: `<containerID>_<ifname>.json`, no network named.
     let mut tuning_dirs: BTreeSet<PathBuf> = networks
@@ -469,8 +469,12 @@ fn shapes_egress(c: &Cached) -> bool {
     c.shaping.as_deref().is_some_and(|s| !s.ends_with("out -"))
 }
 
-/// The nf_tables rules that name their owner in a comment.
+/// The firewall state read once per pass: the iptables-nft nat chains,
+/// and the nf_tables rules that name their owner in a comment.
+#[derive(Default)]
 struct NftRules {
+    /// Both families' `nat` chains (`CNI-DN-*`, `CNI-*`: per container).
+    nat_chains: BTreeSet<String>,
     /// portmap's: the container ID (cut to what `nft` keeps).
     portmap_owners: BTreeSet<String>,
     /// The masquerade rules': network, interface and container ID.
@@ -478,20 +482,13 @@ struct NftRules {
 }
 
 /// The pieces a cached attachment's network makes it expect.
-fn expect_plugin_state(
-    row: &mut Row,
-    net: &Network,
-    info: &Cached,
-    nft: Option<&mut Nft>,
-    rules: &NftRules,
-) {
+fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, rules: &NftRules) {
     let e = &info.entry;
     if let Some(dir) = &net.lease_dir {
         for a in &info.addresses {
             if let Some((ip, _)) = a.split_once('/') {
-                let path = dir.join(ip);
-                let present = path.is_file();
-                row.expect(Kind::Lease, path.display().to_string(), present);
+                // Marked present by the lease scan below, as found.
+                row.expect(Kind::Lease, dir.join(ip).display().to_string(), false);
             }
         }
     }
@@ -500,10 +497,10 @@ fn expect_plugin_state(
             container_id: e.container_id.clone(),
             ifname: e.ifname.clone(),
         };
+        // Marked present by the scan of the saved configs below (either
+        // name: Go's is the container ID alone).
         let path = dir.join(flannel_meta::store::attachment_name(&who));
-        let legacy = dir.join(&e.container_id);
-        let present = path.is_file() || legacy.is_file();
-        row.expect(Kind::FlannelConfig, path.display().to_string(), present);
+        row.expect(Kind::FlannelConfig, path.display().to_string(), false);
     }
     if net.has_bandwidth && shapes_egress(info) {
         row.expect(
@@ -513,12 +510,9 @@ fn expect_plugin_state(
         );
     }
     let owner = Owner::new(&e.network_name, &e.container_id);
-    let mut nft = nft;
     if net.has_portmap && !info.host_ports.is_empty() {
         let chain = portmap::ipt::dnat_chain(&owner);
-        let in_ipt = nft
-            .as_deref_mut()
-            .is_some_and(|n| portmap::node_state::ipt_chain_present(n, &owner));
+        let in_ipt = rules.nat_chains.contains(&chain);
         let in_nft = rules
             .portmap_owners
             .contains(&portmap::nft::rule_comment(&owner));
@@ -535,8 +529,8 @@ fn expect_plugin_state(
     }
     if net.has_masq {
         let chain = libcni::netfilter::masq::ipt_chain(&owner);
-        let go = nft.is_some_and(|n| libcni::netfilter::masq::ipt_chain_present(n, &owner));
-        row.expect(Kind::Masquerade, chain, go);
+        let in_ipt = rules.nat_chains.contains(&chain);
+        row.expect(Kind::Masquerade, chain, in_ipt);
     }
 }
 
@@ -623,14 +617,7 @@ fn collect_flannel(c: &mut Collector, dir: &std::path::Path, networks: &BTreeMap
     }
 }
 
-fn collect_ifbs(c: &mut Collector, host: &mut Netlink, networks: &BTreeMap<String, Network>) {
-    let links = match host.links() {
-        Ok(l) => l,
-        Err(e) => {
-            c.unreadable.push(format!("links: {e}"));
-            return;
-        }
-    };
+fn collect_ifbs(c: &mut Collector, links: &[Link], networks: &BTreeMap<String, Network>) {
     for link in links.iter().filter(|l| l.kind.as_deref() == Some("ifb")) {
         let owner = link
             .alias

@@ -27,7 +27,7 @@ use cnitool::cache::{CacheKey, ResultCache};
 use cnitool::conf::NetworkConfigList;
 use cnitool::exec::{CniConfig, RuntimeConf};
 
-use crate::collect::{self, Kind, NodeState, Piece, Row};
+use crate::collect::{self, AttachmentKey, Kind, NodeState, Piece, Row};
 use crate::liveness::{Judge, Liveness, Verdicts};
 use crate::node::NodePaths;
 
@@ -154,9 +154,23 @@ pub fn run(
         }
     }
     report.found = targets.len();
-    if !opts.apply || targets.is_empty() {
-        return report;
+    if opts.apply && !targets.is_empty() {
+        if let Err(e) = apply(paths, judge, &state, &targets, &mut report) {
+            report.failures.push(e);
+        }
     }
+    report
+}
+
+/// `--apply`'s three steps on `targets`, found in `state`. An error is a
+/// read of the node (the CRI runtime) that failed between steps.
+fn apply(
+    paths: &NodePaths,
+    judge: &dyn Fn() -> Result<Judge, String>,
+    state: &NodeState,
+    targets: &[AttachmentKey],
+    report: &mut GcReport,
+) -> Result<(), String> {
     let runner = CniConfig::new(paths.bin_path.clone(), &paths.cache_dir);
 
     // 1. DEL through the chain.
@@ -179,7 +193,7 @@ pub fn run(
             capability_args: e.capability_args.clone(),
         };
         let done = runner.del_network_list(&net.list, &rt);
-        note_del(&mut report, &describe(row), done);
+        note_del(report, &describe(row), done);
     }
 
     // 2. DEL by identity of what step 1 left of the dead: an untied
@@ -187,13 +201,7 @@ pub fn run(
     //    removes whatever its list does not name, and an ADD that started
     //    after the node was read is in no list (nothing serializes ADD
     //    with us, as a runtime would); a DEL touches only its attachment.
-    let (state, verdicts) = match read(paths, judge) {
-        Ok(read) => read,
-        Err(e) => {
-            report.failures.push(e);
-            return report;
-        }
-    };
+    let (state, verdicts) = read(paths, judge)?;
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
         if verdicts[&row.key].is_live() || present(row).next().is_none() {
             continue;
@@ -218,17 +226,11 @@ pub fn run(
             ..RuntimeConf::default()
         };
         let done = runner.del_network_list(&list, &rt);
-        note_del(&mut report, &format!("{} (no cache)", describe(row)), done);
+        note_del(report, &format!("{} (no cache)", describe(row)), done);
     }
 
     // 3. What no plugin claimed.
-    let (state, verdicts) = match read(paths, judge) {
-        Ok(read) => read,
-        Err(e) => {
-            report.failures.push(e);
-            return report;
-        }
-    };
+    let (state, verdicts) = read(paths, judge)?;
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
         if verdicts[&row.key].is_live() {
             continue; // taken again meanwhile
@@ -246,7 +248,7 @@ pub fn run(
             }
         }
     }
-    report
+    Ok(())
 }
 
 /// The node read, and each row judged (the CRI runtime asked again).

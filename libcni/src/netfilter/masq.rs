@@ -868,15 +868,6 @@ pub fn parse_rule_comment(comment: &str) -> Option<(String, String, String)> {
     Some((network.into(), ifname.into(), cid.into()))
 }
 
-/// Whether iptables-nft holds `owner`'s masquerade chain (ours or the Go
-/// plugins'), in either family.
-pub fn ipt_chain_present(nft: &mut Nft, owner: &Owner) -> bool {
-    let chain = ipt_chain(owner);
-    [Family::Ip, Family::Ip6]
-        .into_iter()
-        .any(|f| nft.has_chain(f, "nat", &chain).unwrap_or(false))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
