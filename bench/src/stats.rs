@@ -41,6 +41,22 @@ impl Samples {
     pub fn max(&self) -> Option<f64> {
         self.0.iter().copied().reduce(f64::max)
     }
+
+    /// A 95 % confidence interval of the median, from order statistics
+    /// (no assumption on the distribution): the samples of ranks
+    /// n/2 ∓ 0.98·√n. `None` under 6 samples, too few for one.
+    pub fn median_interval(&self) -> Option<(f64, f64)> {
+        let n = self.0.len();
+        if n < 6 {
+            return None;
+        }
+        let mut sorted = self.0.clone();
+        sorted.sort_by(f64::total_cmp);
+        let half = 0.98 * (n as f64).sqrt();
+        let lo = ((n as f64 / 2.0 - half).floor().max(1.0) as usize).min(n);
+        let hi = ((n as f64 / 2.0 + half).ceil() as usize).clamp(1, n);
+        Some((sorted[lo - 1], sorted[hi - 1]))
+    }
 }
 
 /// `ours / reference`, when both exist and the reference is not zero.
@@ -72,6 +88,16 @@ mod tests {
         assert_eq!(of(&[7.0]).p90(), Some(7.0));
         assert_eq!(of(&[1.0, 2.0]).p50(), Some(1.0));
         assert_eq!(of(&[]).p50(), None);
+    }
+
+    #[test]
+    fn the_median_interval_narrows_with_samples() {
+        let hundred = of(&(1..=100).map(f64::from).collect::<Vec<_>>());
+        // Ranks 50 ∓ 9.8, rounded outwards: the 40th and the 60th.
+        assert_eq!(hundred.median_interval(), Some((40.0, 60.0)));
+        let many = of(&(1..=10_000).map(f64::from).collect::<Vec<_>>());
+        assert_eq!(many.median_interval(), Some((4902.0, 5098.0)));
+        assert_eq!(of(&[1.0, 2.0, 3.0]).median_interval(), None);
     }
 
     #[test]
