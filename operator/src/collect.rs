@@ -12,9 +12,11 @@ use cnitool::cache::{CacheEntry, ResultCache};
 use cnitool::conf;
 use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::Owner;
+use libcni::netlink::tc::{Qdisc, INGRESS_PARENT, ROOT};
 use libcni::netlink::{Link, Netlink};
 use libcni::netns::NetNs;
 use serde_json::Value;
+use std::net::IpAddr;
 
 use crate::node::{self, key, Configured, Network, NodePaths};
 
@@ -49,6 +51,18 @@ pub enum Kind {
     Masquerade,
     /// tuning's backup of what it changed.
     TuningBackup,
+    /// The host veth as a port of the network's bridge.
+    BridgePort,
+    /// bandwidth's qdiscs: the TBF on the host veth (ingress shaping), the
+    /// ingress qdisc on it and the TBF on the IFB (egress shaping).
+    Qdisc,
+    /// The dhcp daemon's lease file (ours: the Go daemon keeps its leases
+    /// in memory only).
+    DhcpLease,
+    /// The firewall plugin's owner record of an address.
+    FirewallRecord,
+    /// The firewall plugin's accept rules of an address in `CNI-FORWARD`.
+    FirewallRules,
 }
 
 impl Kind {
@@ -63,6 +77,11 @@ impl Kind {
             Kind::PortMappings => "portMappings",
             Kind::Masquerade => "masquerade",
             Kind::TuningBackup => "tuningBackup",
+            Kind::BridgePort => "bridgePort",
+            Kind::Qdisc => "qdisc",
+            Kind::DhcpLease => "dhcpLease",
+            Kind::FirewallRecord => "firewallRecord",
+            Kind::FirewallRules => "firewallRules",
         }
     }
 }
@@ -91,6 +110,9 @@ pub struct Cached {
     pub host_interface: Option<String>,
     pub host_ports: Vec<Value>,
     pub shaping: Option<String>,
+    /// The rates it is shaped with (bits/s), as configured.
+    pub ingress_rate: Option<u64>,
+    pub egress_rate: Option<u64>,
 }
 
 /// Everything found of one attachment.
@@ -236,29 +258,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         rows: BTreeMap::new(),
         unreadable: Vec::new(),
     };
-    // The kernel's side, each read once: the node's links, the iptables-nft
-    // nat chains (the Go plugins' per-container chains), and the
-    // nf_tables rules of portmap and masquerading.
-    let links = match Netlink::open().and_then(|mut h| h.links()) {
-        Ok(l) => l,
-        Err(e) => {
-            c.unreadable.push(format!("links: {e}"));
-            Vec::new()
-        }
-    };
-    let link_names: BTreeSet<&str> = links.iter().map(|l| l.name.as_str()).collect();
-    let mut nft = Nft::open().ok();
-    let rules = match nft.as_mut() {
-        Some(n) => NftRules {
-            nat_chains: [Family::Ip, Family::Ip6]
-                .into_iter()
-                .flat_map(|f| n.chain_names(f, "nat").unwrap_or_default())
-                .collect(),
-            portmap_owners: portmap::node_state::nft_rule_owners(n),
-            masq_comments: libcni::netfilter::masq::nft_rule_comments(n),
-        },
-        None => NftRules::default(),
-    };
+    let kernel = read_kernel(&configured, &mut c.unreadable);
 
     // 1. The result cache: what each attachment should have.
     let cache = ResultCache::new(&paths.cache_dir);
@@ -300,11 +300,11 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         }
         // Its own host interface only: the bridge is every pod's.
         if let Some(name) = &info.host_interface {
-            let present = link_names.contains(name.as_str());
+            let present = kernel.links.contains_key(name);
             row.expect(Kind::HostInterface, name.clone(), present);
         }
         if let Some(net) = &net {
-            expect_plugin_state(row, net, &info, &rules);
+            expect_plugin_state(row, net, &info, &kernel);
         }
         row.cached = Some(info);
     }
@@ -352,7 +352,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
 
     //    And the nf_tables masquerade rules, whose comments name their
     //    attachment (the Go plugins' nftables backend keeps no ledger).
-    for comment in &rules.masq_comments {
+    for comment in &kernel.nft.masq_comments {
         if let Some((net, ifname, cid)) = libcni::netfilter::masq::parse_rule_comment(comment) {
             let location = format!(
                 "inet {} {} \"{comment}\"",
@@ -365,7 +365,7 @@ pub fn collect(paths: &NodePaths) -> NodeState {
     }
 
     // 5. bandwidth's IFBs, ours by their alias, the Go plugin's by name.
-    collect_ifbs(&mut c, &links, &networks);
+    collect_ifbs(&mut c, kernel.links.values(), &networks);
 
     // 6. tuning's backups: `<containerID>_<ifname>.json`, no network named.
     let mut tuning_dirs: BTreeSet<PathBuf> = networks
@@ -375,6 +375,24 @@ pub fn collect(paths: &NodePaths) -> NodeState {
     tuning_dirs.insert(paths.state_dir(tuning::config::DEFAULT_DATA_DIR));
     for dir in &tuning_dirs {
         collect_tuning(&mut c, dir, &networks);
+    }
+
+    // 7. The dhcp daemon's lease files.
+    let dhcp_dirs: BTreeSet<PathBuf> = networks
+        .values()
+        .filter_map(|n| n.dhcp_lease_dir.clone())
+        .collect();
+    for dir in &dhcp_dirs {
+        collect_dhcp(&mut c, dir);
+    }
+
+    // 8. The firewall plugin's owner records, and its rules of each.
+    let firewall_dirs: BTreeSet<PathBuf> = networks
+        .values()
+        .filter_map(|n| n.firewall_dir.clone())
+        .collect();
+    for dir in &firewall_dirs {
+        collect_firewall(&mut c, dir, &kernel);
     }
 
     NodeState {
@@ -429,7 +447,11 @@ fn describe(entry: CacheEntry, path: PathBuf, modified: SystemTime) -> Cached {
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let shaping = shaping_of(&entry);
+    let (ingress_rate, egress_rate) = rates_of(&entry);
+    let shaping = (ingress_rate.is_some() || egress_rate.is_some()).then(|| {
+        let show = |r: Option<u64>| r.map_or("-".to_string(), |r| format!("{r}bit/s"));
+        format!("in {} out {}", show(ingress_rate), show(egress_rate))
+    });
     Cached {
         entry,
         path,
@@ -438,12 +460,14 @@ fn describe(entry: CacheEntry, path: PathBuf, modified: SystemTime) -> Cached {
         host_interface,
         host_ports,
         shaping,
+        ingress_rate,
+        egress_rate,
     }
 }
 
-/// The rates the attachment is shaped with: the runtime's `bandwidth`
-/// capability, else the bandwidth plugin's own keys.
-fn shaping_of(entry: &CacheEntry) -> Option<String> {
+/// The rates the attachment is shaped with (ingress, egress): the
+/// runtime's `bandwidth` capability, else the bandwidth plugin's own keys.
+fn rates_of(entry: &CacheEntry) -> (Option<u64>, Option<u64>) {
     let from_caps = key(&entry.capability_args, "bandwidth")
         .and_then(Value::as_object)
         .cloned();
@@ -454,23 +478,50 @@ fn shaping_of(entry: &CacheEntry) -> Option<String> {
                 .into_iter()
                 .find(|p| key(p, "type").and_then(Value::as_str) == Some("bandwidth"))
         });
-    let obj = from_caps.or(from_conf)?;
+    let Some(obj) = from_caps.or(from_conf) else {
+        return (None, None);
+    };
     let rate = |k: &str| key(&obj, k).and_then(Value::as_u64).filter(|r| *r > 0);
-    let (ingress, egress) = (rate("ingressRate"), rate("egressRate"));
-    if ingress.is_none() && egress.is_none() {
-        return None;
+    (rate("ingressRate"), rate("egressRate"))
+}
+
+/// What the kernel holds, read once per pass: links, qdiscs, and the
+/// rules of the plugins that keep per-container state in netfilter.
+#[derive(Default)]
+struct Kernel {
+    links: BTreeMap<String, Link>,
+    names: BTreeMap<u32, String>,
+    qdiscs: BTreeMap<u32, Vec<Qdisc>>,
+    nft: NftRules,
+    /// The firewall's `CNI-FORWARD` rule lines, both families.
+    forward_rules: BTreeSet<String>,
+}
+
+impl Kernel {
+    /// The root qdisc of `link` when it is a TBF: its rate (bits/s).
+    fn root_tbf_rate(&self, link: &str) -> Option<u64> {
+        let index = self.links.get(link)?.index;
+        let q = self.qdiscs.get(&index)?.iter().find(|q| q.parent == ROOT)?;
+        Some(q.tbf.as_ref()?.rate * 8)
     }
-    let show = |r: Option<u64>| r.map_or("-".to_string(), |r| format!("{r}bit/s"));
-    Some(format!("in {} out {}", show(ingress), show(egress)))
+
+    fn has_ingress_qdisc(&self, link: &str) -> bool {
+        self.links
+            .get(link)
+            .and_then(|l| self.qdiscs.get(&l.index))
+            .is_some_and(|qs| qs.iter().any(|q| q.parent == INGRESS_PARENT))
+    }
+
+    /// Whether the firewall's two accept rules of `addr` are there.
+    fn firewall_accepts(&self, addr: IpAddr) -> bool {
+        firewall::rules::ipt::accept_rules(addr)
+            .iter()
+            .all(|line| self.forward_rules.contains(line))
+    }
 }
 
-/// Egress shaping makes an IFB; ingress alone does not.
-fn shapes_egress(c: &Cached) -> bool {
-    c.shaping.as_deref().is_some_and(|s| !s.ends_with("out -"))
-}
-
-/// The firewall state read once per pass: the iptables-nft nat chains,
-/// and the nf_tables rules that name their owner in a comment.
+/// The nf_tables side: the iptables-nft nat chains, and the rules that
+/// name their owner in a comment.
 #[derive(Default)]
 struct NftRules {
     /// Both families' `nat` chains (`CNI-DN-*`, `CNI-*`: per container).
@@ -482,7 +533,8 @@ struct NftRules {
 }
 
 /// The pieces a cached attachment's network makes it expect.
-fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, rules: &NftRules) {
+fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, kernel: &Kernel) {
+    let rules = &kernel.nft;
     let e = &info.entry;
     if let Some(dir) = &net.lease_dir {
         for a in &info.addresses {
@@ -502,12 +554,13 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, rules: &NftR
         let path = dir.join(flannel_meta::store::attachment_name(&who));
         row.expect(Kind::FlannelConfig, path.display().to_string(), false);
     }
-    if net.has_bandwidth && shapes_egress(info) {
-        row.expect(
-            Kind::Ifb,
-            bandwidth::shape::ifb_name(&e.network_name, &e.container_id),
-            false,
-        );
+    if let (Some(bridge), Some(veth)) = (&net.bridge, &info.host_interface) {
+        let master = kernel.links.get(veth).and_then(|l| l.master);
+        let present = master.and_then(|m| kernel.names.get(&m)) == Some(bridge);
+        row.expect(Kind::BridgePort, format!("{veth} on {bridge}"), present);
+    }
+    if net.has_bandwidth {
+        expect_shaping(row, info, kernel);
     }
     let owner = Owner::new(&e.network_name, &e.container_id);
     if net.has_portmap && !info.host_ports.is_empty() {
@@ -532,6 +585,128 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, rules: &NftR
         let in_ipt = rules.nat_chains.contains(&chain);
         row.expect(Kind::Masquerade, chain, in_ipt);
     }
+    if let Some(dir) = &net.dhcp_lease_dir {
+        let key = dhcp::proto::Key {
+            container_id: e.container_id.clone(),
+            network: e.network_name.clone(),
+            ifname: e.ifname.clone(),
+        };
+        // Marked present by the scan of the daemon's leases below.
+        let path = dir.join(dhcp::daemon::store::file_name(&key));
+        row.expect(Kind::DhcpLease, path.display().to_string(), false);
+    }
+    if let Some(dir) = &net.firewall_dir {
+        for addr in info.addresses.iter().filter_map(|a| address_of(a)) {
+            // Marked present by the scan of the records below.
+            let path = dir.join(addr.to_string());
+            row.expect(Kind::FirewallRecord, path.display().to_string(), false);
+            if net.firewall_rules {
+                let present = kernel.firewall_accepts(addr);
+                row.expect(Kind::FirewallRules, forward_location(addr), present);
+            }
+        }
+    }
+}
+
+/// The address of `10.1.0.5/24`.
+fn address_of(cidr: &str) -> Option<IpAddr> {
+    cidr.split('/').next()?.parse().ok()
+}
+
+fn forward_location(addr: IpAddr) -> String {
+    format!("{} {addr}", firewall::rules::chains::FORWARD_CHAIN)
+}
+
+/// bandwidth's IFB and qdiscs: ingress shaping is a TBF at the host
+/// veth's root; egress shaping an ingress qdisc on the veth redirecting to
+/// the IFB, and a TBF at the IFB's root. A TBF found is shown with its
+/// rate as the kernel has it.
+fn expect_shaping(row: &mut Row, info: &Cached, kernel: &Kernel) {
+    let e = &info.entry;
+    let ifb = bandwidth::shape::ifb_name(&e.network_name, &e.container_id);
+    let tbf = |row: &mut Row, link: &str| {
+        let rate = kernel.root_tbf_rate(link);
+        let location = match rate {
+            Some(r) => format!("{link} root tbf {r}bit/s"),
+            None => format!("{link} root tbf"),
+        };
+        row.expect(Kind::Qdisc, location, rate.is_some());
+    };
+    if info.egress_rate.is_some() {
+        // Marked present by the scan of the IFBs below.
+        row.expect(Kind::Ifb, ifb.clone(), false);
+        if let Some(veth) = &info.host_interface {
+            let present = kernel.has_ingress_qdisc(veth);
+            row.expect(Kind::Qdisc, format!("{veth} ingress"), present);
+        }
+        tbf(row, &ifb);
+    }
+    if let (Some(_), Some(veth)) = (info.ingress_rate, &info.host_interface) {
+        tbf(row, veth);
+    }
+}
+
+/// Reads the kernel's side once: the node's links and qdiscs, the
+/// iptables-nft nat chains (the Go plugins' per-container chains), the
+/// nf_tables rules of portmap and masquerading, and the firewall's
+/// `CNI-FORWARD` when a network has the firewall.
+fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel {
+    let mut kernel = Kernel::default();
+    match Netlink::open().and_then(|mut h| Ok((h.links()?, h.qdiscs(0)?))) {
+        Ok((links, qdiscs)) => {
+            for q in qdiscs {
+                kernel.qdiscs.entry(q.index).or_default().push(q);
+            }
+            for l in links {
+                kernel.names.insert(l.index, l.name.clone());
+                kernel.links.insert(l.name.clone(), l);
+            }
+        }
+        Err(e) => unreadable.push(format!("links and qdiscs: {e}")),
+    }
+    let mut nft = Nft::open().ok();
+    if let Some(n) = nft.as_mut() {
+        kernel.nft = NftRules {
+            nat_chains: [Family::Ip, Family::Ip6]
+                .into_iter()
+                .flat_map(|f| n.chain_names(f, "nat").unwrap_or_default())
+                .collect(),
+            portmap_owners: portmap::node_state::nft_rule_owners(n),
+            masq_comments: libcni::netfilter::masq::nft_rule_comments(n),
+        };
+    }
+    if configured.networks.iter().any(|n| n.firewall_rules) {
+        kernel.forward_rules = forward_rules(nft.as_mut(), unreadable);
+    }
+    kernel
+}
+
+/// The firewall's `CNI-FORWARD` rules, both families: from nf_tables (the
+/// plugin's nftables backend, and iptables-nft), and from `iptables-save`
+/// where the node's iptables is legacy.
+fn forward_rules(nft: Option<&mut Nft>, unreadable: &mut Vec<String>) -> BTreeSet<String> {
+    use firewall::rules::chains::FORWARD_CHAIN;
+    use libcni::netfilter::iptables::{self, IptFamily, IptTable};
+    let mut lines = BTreeSet::new();
+    if let Some(n) = nft {
+        for v6 in [false, true] {
+            // A family without the table has no such rules.
+            if let Ok((saved, _)) =
+                libcni::netfilter::iptables_nft::filter::read(n, v6, &[FORWARD_CHAIN])
+            {
+                lines.extend(saved.rules_of(FORWARD_CHAIN).cloned());
+            }
+        }
+    }
+    if libcni::netfilter::IptablesPath::of_node() == libcni::netfilter::IptablesPath::Programs {
+        for fam in [IptFamily::V4, IptFamily::V6] {
+            match iptables::save(fam, IptTable::Filter) {
+                Ok(saved) => lines.extend(saved.rules_of(FORWARD_CHAIN).cloned()),
+                Err(e) => unreadable.push(format!("iptables filter table: {e}")),
+            }
+        }
+    }
+    lines
 }
 
 fn mtime(path: &std::path::Path) -> Option<SystemTime> {
@@ -617,8 +792,12 @@ fn collect_flannel(c: &mut Collector, dir: &std::path::Path, networks: &BTreeMap
     }
 }
 
-fn collect_ifbs(c: &mut Collector, links: &[Link], networks: &BTreeMap<String, Network>) {
-    for link in links.iter().filter(|l| l.kind.as_deref() == Some("ifb")) {
+fn collect_ifbs<'a>(
+    c: &mut Collector,
+    links: impl Iterator<Item = &'a Link>,
+    networks: &BTreeMap<String, Network>,
+) {
+    for link in links.filter(|l| l.kind.as_deref() == Some("ifb")) {
         let owner = link
             .alias
             .as_deref()
@@ -650,6 +829,46 @@ fn collect_ifbs(c: &mut Collector, links: &[Link], networks: &BTreeMap<String, N
             None => c
                 .row("", "", &link.name)
                 .found(Kind::Ifb, link.name.clone(), None),
+        }
+    }
+}
+
+fn collect_dhcp(c: &mut Collector, dir: &std::path::Path) {
+    if !dir.exists() {
+        return;
+    }
+    match dhcp::daemon::store::Store::at(dir).load() {
+        Ok((held, bad)) => {
+            c.unreadable.extend(bad);
+            for h in held {
+                let k = &h.record.key;
+                let path = dir.join(dhcp::daemon::store::file_name(k));
+                let (location, m) = (path.display().to_string(), mtime(&path));
+                c.row(&k.network, &k.container_id, &k.ifname)
+                    .found(Kind::DhcpLease, location, m);
+            }
+        }
+        Err(e) => c.unreadable.push(format!("{}: {e}", dir.display())),
+    }
+}
+
+/// Each record names its address's owner; the address's accept rules go
+/// to the same row.
+fn collect_firewall(c: &mut Collector, dir: &std::path::Path, kernel: &Kernel) {
+    let records = match firewall::rules::records::Records::new(dir).all() {
+        Ok(r) => r,
+        Err(e) => {
+            c.unreadable.push(e.to_string());
+            return;
+        }
+    };
+    for (addr, rec) in records {
+        let path = dir.join(addr.to_string());
+        let (location, m) = (path.display().to_string(), mtime(&path));
+        let row = c.row(&rec.network, &rec.container_id, &rec.ifname);
+        row.found(Kind::FirewallRecord, location, m);
+        if rec.backend != "firewalld" && kernel.firewall_accepts(addr) {
+            row.found(Kind::FirewallRules, forward_location(addr), None);
         }
     }
 }

@@ -8,8 +8,10 @@
 //!    ones (`--untied`), failed DELs. A dead flannel attachment without its
 //!    saved config gets its delegate rendered again from subnet.env;
 //! 3. the removal of files no plugin took (a lease or saved config of a
-//!    network whose config is gone, a cache file), a lease under
-//!    host-local's lock.
+//!    network whose config is gone, a cache file, a firewall record whose
+//!    rules are gone), a lease under host-local's lock. Never a dhcp lease
+//!    file: the daemon renews it and takes it up at start; only its
+//!    release ends it.
 //!
 //! The GC verb with `cni.dev/valid-attachments` is not sent: a plugin's GC
 //! removes all its list does not name, and an ADD that starts after the
@@ -278,11 +280,7 @@ fn note_del(report: &mut GcReport, what: &str, done: libcni::Result<()>) {
 /// failed: it deletes the file anyway). DEL of what is already gone
 /// succeeds, so a rendering that changed since (a new subnet) is harmless.
 fn del_list(list: &NetworkConfigList, row: &Row) -> NetworkConfigList {
-    let saved = row
-        .pieces
-        .iter()
-        .any(|p| p.kind == Kind::FlannelConfig && p.present);
-    if saved {
+    if has(row, Kind::FlannelConfig) {
         return list.clone();
     }
     let mut out = list.clone();
@@ -316,11 +314,15 @@ fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> R
                 .map_err(|e| e.to_string())
         }
         Kind::Lease => remove_lease(&p.location),
-        Kind::FlannelConfig | Kind::TuningBackup => match std::fs::remove_file(&p.location) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e.to_string()),
-        },
+        Kind::FlannelConfig | Kind::TuningBackup => remove_file(&p.location),
+        // A record without its rules names nothing left to remove; with
+        // them, it is what a DEL needs to find them: kept.
+        Kind::FirewallRecord if !has(row, Kind::FirewallRules) => remove_file(&p.location),
+        // The daemon holds the lease (and renews it): only its release
+        // ends it, and the daemon takes up at start every file it finds.
+        Kind::DhcpLease => Err("the dhcp daemon's: a DEL through it releases it \
+             (is the daemon running?)"
+            .into()),
         _ => {
             let why = if state.network(&row.key.network).is_some() {
                 "still there after the network's GC"
@@ -329,6 +331,18 @@ fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> R
             };
             Err(why.into())
         }
+    }
+}
+
+fn has(row: &Row, kind: Kind) -> bool {
+    row.pieces.iter().any(|p| p.kind == kind && p.present)
+}
+
+fn remove_file(path: &str) -> Result<(), String> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -20,7 +20,10 @@
 //!   "unreadable": [ "what could not be read: why" ] }
 //! ```
 //! Piece kinds: `cache`, `netns`, `lease`, `flannelConfig`,
-//! `hostInterface`, `ifb`, `portMappings`, `masquerade`, `tuningBackup`.
+//! `hostInterface`, `ifb`, `portMappings`, `masquerade`, `tuningBackup`,
+//! `bridgePort` (`"<veth> on <bridge>"`), `qdisc` (`"<link> ingress"`,
+//! `"<link> root tbf[ <rate>bit/s]"`, the rate as the kernel has it),
+//! `dhcpLease`, `firewallRecord`, `firewallRules` (`"CNI-FORWARD <addr>"`).
 
 use serde_json::{json, Value};
 

@@ -29,7 +29,9 @@ OPTIONS
   --bin-dir DIRS     the plugin path, ':'-separated (default $CNI_PATH or /opt/cni/bin)
   --cache-dir DIR    the result cache dir (default $CNI_CACHE_DIR or /var/lib/cni); the
                      plugins' default data dirs under /var/lib/cni are looked for under
-                     it (networks/, flannel/)
+                     it (networks/, flannel/, dhcp/)
+  --dhcp-lease-dir DIR  the dhcp daemon's -leasedir (default /var/lib/cni/dhcp, under
+                     --cache-dir as above)
   --cri-socket PATH  the CRI runtime whose sandboxes are live (default: containerd's
                      /run/containerd/containerd.sock, else CRI-O's /var/run/crio/crio.sock,
                      when there); `none` asks no runtime
@@ -46,9 +48,12 @@ SYNOPSIS
 DESCRIPTION
   One row per attachment (network, container ID, interface), built from every
   piece of state the suite and the Go plugins leave: the result cache,
-  host-local's leases, flannel's saved configs, portmap's and the masquerade
-  rules (their ledgers in /run/cni, and the iptables-nft chains), bandwidth's
-  IFBs, tuning's backups, and the host-side interfaces the result names. An
+  host-local's leases, our dhcp daemon's lease files, flannel's saved
+  configs, portmap's and the masquerade rules (their ledgers in /run/cni,
+  the iptables-nft chains, the nftables rules by their comments), the
+  firewall plugin's owner records and accept rules, bandwidth's IFBs and
+  qdiscs (with the rates the kernel has), tuning's backups, and the
+  host-side interfaces the result names, as ports of their bridge. An
   attachment with a cache entry shows what it should have and marks what is
   missing (`!lease`); state that no cache names gets a row of its own.
 
@@ -85,7 +90,8 @@ DESCRIPTION
   its cached result), then DEL by identity (container ID and interface) of
   each dead attachment the first DEL left something of, then the removal of
   files no plugin took (leases under host-local's lock, saved configs, cache
-  files). Only the dead attachments found are touched: the plugins' GC verb,
+  files, firewall records whose rules are gone; never a dhcp lease, which
+  only its daemon's release ends). Only the dead attachments found are touched: the plugins' GC verb,
   which removes all that its list of valid attachments does not name, is not
   sent, since an ADD in flight would be in no list.
   --untied also removes untied state.
@@ -148,6 +154,7 @@ fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
             conf_dir: env_path("NETCONFPATH", node::DEFAULT_CONF_DIR),
             bin_path: split_path(&bin_path),
             cache_dir: env_path("CNI_CACHE_DIR", node::DEFAULT_CACHE_DIR),
+            dhcp_lease_dir: None,
         },
         cri: cri::default_socket(),
         grace: liveness::DEFAULT_GRACE,
@@ -165,6 +172,7 @@ fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
             "--conf-dir" => c.paths.conf_dir = value(a)?.into(),
             "--bin-dir" => c.paths.bin_path = split_path(&value(a)?),
             "--cache-dir" => c.paths.cache_dir = value(a)?.into(),
+            "--dhcp-lease-dir" => c.paths.dhcp_lease_dir = Some(value(a)?.into()),
             "--cri-socket" => {
                 let v = value(a)?;
                 c.cri = (v != "none").then(|| v.into());

@@ -22,6 +22,8 @@ pub struct NodePaths {
     /// `CNI_PATH`: where the plugins are, searched in order.
     pub bin_path: Vec<PathBuf>,
     pub cache_dir: PathBuf,
+    /// The dhcp daemon's `-leasedir`, if not its default.
+    pub dhcp_lease_dir: Option<PathBuf>,
 }
 
 impl NodePaths {
@@ -56,6 +58,18 @@ pub struct Network {
     pub flannel_dir: Option<PathBuf>,
     /// tuning's `dataDir`, when the chain has tuning.
     pub tuning_dir: Option<PathBuf>,
+    /// The bridge the pods' host veths are ports of (the bridge plugin's,
+    /// or flannel's delegate's).
+    pub bridge: Option<String>,
+    /// The dhcp daemon's lease directory, when a plugin takes addresses
+    /// from dhcp.
+    pub dhcp_lease_dir: Option<PathBuf>,
+    /// The firewall plugin's owner records (`dataDir`), when the chain has
+    /// firewall.
+    pub firewall_dir: Option<PathBuf>,
+    /// Whether its backend puts accept rules in `CNI-FORWARD` (iptables,
+    /// nftables: not firewalld).
+    pub firewall_rules: bool,
     pub has_bandwidth: bool,
     pub has_portmap: bool,
     /// A plugin with `ipMasq: true` (bridge, ptp).
@@ -72,6 +86,10 @@ impl Network {
             lease_dir: None,
             flannel_dir: None,
             tuning_dir: None,
+            bridge: None,
+            dhcp_lease_dir: None,
+            firewall_dir: None,
+            firewall_rules: false,
             has_bandwidth: false,
             has_portmap: false,
             has_masq: false,
@@ -87,15 +105,38 @@ impl Network {
                 let dir = paths.data_dir(dir, host_local::config::DEFAULT_DATA_DIR);
                 net.lease_dir = Some(dir.join(&net.list.name));
             }
+            if ipam_type == Some("dhcp") {
+                // The daemon's `-leasedir`, as it runs by default.
+                let default = || paths.state_dir(dhcp::daemon::flags::DEFAULT_LEASE_DIR);
+                net.dhcp_lease_dir = Some(paths.dhcp_lease_dir.clone().unwrap_or_else(default));
+            }
             let data_dir = key(plugin, "dataDir").and_then(Value::as_str);
             match ty {
                 "flannel" => {
                     net.flannel_dir =
-                        Some(paths.data_dir(data_dir, flannel_meta::config::DEFAULT_DATA_DIR))
+                        Some(paths.data_dir(data_dir, flannel_meta::config::DEFAULT_DATA_DIR));
+                    // Its delegate is a bridge unless it names another type.
+                    let delegate = key(plugin, "delegate").and_then(Value::as_object);
+                    let of = |k| delegate.and_then(|d| key(d, k)).and_then(Value::as_str);
+                    if of("type").is_none_or(|t| t == "bridge") {
+                        let name = of("bridge").unwrap_or(bridge::config::DEFAULT_BRIDGE);
+                        net.bridge = Some(name.to_string());
+                    }
                 }
                 "tuning" => {
                     net.tuning_dir =
                         Some(paths.data_dir(data_dir, tuning::config::DEFAULT_DATA_DIR))
+                }
+                "bridge" => {
+                    let name = key(plugin, "bridge").and_then(Value::as_str);
+                    net.bridge = Some(name.unwrap_or(bridge::config::DEFAULT_BRIDGE).to_string())
+                }
+                "firewall" => {
+                    net.firewall_dir =
+                        Some(paths.data_dir(data_dir, firewall::rules::records::DEFAULT_DIR));
+                    // firewalld keeps the addresses in a zone, not in rules.
+                    net.firewall_rules =
+                        key(plugin, "backend").and_then(Value::as_str) != Some("firewalld");
                 }
                 "bandwidth" => net.has_bandwidth = true,
                 "portmap" => net.has_portmap = true,

@@ -1068,3 +1068,97 @@ fn dhcp_daemon_serves_only_root() {
     status_as(Some("65534")).assert_error(4, "serves only root");
     assert!(lan.daemon_log().contains("refusing a request of uid 65534"));
 }
+
+/// `cni-rs inspect` and `gc` see the daemon's leases: each pod's lease
+/// file is a piece of its attachment; a pod whose namespace was removed
+/// without DEL is let go by the daemon through `gc --apply`'s DEL, the
+/// live pod keeps its own; with the daemon gone, a
+/// lease left is reported, never removed behind the daemon's back.
+#[test]
+fn dhcp_leases_seen_and_collected_by_the_operator() {
+    if !require_root("dhcp_leases_seen_and_collected_by_the_operator") {
+        return;
+    }
+    let lan = Lan::new("op", Kind::Macvlan, "1h", &[]);
+    let d = lan.daemon(&[]);
+    let keep = Netns::new("dhcp-op-keep");
+    let stale = Netns::new("dhcp-op-stale");
+    let kept = add_ours(&lan, &keep);
+    let gone = add_ours(&lan, &stale);
+    let operator = |cmd: &str, extra: &[&str]| {
+        let (cache, conf) = (lan.node.shared_cache_dir(), lan.node.conf_dir.path());
+        let lease_dir = lan.lease_dir();
+        // Grace 0: the pods were made a moment ago, and none is in flight.
+        let mut args = vec![cmd, "--cri-socket", "none", "--grace", "0", "--cache-dir"];
+        args.extend([
+            cache.to_str().unwrap(),
+            "--conf-dir",
+            conf.to_str().unwrap(),
+        ]);
+        args.extend(["--dhcp-lease-dir", lease_dir.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        lan.node.cnitool_with(&bin("cni-rs"), &args, &[])
+    };
+    let rows = |out: PluginOutput| -> Vec<Value> {
+        assert_eq!(out.exit_code, 0, "{out:?}");
+        out.json()["attachments"].as_array().unwrap().clone()
+    };
+    let leases_of = |rows: &[Value], pod: &Netns| -> Vec<Value> {
+        let row = rows
+            .iter()
+            .find(|r| r["containerID"] == cid_of(pod))
+            .unwrap_or_else(|| panic!("no row of {}: {rows:#?}", pod.name()));
+        assert_eq!(row["missing"], json!([]), "{row:#}");
+        row["pieces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == "dhcpLease")
+            .cloned()
+            .collect()
+    };
+    let before = rows(operator("inspect", &["--json"]));
+    assert_eq!(before.len(), 2, "{before:#?}");
+    for (pod, addr) in [(&keep, &kept), (&stale, &gone)] {
+        let leases = leases_of(&before, pod);
+        assert_eq!(leases.len(), 1, "{before:#?}");
+        let path = leases[0]["location"].as_str().unwrap();
+        assert!(lan.lease_files().iter().any(|f| f.to_str() == Some(path)));
+        let row = before
+            .iter()
+            .find(|r| r["containerID"] == cid_of(pod))
+            .unwrap();
+        assert_eq!(row["addresses"], json!([addr]), "{row:#}");
+    }
+
+    // The stale pod: its namespace removed without DEL.
+    drop(stale);
+    let dry = operator("gc", &[]);
+    assert_eq!(dry.exit_code, 1, "{dry:?}");
+    assert!(dry.stdout.contains("dhcpLease"), "{dry:?}");
+    assert_eq!(lan.lease_files().len(), 2, "a dry run changes nothing");
+    let applied = operator("gc", &["--apply"]);
+    assert_eq!(applied.exit_code, 0, "{applied:?}");
+    // The daemon let the lease go (no RELEASE reaches the server: the
+    // macvlan went with the namespace; the server's lease runs out).
+    assert_eq!(lan.lease_files().len(), 1);
+    lan.server_lease_written(ip_of(&kept));
+    let after = rows(operator("inspect", &["--json"]));
+    assert_eq!(after.len(), 1, "{after:#?}");
+    assert_eq!(leases_of(&after, &keep).len(), 1);
+
+    // Without the daemon, the live pod's lease stays its own: a DEL of
+    // a dead one would find no daemon to release it, so gc reports it.
+    d.kill();
+    let gone_too = keep.path().to_path_buf();
+    drop(keep);
+    assert!(!gone_too.exists());
+    let out = operator("gc", &["--apply"]);
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    assert!(out.stderr.contains("dhcp daemon"), "{out:?}");
+    assert_eq!(
+        lan.lease_files().len(),
+        1,
+        "never removed behind the daemon"
+    );
+}

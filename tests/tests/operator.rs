@@ -266,6 +266,7 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         assert_eq!(r["missing"], json!([]), "{r:#}");
         assert_eq!(r["live"], true);
         let mut want = vec![
+            "bridgePort",
             "cache",
             "hostInterface",
             "lease",
@@ -274,8 +275,8 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
             "portMappings",
         ];
         match r["network"].as_str().unwrap() {
-            "opnet" => want.extend(["ifb", "tuningBackup"]),
-            "gonet" => want.push("ifb"),
+            "opnet" => want.extend(["ifb", "qdisc", "tuningBackup"]),
+            "gonet" => want.extend(["ifb", "qdisc"]),
             _ => want.push("flannelConfig"),
         }
         want.sort();
@@ -290,6 +291,25 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         );
         if r["network"] != "cbr0" {
             assert_eq!(r["shaping"], "in - out 8000000bit/s", "{r:#}");
+            // The kernel's qdiscs: the veth's ingress redirecting to the
+            // IFB, whose TBF has the configured rate.
+            let qdiscs: Vec<&str> = r["pieces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["kind"] == "qdisc")
+                .map(|p| p["location"].as_str().unwrap())
+                .collect();
+            let veth = r["hostInterface"].as_str().unwrap();
+            assert_eq!(qdiscs.len(), 2, "{r:#}");
+            assert!(
+                qdiscs.contains(&format!("{veth} ingress").as_str()),
+                "{r:#}"
+            );
+            assert!(
+                qdiscs.iter().any(|q| q.ends_with(" root tbf 8000000bit/s")),
+                "{r:#}"
+            );
         }
     }
     assert_eq!(cids(&by("stale")), dead[..8], "{rows:#?}");
@@ -301,7 +321,13 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
             .iter()
             .map(|m| m.as_str().unwrap())
             .collect();
-        assert_eq!(missing, ["netns", "hostInterface"], "{r:#}");
+        // The namespace took the veth with it, and so its bridge port
+        // and, when shaped, its ingress qdisc; a leaked IFB keeps its TBF.
+        let mut want = vec!["netns", "hostInterface", "bridgePort"];
+        if kinds(r).contains(&"ifb".to_string()) {
+            want.push("qdisc");
+        }
+        assert_eq!(missing, want, "{r:#}");
     }
     assert_eq!(cids(&by("untied")), dead[8..], "{rows:#?}");
     assert_eq!(kinds(by("untied")[1]), ["lease"]);
@@ -901,7 +927,7 @@ fn inspect_and_gc_find_nftables_rules_without_ledgers() {
         let want_missing = if cid_of(r) == "live" {
             json!([])
         } else {
-            json!(["netns", "hostInterface"])
+            json!(["netns", "hostInterface", "bridgePort"])
         };
         assert_eq!(r["missing"], want_missing, "{r:#}");
         let locations: Vec<&str> = r["pieces"]
@@ -928,4 +954,108 @@ fn inspect_and_gc_find_nftables_rules_without_ledgers() {
     let rows = inspect(&node, &["--grace", "0"]);
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
+}
+
+/// The firewall plugin's owner records and accept rules, and bandwidth's
+/// ingress TBF on the host veth: inspect shows them for a live pod and a
+/// leaked one (the TBF with the rate the kernel has), and `gc --apply`
+/// removes the leaked one's rules and record, leaving the live pod's (the
+/// node is then the live pod's, rule for rule).
+#[test]
+fn inspect_and_gc_see_firewall_rules_and_ingress_shaping() {
+    if !require_root("inspect_and_gc_see_firewall_rules_and_ingress_shaping") {
+        return;
+    }
+    let node = Node::new("opfw");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opfw-state");
+    let records = state.path().join("firewall");
+    node.write_conf(
+        "10-fwnet.conflist",
+        &json!({
+            "cniVersion": "1.1.0", "name": "fwnet",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni-opf0", "isGateway": true,
+                 "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
+                          "ranges": [[{"subnet": "10.89.8.0/24"}]]}},
+                {"type": "firewall", "backend": "iptables", "dataDir": records},
+                {"type": "bandwidth", "ingressRate": 8000000, "ingressBurst": 800000}
+            ]
+        }),
+    );
+    let add = |pod: &Netns, cid: &str| -> String {
+        let path = pod.path().display().to_string();
+        let out = node.cnitool_with(
+            &bin("cnitool"),
+            &["add", "fwnet", &path],
+            &[("CNI_CONTAINERID", cid)],
+        );
+        let ip = out.result()["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        ip.split('/').next().unwrap().to_string()
+    };
+    let live = Netns::new("opfw-live");
+    let live_ip = add(&live, "live");
+    let only_live = NetSnapshot::take(&node.ns);
+    let dead = Netns::new("opfw-dead");
+    let dead_ip = add(&dead, "dead");
+    drop(dead);
+    wait_for_veths(&node.ns, 1);
+
+    let rows = inspect(&node, &["--grace", "0"]);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let pieces = |r: &Value, kind: &str| -> Vec<String> {
+        r["pieces"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["kind"] == kind)
+            .map(|p| p["location"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for r in &rows {
+        let ip = if cid_of(r) == "live" {
+            &live_ip
+        } else {
+            &dead_ip
+        };
+        assert_eq!(
+            pieces(r, "firewallRecord"),
+            [records.join(ip).display().to_string()],
+            "{r:#}"
+        );
+        assert_eq!(
+            pieces(r, "firewallRules"),
+            [format!("CNI-FORWARD {ip}")],
+            "{r:#}"
+        );
+        let veth = r["hostInterface"].as_str().unwrap();
+        if cid_of(r) == "live" {
+            assert_eq!(r["missing"], json!([]), "{r:#}");
+            assert_eq!(r["shaping"], "in 8000000bit/s out -", "{r:#}");
+            assert_eq!(
+                pieces(r, "qdisc"),
+                [format!("{veth} root tbf 8000000bit/s")]
+            );
+        } else {
+            // Its veth went with the namespace, and its TBF with it; the
+            // firewall's rules and record stay behind.
+            let missing = json!(["netns", "hostInterface", "bridgePort", "qdisc"]);
+            assert_eq!(r["missing"], missing, "{r:#}");
+        }
+    }
+    let out = gc(&node, &["--grace", "0", "--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(
+        only_live.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new(),
+        "{out:?}"
+    );
+    assert!(!records.join(&dead_ip).exists());
+    let rows = inspect(&node, &["--grace", "0"]);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
+    assert_eq!(pieces(&rows[0], "firewallRules").len(), 1, "{rows:#?}");
 }

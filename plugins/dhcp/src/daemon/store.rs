@@ -215,6 +215,14 @@ impl Store {
         })
     }
 
+    /// The lease directory `dir` as it is, for reading only (an operator's
+    /// `inspect`: it neither creates the directory nor tidies it).
+    pub fn at(dir: &Path) -> Store {
+        Store {
+            dir: dir.to_path_buf(),
+        }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
