@@ -10,7 +10,9 @@ use std::time::SystemTime;
 
 use cnitool::cache::{CacheEntry, ResultCache};
 use cnitool::conf;
+use libcni::netfilter::iptables::{self, IptFamily, IptTable, SavedTable};
 use libcni::netfilter::nft::{Family, Nft};
+use libcni::netfilter::spoofcheck;
 use libcni::netfilter::Owner;
 use libcni::netlink::tc::{Qdisc, INGRESS_PARENT, ROOT};
 use libcni::netlink::{Link, Netlink};
@@ -63,6 +65,8 @@ pub enum Kind {
     FirewallRecord,
     /// The firewall plugin's accept rules of an address in `CNI-FORWARD`.
     FirewallRules,
+    /// bridge's MAC spoof check (`macspoofchk`): its chains in `bridge nat`.
+    SpoofCheck,
 }
 
 impl Kind {
@@ -82,6 +86,7 @@ impl Kind {
             Kind::DhcpLease => "dhcpLease",
             Kind::FirewallRecord => "firewallRecord",
             Kind::FirewallRules => "firewallRules",
+            Kind::SpoofCheck => "spoofCheck",
         }
     }
 }
@@ -350,6 +355,59 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         }
     }
 
+    //    And portmap's nf_tables rules no row claims (the Go v1.9 plugin's
+    //    of an attachment no cache names): their comment is the container
+    //    ID alone, so the network is the one network with portmap, if one.
+    let portmap_networks: Vec<&str> = networks
+        .values()
+        .filter(|n| n.has_portmap)
+        .map(|n| n.name())
+        .collect();
+    for owner in &kernel.nft.portmap_owners {
+        let claimed = c.rows.values().any(|r| {
+            r.key.container_id.starts_with(owner.as_str())
+                && r.pieces
+                    .iter()
+                    .any(|p| p.kind == Kind::PortMappings && p.present)
+        });
+        if !claimed {
+            let net = match portmap_networks.as_slice() {
+                [only] => only.to_string(),
+                _ => String::new(),
+            };
+            let location = format!("{} {owner}", portmap::nft::TABLE);
+            c.found_for_container(&net, owner, Kind::PortMappings, location, None);
+        }
+    }
+
+    //    And the spoof checks no cached row expected: the row whose
+    //    container ID and interface make the name, else one of their own
+    //    (split at the last dash: interface names seldom have one).
+    let spoof_networks: Vec<&str> = networks
+        .values()
+        .filter(|n| n.has_spoofcheck)
+        .map(|n| n.name())
+        .collect();
+    for r in &kernel.spoof_checks {
+        let expected = |row: &Row| {
+            row.pieces.iter().any(|p| p.kind == Kind::SpoofCheck)
+                && format!("{}-{}", row.key.container_id, row.key.ifname) == *r
+        };
+        if c.rows.values().any(expected) {
+            continue;
+        }
+        let Some((cid, ifname)) = r.rsplit_once('-') else {
+            continue;
+        };
+        let net = match spoof_networks.as_slice() {
+            [only] => only.to_string(),
+            _ => String::new(),
+        };
+        let location = spoof_location(cid, ifname);
+        c.row(&net, cid, ifname)
+            .found(Kind::SpoofCheck, location, None);
+    }
+
     //    And the nf_tables masquerade rules, whose comments name their
     //    attachment (the Go plugins' nftables backend keeps no ledger).
     for comment in &kernel.nft.masq_comments {
@@ -495,6 +553,8 @@ struct Kernel {
     nft: NftRules,
     /// The firewall's `CNI-FORWARD` rule lines, both families.
     forward_rules: BTreeSet<String>,
+    /// The spoof checks' attachments, `<containerID>-<ifname>`.
+    spoof_checks: BTreeSet<String>,
 }
 
 impl Kernel {
@@ -562,6 +622,16 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, kernel: &Ker
     if net.has_bandwidth {
         expect_shaping(row, info, kernel);
     }
+    if net.has_spoofcheck {
+        let present = kernel
+            .spoof_checks
+            .contains(&format!("{}-{}", e.container_id, e.ifname));
+        row.expect(
+            Kind::SpoofCheck,
+            spoof_location(&e.container_id, &e.ifname),
+            present,
+        );
+    }
     let owner = Owner::new(&e.network_name, &e.container_id);
     if net.has_portmap && !info.host_ports.is_empty() {
         let chain = portmap::ipt::dnat_chain(&owner);
@@ -606,6 +676,11 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, kernel: &Ker
             }
         }
     }
+}
+
+fn spoof_location(container_id: &str, ifname: &str) -> String {
+    let chain = spoofcheck::chain_of(container_id, ifname);
+    format!("bridge {} {chain}", spoofcheck::TABLE)
 }
 
 /// The address of `10.1.0.5/24`.
@@ -674,6 +749,14 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
             portmap_owners: portmap::node_state::nft_rule_owners(n),
             masq_comments: libcni::netfilter::masq::nft_rule_comments(n),
         };
+        kernel.spoof_checks = spoofcheck::attachments(n).into_iter().collect();
+    }
+    if legacy_iptables() {
+        // The Go plugins' per-container chains live in x_tables here.
+        kernel
+            .nft
+            .nat_chains
+            .extend(saved_tables(IptTable::Nat, unreadable).chains);
     }
     if configured.networks.iter().any(|n| n.firewall_rules) {
         kernel.forward_rules = forward_rules(nft.as_mut(), unreadable);
@@ -681,30 +764,45 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
     kernel
 }
 
+/// Whether the node's iptables is legacy x_tables (read with
+/// `iptables-save`: an operator command may run a program).
+fn legacy_iptables() -> bool {
+    libcni::netfilter::IptablesPath::of_node() == libcni::netfilter::IptablesPath::Programs
+}
+
+/// `iptables-save -t <table>` of both families, merged.
+fn saved_tables(table: IptTable, unreadable: &mut Vec<String>) -> SavedTable {
+    let mut all = SavedTable::default();
+    for fam in [IptFamily::V4, IptFamily::V6] {
+        match iptables::save(fam, table) {
+            Ok(saved) => {
+                all.chains.extend(saved.chains);
+                all.rules.extend(saved.rules);
+            }
+            Err(e) => unreadable.push(format!("iptables {} table: {e}", table.as_str())),
+        }
+    }
+    all
+}
+
 /// The firewall's `CNI-FORWARD` rules, both families: from nf_tables (the
 /// plugin's nftables backend, and iptables-nft), and from `iptables-save`
 /// where the node's iptables is legacy.
 fn forward_rules(nft: Option<&mut Nft>, unreadable: &mut Vec<String>) -> BTreeSet<String> {
     use firewall::rules::chains::FORWARD_CHAIN;
-    use libcni::netfilter::iptables::{self, IptFamily, IptTable};
     let mut lines = BTreeSet::new();
     if let Some(n) = nft {
         for v6 in [false, true] {
             // A family without the table has no such rules.
-            if let Ok((saved, _)) =
-                libcni::netfilter::iptables_nft::filter::read(n, v6, &[FORWARD_CHAIN])
-            {
+            let read = libcni::netfilter::iptables_nft::filter::read(n, v6, &[FORWARD_CHAIN]);
+            if let Ok((saved, _)) = read {
                 lines.extend(saved.rules_of(FORWARD_CHAIN).cloned());
             }
         }
     }
-    if libcni::netfilter::IptablesPath::of_node() == libcni::netfilter::IptablesPath::Programs {
-        for fam in [IptFamily::V4, IptFamily::V6] {
-            match iptables::save(fam, IptTable::Filter) {
-                Ok(saved) => lines.extend(saved.rules_of(FORWARD_CHAIN).cloned()),
-                Err(e) => unreadable.push(format!("iptables filter table: {e}")),
-            }
-        }
+    if legacy_iptables() {
+        let saved = saved_tables(IptTable::Filter, unreadable);
+        lines.extend(saved.rules_of(FORWARD_CHAIN).cloned());
     }
     lines
 }

@@ -23,7 +23,8 @@
 //! `hostInterface`, `ifb`, `portMappings`, `masquerade`, `tuningBackup`,
 //! `bridgePort` (`"<veth> on <bridge>"`), `qdisc` (`"<link> ingress"`,
 //! `"<link> root tbf[ <rate>bit/s]"`, the rate as the kernel has it),
-//! `dhcpLease`, `firewallRecord`, `firewallRules` (`"CNI-FORWARD <addr>"`).
+//! `dhcpLease`, `firewallRecord`, `firewallRules` (`"CNI-FORWARD <addr>"`),
+//! `spoofCheck` (`"bridge nat cni-br-iface-<containerID>-<ifname>"`).
 
 use serde_json::{json, Value};
 

@@ -70,6 +70,8 @@ pub struct Network {
     /// Whether its backend puts accept rules in `CNI-FORWARD` (iptables,
     /// nftables: not firewalld).
     pub firewall_rules: bool,
+    /// bridge's `macspoofchk`.
+    pub has_spoofcheck: bool,
     pub has_bandwidth: bool,
     pub has_portmap: bool,
     /// A plugin with `ipMasq: true` (bridge, ptp).
@@ -90,6 +92,7 @@ impl Network {
             dhcp_lease_dir: None,
             firewall_dir: None,
             firewall_rules: false,
+            has_spoofcheck: false,
             has_bandwidth: false,
             has_portmap: false,
             has_masq: false,
@@ -129,7 +132,9 @@ impl Network {
                 }
                 "bridge" => {
                     let name = key(plugin, "bridge").and_then(Value::as_str);
-                    net.bridge = Some(name.unwrap_or(bridge::config::DEFAULT_BRIDGE).to_string())
+                    net.bridge = Some(name.unwrap_or(bridge::config::DEFAULT_BRIDGE).to_string());
+                    net.has_spoofcheck |=
+                        key(plugin, "macspoofchk").and_then(Value::as_bool) == Some(true);
                 }
                 "firewall" => {
                     net.firewall_dir =

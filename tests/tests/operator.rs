@@ -875,8 +875,9 @@ fn doctor_names_what_needs_attention() {
 /// The nftables backends' rules without our ledgers, as the Go v1.9
 /// plugins leave them: inspect finds the port mappings by their comment
 /// (the container ID) and the masquerade rules by theirs (network,
-/// interface, container ID), for a live pod and a leaked one, and
-/// `gc --apply` removes the leaked one's, leaving the live pod's.
+/// interface, container ID), for a live pod, a leaked one and one no cache
+/// names, and `gc --apply --untied` removes the two dead ones', leaving
+/// the live pod's.
 #[test]
 fn inspect_and_gc_find_nftables_rules_without_ledgers() {
     if !require_root("inspect_and_gc_find_nftables_rules_without_ledgers") {
@@ -916,14 +917,28 @@ fn inspect_and_gc_find_nftables_rules_without_ledgers() {
     let dead = Netns::new("opnft-dead");
     add(&dead, "dead", 9201);
     drop(dead);
+    // And one no cache names (its runtime's cache lost): its rules are
+    // found by their comments alone, its lease by its file.
+    let untied = Netns::new("opnft-untied");
+    add(&untied, "untied", 9202);
+    drop(untied);
     wait_for_veths(&node.ns, 1);
     for feature in ["portmap", "ipmasq"] {
         std::fs::remove_dir_all(node.ns.run_dir().join(feature)).unwrap();
     }
+    let results = node.shared_cache_dir().join("results");
+    std::fs::remove_file(results.join("nftnet-untied-eth0")).unwrap();
 
     let rows = inspect(&node, &["--grace", "0"]);
-    assert_eq!(rows.len(), 2, "{rows:#?}");
-    for r in &rows {
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let untied_row = rows.iter().find(|r| cid_of(r) == "untied").unwrap();
+    assert_eq!(untied_row["liveness"], "untied", "{untied_row:#}");
+    assert_eq!(
+        kinds(untied_row),
+        ["lease", "masquerade", "portMappings"],
+        "{untied_row:#}"
+    );
+    for r in rows.iter().filter(|r| cid_of(r) != "untied") {
         let want_missing = if cid_of(r) == "live" {
             json!([])
         } else {
@@ -944,7 +959,7 @@ fn inspect_and_gc_find_nftables_rules_without_ledgers() {
             "{r:#}"
         );
     }
-    let out = gc(&node, &["--grace", "0", "--apply"]);
+    let out = gc(&node, &["--grace", "0", "--apply", "--untied"]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert_eq!(
         only_live.diff(&NetSnapshot::take(&node.ns)),
@@ -956,11 +971,12 @@ fn inspect_and_gc_find_nftables_rules_without_ledgers() {
     assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
 }
 
-/// The firewall plugin's owner records and accept rules, and bandwidth's
-/// ingress TBF on the host veth: inspect shows them for a live pod and a
-/// leaked one (the TBF with the rate the kernel has), and `gc --apply`
-/// removes the leaked one's rules and record, leaving the live pod's (the
-/// node is then the live pod's, rule for rule).
+/// The firewall plugin's owner records and accept rules, bridge's MAC
+/// spoof check, and bandwidth's ingress TBF on the host veth: inspect
+/// shows them for a live pod and a leaked one (the TBF with the rate the
+/// kernel has), and `gc --apply` removes the leaked one's rules, chains
+/// and record, leaving the live pod's (the node is then the live pod's,
+/// rule for rule).
 #[test]
 fn inspect_and_gc_see_firewall_rules_and_ingress_shaping() {
     if !require_root("inspect_and_gc_see_firewall_rules_and_ingress_shaping") {
@@ -975,7 +991,7 @@ fn inspect_and_gc_see_firewall_rules_and_ingress_shaping() {
         &json!({
             "cniVersion": "1.1.0", "name": "fwnet",
             "plugins": [
-                {"type": "bridge", "bridge": "cni-opf0", "isGateway": true,
+                {"type": "bridge", "bridge": "cni-opf0", "isGateway": true, "macspoofchk": true,
                  "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
                           "ranges": [[{"subnet": "10.89.8.0/24"}]]}},
                 {"type": "firewall", "backend": "iptables", "dataDir": records},

@@ -25,7 +25,33 @@ fn ref_id(container_id: &str, ifname: &str) -> String {
 }
 
 fn iface_chain(r: &str) -> String {
-    format!("cni-br-iface-{r}")
+    format!("{IFACE_CHAIN_PREFIX}{r}")
+}
+
+const IFACE_CHAIN_PREFIX: &str = "cni-br-iface-";
+
+/// The attachment's chain (the one the jump rule targets), as
+/// [`attachments`] lists it.
+pub fn chain_of(container_id: &str, ifname: &str) -> String {
+    iface_chain(&ref_id(container_id, ifname))
+}
+
+/// The attachments whose spoof check is in the kernel, as
+/// `<containerID>-<ifname>` (the two cannot be told apart when the
+/// container ID has a dash: match them with [`chain_of`]), read from the
+/// chain names of `bridge nat`.
+pub fn attachments(nft: &mut Nft) -> Vec<String> {
+    let chains: std::collections::BTreeSet<String> = nft
+        .chain_names(F, TABLE)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    // An attachment's chain is the one with its `-mac` chain beside it.
+    chains
+        .iter()
+        .filter(|c| chains.contains(&format!("{c}-mac")))
+        .filter_map(|c| c.strip_prefix(IFACE_CHAIN_PREFIX).map(str::to_string))
+        .collect()
 }
 
 fn comment(r: &str) -> String {
