@@ -1075,3 +1075,126 @@ fn inspect_and_gc_see_firewall_rules_and_ingress_shaping() {
     assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
     assert_eq!(pieces(&rows[0], "firewallRules").len(), 1, "{rows:#?}");
 }
+
+/// A node whose `iptables` is legacy x_tables (a `PATH` of the legacy
+/// programs): the masquerade and port mapping chains are there and not in
+/// nf_tables, with no ledger (as the Go plugins leave them), and inspect
+/// finds a live and a leaked pod's chains (read with `iptables-save`);
+/// `gc --apply` removes the leaked one's and leaves the live pod's.
+#[test]
+fn inspect_and_gc_on_legacy_iptables() {
+    if !require_root("inspect_and_gc_on_legacy_iptables") {
+        return;
+    }
+    use std::os::unix::fs::symlink;
+    let node = Node::new("opleg");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opleg-state");
+    let legacy = TempDir::new("opleg-path");
+    symlink(
+        "/usr/sbin/xtables-legacy-multi",
+        legacy.path().join("iptables"),
+    )
+    .unwrap();
+    for (name, target) in [
+        ("iptables-save", "iptables-legacy-save"),
+        ("iptables-restore", "iptables-legacy-restore"),
+        ("ip6tables", "ip6tables-legacy"),
+        ("ip6tables-save", "ip6tables-legacy-save"),
+        ("ip6tables-restore", "ip6tables-legacy-restore"),
+    ] {
+        symlink(
+            Path::new("/usr/sbin").join(target),
+            legacy.path().join(name),
+        )
+        .unwrap();
+    }
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", legacy.path().display());
+    node.write_conf(
+        "10-legnet.conflist",
+        &json!({
+            "cniVersion": "1.1.0", "name": "legnet",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni-opl0", "isGateway": true, "ipMasq": true,
+                 "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
+                          "ranges": [[{"subnet": "10.89.9.0/24"}]]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        }),
+    );
+    let run = |tool: &str, args: &[&str], env: &[(&str, &str)]| {
+        let mut all = vec![("PATH", path.as_str())];
+        all.extend_from_slice(env);
+        node.cnitool_with(&bin(tool), args, &all)
+    };
+    let add = |pod: &Netns, cid: &str, port: u16| {
+        let caps =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string();
+        let netns = pod.path().display().to_string();
+        let out = run(
+            "cnitool",
+            &["add", "legnet", &netns],
+            &[("CAP_ARGS", &caps), ("CNI_CONTAINERID", cid)],
+        );
+        assert_eq!(out.exit_code, 0, "{out:?}");
+    };
+    // Without its comment lines (a timestamp) and the chains' counters.
+    let legacy_nat = || {
+        let out = run_ok(node.ns.command("iptables-legacy-save").args(["-t", "nat"]));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| l.split(" [").next().unwrap_or(l).to_string())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let live = Netns::new("opleg-live");
+    add(&live, "live", 9300);
+    let live_nat = legacy_nat();
+    let dead = Netns::new("opleg-dead");
+    add(&dead, "dead", 9301);
+    drop(dead);
+    wait_for_veths(&node.ns, 1);
+    assert!(legacy_nat().contains("CNI-DN-"), "{}", legacy_nat());
+    assert!(
+        !nft_ruleset(&node.ns).contains("CNI-DN-"),
+        "not in nf_tables"
+    );
+    // The programs' path keeps no ledger: the chains are all there is.
+    for feature in ["portmap-iptables", "ipmasq-iptables"] {
+        assert!(!node.ns.run_dir().join(feature).exists());
+    }
+
+    let mut common = dirs(&node);
+    common.extend(["--cri-socket", "none", "--grace", "0"].map(String::from));
+    let operator = |cmd: &str, extra: &[&str]| {
+        let mut args: Vec<&str> = vec![cmd];
+        args.extend(common.iter().map(String::as_str));
+        args.extend_from_slice(extra);
+        run("cni-rs", &args, &[])
+    };
+    let out = operator("inspect", &["--json"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let rows = out.json()["attachments"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    for r in &rows {
+        for kind in ["portMappings", "masquerade"] {
+            let p = r["pieces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["kind"] == kind)
+                .unwrap_or_else(|| panic!("no {kind}: {r:#}"));
+            assert_eq!(p["present"], true, "{r:#}");
+            assert!(p["location"].as_str().unwrap().starts_with("CNI-"), "{r:#}");
+        }
+    }
+    let out = operator("gc", &["--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(legacy_nat(), live_nat, "{out:?}");
+    let out = operator("inspect", &["--json"]);
+    let rows = out.json()["attachments"].as_array().unwrap().clone();
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
+}
