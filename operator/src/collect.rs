@@ -355,58 +355,11 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         }
     }
 
-    //    And portmap's nf_tables rules no row claims (the Go v1.9 plugin's
-    //    of an attachment no cache names): their comment is the container
-    //    ID alone, so the network is the one network with portmap, if one.
-    let portmap_networks: Vec<&str> = networks
-        .values()
-        .filter(|n| n.has_portmap)
-        .map(|n| n.name())
-        .collect();
-    for owner in &kernel.nft.portmap_owners {
-        let claimed = c.rows.values().any(|r| {
-            r.key.container_id.starts_with(owner.as_str())
-                && r.pieces
-                    .iter()
-                    .any(|p| p.kind == Kind::PortMappings && p.present)
-        });
-        if !claimed {
-            let net = match portmap_networks.as_slice() {
-                [only] => only.to_string(),
-                _ => String::new(),
-            };
-            let location = format!("{} {owner}", portmap::nft::TABLE);
-            c.found_for_container(&net, owner, Kind::PortMappings, location, None);
-        }
-    }
-
-    //    And the spoof checks no cached row expected: the row whose
-    //    container ID and interface make the name, else one of their own
-    //    (split at the last dash: interface names seldom have one).
-    let spoof_networks: Vec<&str> = networks
-        .values()
-        .filter(|n| n.has_spoofcheck)
-        .map(|n| n.name())
-        .collect();
-    for r in &kernel.spoof_checks {
-        let expected = |row: &Row| {
-            row.pieces.iter().any(|p| p.kind == Kind::SpoofCheck)
-                && format!("{}-{}", row.key.container_id, row.key.ifname) == *r
-        };
-        if c.rows.values().any(expected) {
-            continue;
-        }
-        let Some((cid, ifname)) = r.rsplit_once('-') else {
-            continue;
-        };
-        let net = match spoof_networks.as_slice() {
-            [only] => only.to_string(),
-            _ => String::new(),
-        };
-        let location = spoof_location(cid, ifname);
-        c.row(&net, cid, ifname)
-            .found(Kind::SpoofCheck, location, None);
-    }
+    //    And the rules whose comment or chain names only the container
+    //    (and interface) that no row claimed: portmap's nf_tables rules as
+    //    the Go v1.9 plugin leaves them, bridge's spoof checks.
+    collect_unclaimed_port_mappings(&mut c, &kernel, &networks);
+    collect_unclaimed_spoof_checks(&mut c, &kernel, &networks);
 
     //    And the nf_tables masquerade rules, whose comments name their
     //    attachment (the Go plugins' nftables backend keeps no ledger).
@@ -931,6 +884,63 @@ fn collect_ifbs<'a>(
     }
 }
 
+/// The one network `wanted` picks, or "" (state naming no network is
+/// tied to the only network that could have made it).
+fn sole_network(networks: &BTreeMap<String, Network>, wanted: impl Fn(&Network) -> bool) -> String {
+    let mut picked = networks.values().filter(|n| wanted(n));
+    match (picked.next(), picked.next()) {
+        (Some(only), None) => only.name().to_string(),
+        _ => String::new(),
+    }
+}
+
+/// portmap's nf_tables rules no row claims (the Go v1.9 plugin's, of an
+/// attachment no cache names): the comment is the container ID alone.
+fn collect_unclaimed_port_mappings(
+    c: &mut Collector,
+    kernel: &Kernel,
+    networks: &BTreeMap<String, Network>,
+) {
+    for owner in &kernel.nft.portmap_owners {
+        let claimed = c.rows.values().any(|r| {
+            r.key.container_id.starts_with(owner.as_str())
+                && r.pieces
+                    .iter()
+                    .any(|p| p.kind == Kind::PortMappings && p.present)
+        });
+        if !claimed {
+            let net = sole_network(networks, |n| n.has_portmap);
+            let location = format!("{} {owner}", portmap::nft::TABLE);
+            c.found_for_container(&net, owner, Kind::PortMappings, location, None);
+        }
+    }
+}
+
+/// The spoof checks no cached row expected: the row whose container ID
+/// and interface make the chain's name, else one of their own (split at
+/// the last dash: interface names seldom have one).
+fn collect_unclaimed_spoof_checks(
+    c: &mut Collector,
+    kernel: &Kernel,
+    networks: &BTreeMap<String, Network>,
+) {
+    for r in &kernel.spoof_checks {
+        let expected = |row: &Row| {
+            row.pieces.iter().any(|p| p.kind == Kind::SpoofCheck)
+                && format!("{}-{}", row.key.container_id, row.key.ifname) == *r
+        };
+        if c.rows.values().any(expected) {
+            continue;
+        }
+        let Some((cid, ifname)) = r.rsplit_once('-') else {
+            continue;
+        };
+        let net = sole_network(networks, |n| n.has_spoofcheck);
+        c.row(&net, cid, ifname)
+            .found(Kind::SpoofCheck, spoof_location(cid, ifname), None);
+    }
+}
+
 fn collect_dhcp(c: &mut Collector, dir: &std::path::Path) {
     if !dir.exists() {
         return;
@@ -1001,10 +1011,7 @@ fn collect_tuning(c: &mut Collector, dir: &std::path::Path, networks: &BTreeMap<
             }
         }
         if !tied {
-            let net = match tuning_networks.as_slice() {
-                [only] => only.to_string(),
-                _ => String::new(),
-            };
+            let net = sole_network(networks, |n| n.tuning_dir.as_deref() == Some(dir));
             c.row(&net, cid, ifname)
                 .found(Kind::TuningBackup, location, m);
         }
