@@ -341,7 +341,6 @@ fn ext_ack_message(tlvs: &[u8]) -> Option<String> {
         .filter(|m| !m.is_empty())
 }
 
-/// The errno of a failed kernel operation, if `e` is one.
 /// The call-log step a request belongs to ([`crate::calllog`]).
 fn step_of(msg: &RouteNetlinkMessage) -> crate::calllog::Step {
     use crate::calllog::Step;
@@ -367,6 +366,7 @@ fn step_of(msg: &RouteNetlinkMessage) -> crate::calllog::Step {
     }
 }
 
+/// The errno of a failed kernel operation, if `e` is one.
 pub fn errno(e: &Error) -> Option<i32> {
     match e {
         Error::Kernel { source, .. } => source.raw_os_error(),
