@@ -212,7 +212,6 @@ impl Call {
         command: &str,
         outcome: Outcome,
     ) -> String {
-        let ms = |d: Duration| (d.as_secs_f64() * 1e6).round() / 1e3;
         let mut line = Line(String::with_capacity(384));
         line.open();
         line.string("time", &rfc3339(self.at));
@@ -230,20 +229,20 @@ impl Call {
         if let Some(n) = NETWORK.get() {
             line.string("network", n);
         }
-        line.raw("durationMs", &ms(self.started.elapsed()).to_string());
-        let steps: Vec<(&str, f64)> = STEPS
+        line.raw("durationMs", &millis(self.started.elapsed()));
+        let steps: Vec<(&str, Duration)> = STEPS
             .iter()
             .map(|&(step, name)| {
                 let nanos = STEP_NANOS[step as usize].load(Ordering::Relaxed);
-                (name, ms(Duration::from_nanos(nanos)))
+                (name, Duration::from_nanos(nanos))
             })
-            .filter(|&(_, v)| v > 0.0)
+            .filter(|&(_, d)| d.as_micros() > 0)
             .collect();
         if !steps.is_empty() {
             let mut inner = Line(String::new());
             inner.open();
-            for (name, v) in steps {
-                inner.raw(name, &v.to_string());
+            for (name, d) in steps {
+                inner.raw(name, &millis(d));
             }
             inner.close();
             line.raw("stepsMs", &inner.0);
@@ -272,6 +271,14 @@ impl Call {
         line.close();
         line.0
     }
+}
+
+/// `d` in milliseconds to the microsecond (`30.678`), with integers only:
+/// float formatting is a large body of code, and a plugin process runs
+/// the log's code cold, once.
+fn millis(d: Duration) -> String {
+    let us = d.as_micros();
+    format!("{}.{:03}", us / 1000, us % 1000)
 }
 
 /// A JSON object written key by key.
@@ -400,6 +407,14 @@ mod tests {
             assert_eq!(parsed[v], v, "{}", l.0);
         }
         assert_eq!(parsed["n"], 1.5);
+    }
+
+    #[test]
+    fn durations_are_milliseconds_to_the_microsecond() {
+        assert_eq!(millis(Duration::from_nanos(30_678_400)), "30.678");
+        assert_eq!(millis(Duration::from_micros(1_500)), "1.500");
+        assert_eq!(millis(Duration::from_micros(7)), "0.007");
+        assert_eq!(millis(Duration::ZERO), "0.000");
     }
 
     #[test]
