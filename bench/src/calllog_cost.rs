@@ -16,8 +16,8 @@ pub const BOUND_MS: f64 = 0.2;
 
 /// Iterations per side, as a multiple of the main table's: the difference
 /// is small against DEL's spread, and the median's interval narrows as
-/// the square root of the count (600 by default: about 90 s).
-pub const ITERATIONS_FACTOR: usize = 20;
+/// the square root of the count (1,200 by default: about 3 minutes).
+pub const ITERATIONS_FACTOR: usize = 40;
 
 pub struct LogCost {
     pub chain: String,
