@@ -1072,8 +1072,8 @@ fn dhcp_daemon_serves_only_root() {
 /// `cni-rs inspect` and `gc` see the daemon's leases: each pod's lease
 /// file is a piece of its attachment; a pod whose namespace was removed
 /// without DEL is let go by the daemon through `gc --apply`'s DEL, the
-/// live pod keeps its own; with the daemon gone, a
-/// lease left is reported, never removed behind the daemon's back.
+/// live pod keeps its own; with the daemon gone, a lease left is
+/// reported, never removed behind the daemon's back.
 #[test]
 fn dhcp_leases_seen_and_collected_by_the_operator() {
     if !require_root("dhcp_leases_seen_and_collected_by_the_operator") {
@@ -1147,8 +1147,9 @@ fn dhcp_leases_seen_and_collected_by_the_operator() {
     assert_eq!(after.len(), 1, "{after:#?}");
     assert_eq!(leases_of(&after, &keep).len(), 1);
 
-    // Without the daemon, the live pod's lease stays its own: a DEL of
-    // a dead one would find no daemon to release it, so gc reports it.
+    // The daemon killed, then the last pod's namespace removed: gc's DEL
+    // finds no daemon to let the lease go, and the file is reported, not
+    // removed (the daemon takes it up again when it starts).
     d.kill();
     let gone_too = keep.path().to_path_buf();
     drop(keep);
