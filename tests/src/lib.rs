@@ -334,6 +334,22 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
+/// `cmd.output()` of a program this test process just wrote: while another
+/// test thread forks, its child holds the file open for writing until it
+/// execs, and exec fails with ETXTBSY ("Text file busy"); retried, bounded.
+pub fn output_of_written_program(cmd: &mut Command) -> std::io::Result<Output> {
+    let mut attempts = 0;
+    loop {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// What one plugin call printed and how it exited.
 #[derive(Debug)]
 pub struct PluginOutput {

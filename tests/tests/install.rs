@@ -59,11 +59,8 @@ fn installs_from_its_own_directory_lists_changes_first_and_keeps_foreign_files()
         .map(|n| inode(&dest.path().join(n)))
         .collect();
     let run = |args: &[&str]| {
-        let out = Command::new(src.path().join("cni-rs-install"))
-            .args(args)
-            .arg(dest.path())
-            .output()
-            .expect("run");
+        let mut cmd = Command::new(src.path().join("cni-rs-install"));
+        let out = output_of_written_program(cmd.args(args).arg(dest.path())).expect("run");
         assert_eq!(out.status.code(), Some(0), "{out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
