@@ -308,23 +308,9 @@ impl Line {
     }
 }
 
-/// `s` as a JSON string.
+/// `s` as a JSON string (serde_json's escaping; no value built).
 fn quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    serde_json::to_string(s).unwrap_or_default()
 }
 
 /// Appends `line` with one `write` (`O_APPEND`: whole, whoever else

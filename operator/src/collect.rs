@@ -13,10 +13,11 @@ use cnitool::conf;
 use libcni::netfilter::iptables::{self, IptFamily, IptTable, SavedTable};
 use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::spoofcheck;
-use libcni::netfilter::Owner;
+use libcni::netfilter::{IptablesPath, Owner};
 use libcni::netlink::tc::{Qdisc, INGRESS_PARENT, ROOT};
 use libcni::netlink::{Link, Netlink};
 use libcni::netns::NetNs;
+use libcni::types::IpPrefix;
 use serde_json::Value;
 use std::net::IpAddr;
 
@@ -578,7 +579,7 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, kernel: &Ker
     if net.has_spoofcheck {
         let present = kernel
             .spoof_checks
-            .contains(&format!("{}-{}", e.container_id, e.ifname));
+            .contains(&spoofcheck::ref_id(&e.container_id, &e.ifname));
         row.expect(
             Kind::SpoofCheck,
             spoof_location(&e.container_id, &e.ifname),
@@ -615,11 +616,15 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, kernel: &Ker
             ifname: e.ifname.clone(),
         };
         // Marked present by the scan of the daemon's leases below.
-        let path = dir.join(dhcp::daemon::store::file_name(&key));
+        let path = dhcp::daemon::store::Store::at(dir).path_of(&key);
         row.expect(Kind::DhcpLease, path.display().to_string(), false);
     }
     if let Some(dir) = &net.firewall_dir {
-        for addr in info.addresses.iter().filter_map(|a| address_of(a)) {
+        let addrs = info
+            .addresses
+            .iter()
+            .filter_map(|a| a.parse::<IpPrefix>().ok());
+        for addr in addrs.map(|p| p.addr()) {
             // Marked present by the scan of the records below.
             let path = dir.join(addr.to_string());
             row.expect(Kind::FirewallRecord, path.display().to_string(), false);
@@ -634,11 +639,6 @@ fn expect_plugin_state(row: &mut Row, net: &Network, info: &Cached, kernel: &Ker
 fn spoof_location(container_id: &str, ifname: &str) -> String {
     let chain = spoofcheck::chain_of(container_id, ifname);
     format!("bridge {} {chain}", spoofcheck::TABLE)
-}
-
-/// The address of `10.1.0.5/24`.
-fn address_of(cidr: &str) -> Option<IpAddr> {
-    cidr.split('/').next()?.parse().ok()
 }
 
 fn forward_location(addr: IpAddr) -> String {
@@ -704,7 +704,8 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
         };
         kernel.spoof_checks = spoofcheck::attachments(n).into_iter().collect();
     }
-    if legacy_iptables() {
+    let legacy = IptablesPath::of_node() == IptablesPath::Programs;
+    if legacy {
         // The Go plugins' per-container chains live in x_tables here.
         kernel
             .nft
@@ -712,18 +713,13 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
             .extend(saved_tables(IptTable::Nat, unreadable).chains);
     }
     if configured.networks.iter().any(|n| n.firewall_rules) {
-        kernel.forward_rules = forward_rules(nft.as_mut(), unreadable);
+        kernel.forward_rules = forward_rules(nft.as_mut(), legacy, unreadable);
     }
     kernel
 }
 
-/// Whether the node's iptables is legacy x_tables (read with
-/// `iptables-save`: an operator command may run a program).
-fn legacy_iptables() -> bool {
-    libcni::netfilter::IptablesPath::of_node() == libcni::netfilter::IptablesPath::Programs
-}
-
-/// `iptables-save -t <table>` of both families, merged.
+/// `iptables-save -t <table>` of both families, merged (on a legacy
+/// x_tables node: an operator command may run a program).
 fn saved_tables(table: IptTable, unreadable: &mut Vec<String>) -> SavedTable {
     let mut all = SavedTable::default();
     for fam in [IptFamily::V4, IptFamily::V6] {
@@ -741,7 +737,11 @@ fn saved_tables(table: IptTable, unreadable: &mut Vec<String>) -> SavedTable {
 /// The firewall's `CNI-FORWARD` rules, both families: from nf_tables (the
 /// plugin's nftables backend, and iptables-nft), and from `iptables-save`
 /// where the node's iptables is legacy.
-fn forward_rules(nft: Option<&mut Nft>, unreadable: &mut Vec<String>) -> BTreeSet<String> {
+fn forward_rules(
+    nft: Option<&mut Nft>,
+    legacy: bool,
+    unreadable: &mut Vec<String>,
+) -> BTreeSet<String> {
     use firewall::rules::chains::FORWARD_CHAIN;
     let mut lines = BTreeSet::new();
     if let Some(n) = nft {
@@ -753,7 +753,7 @@ fn forward_rules(nft: Option<&mut Nft>, unreadable: &mut Vec<String>) -> BTreeSe
             }
         }
     }
-    if legacy_iptables() {
+    if legacy {
         let saved = saved_tables(IptTable::Filter, unreadable);
         lines.extend(saved.rules_of(FORWARD_CHAIN).cloned());
     }
@@ -909,7 +909,13 @@ fn collect_unclaimed_port_mappings(
                     .any(|p| p.kind == Kind::PortMappings && p.present)
         });
         if !claimed {
-            let net = sole_network(networks, |n| n.has_portmap);
+            // A comment `nft` cut short holds part of the ID: no DEL by it.
+            let cut = owner.len() >= libcni::netfilter::nft::MAX_NFT_COMMENT_CHARS;
+            let net = if cut {
+                String::new()
+            } else {
+                sole_network(networks, |n| n.has_portmap)
+            };
             let location = format!("{} {owner}", portmap::nft::TABLE);
             c.found_for_container(&net, owner, Kind::PortMappings, location, None);
         }
@@ -927,7 +933,7 @@ fn collect_unclaimed_spoof_checks(
     for r in &kernel.spoof_checks {
         let expected = |row: &Row| {
             row.pieces.iter().any(|p| p.kind == Kind::SpoofCheck)
-                && format!("{}-{}", row.key.container_id, row.key.ifname) == *r
+                && spoofcheck::ref_id(&row.key.container_id, &row.key.ifname) == *r
         };
         if c.rows.values().any(expected) {
             continue;
@@ -945,12 +951,13 @@ fn collect_dhcp(c: &mut Collector, dir: &std::path::Path) {
     if !dir.exists() {
         return;
     }
-    match dhcp::daemon::store::Store::at(dir).load() {
+    let store = dhcp::daemon::store::Store::at(dir);
+    match store.load() {
         Ok((held, bad)) => {
             c.unreadable.extend(bad);
             for h in held {
                 let k = &h.record.key;
-                let path = dir.join(dhcp::daemon::store::file_name(k));
+                let path = store.path_of(k);
                 let (location, m) = (path.display().to_string(), mtime(&path));
                 c.row(&k.network, &k.container_id, &k.ifname)
                     .found(Kind::DhcpLease, location, m);

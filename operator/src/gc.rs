@@ -325,9 +325,9 @@ fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> R
             .into()),
         _ => {
             let why = if state.network(&row.key.network).is_some() {
-                "still there after the network's GC"
+                "still there after its DEL"
             } else {
-                "no config of its network to run its plugin's GC with"
+                "no config of its network to DEL it with"
             };
             Err(why.into())
         }
@@ -339,11 +339,7 @@ fn has(row: &Row, kind: Kind) -> bool {
 }
 
 fn remove_file(path: &str) -> Result<(), String> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e.to_string()),
-    }
+    libcni::files::remove_if_present(std::path::Path::new(path)).map_err(|e| e.to_string())
 }
 
 /// Releases a lease under host-local's lock, with its index links.

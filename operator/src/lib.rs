@@ -91,9 +91,10 @@ DESCRIPTION
   each dead attachment the first DEL left something of, then the removal of
   files no plugin took (leases under host-local's lock, saved configs, cache
   files, firewall records whose rules are gone; never a dhcp lease, which
-  only its daemon's release ends). Only the dead attachments found are touched: the plugins' GC verb,
-  which removes all that its list of valid attachments does not name, is not
-  sent, since an ADD in flight would be in no list.
+  only its daemon's release ends). Only the dead attachments found are
+  touched: the plugins' GC verb, which removes all that its list of valid
+  attachments does not name, is not sent, since an ADD in flight would be
+  in no list.
   --untied also removes untied state.
 
 EXIT STATUS

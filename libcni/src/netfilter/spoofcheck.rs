@@ -20,7 +20,9 @@ pub const TABLE: &str = "nat";
 pub const BASE_CHAIN: &str = "PREROUTING";
 const F: Family = Family::Bridge;
 
-fn ref_id(container_id: &str, ifname: &str) -> String {
+/// How the chains and comments name an attachment: `<containerID>-<ifname>`,
+/// as [`attachments`] lists them.
+pub fn ref_id(container_id: &str, ifname: &str) -> String {
     format!("{container_id}-{ifname}")
 }
 
@@ -30,16 +32,14 @@ fn iface_chain(r: &str) -> String {
 
 const IFACE_CHAIN_PREFIX: &str = "cni-br-iface-";
 
-/// The attachment's chain (the one the jump rule targets), as
-/// [`attachments`] lists it.
+/// The attachment's chain (the one the jump rule targets).
 pub fn chain_of(container_id: &str, ifname: &str) -> String {
     iface_chain(&ref_id(container_id, ifname))
 }
 
-/// The attachments whose spoof check is in the kernel, as
-/// `<containerID>-<ifname>` (the two cannot be told apart when the
-/// container ID has a dash: match them with [`chain_of`]), read from the
-/// chain names of `bridge nat`.
+/// The attachments whose spoof check is in the kernel, as [`ref_id`]s
+/// (the two parts cannot be told apart when the container ID has a dash:
+/// match them with [`ref_id`]), read from the chain names of `bridge nat`.
 pub fn attachments(nft: &mut Nft) -> Vec<String> {
     let chains: std::collections::BTreeSet<String> = nft
         .chain_names(F, TABLE)
