@@ -159,9 +159,15 @@ pub fn config_path(env: &dyn Fn(&str) -> Option<String>) -> PathBuf {
 /// One call being logged.
 pub struct Call {
     config: Config,
-    plugin: String,
     started: Instant,
-    at: SystemTime,
+    /// The line's keys known as the call starts, written then: a DEL
+    /// ends after a long kernel wait (a veth's or an IFB's deletion), with
+    /// the CPU's caches cold, and the same work took about three times as
+    /// long there as at its start (measured in bridge, portmap, bandwidth).
+    head: String,
+    /// The log, opened as the call starts for the same reason; `None` when
+    /// it could not be, or when this call writes only if it fails.
+    file: Option<std::fs::File>,
 }
 
 /// What a call ended with, for its line.
@@ -178,45 +184,13 @@ impl Call {
     pub fn start(plugin: &str, env: &dyn Fn(&str) -> Option<String>) -> Option<Call> {
         let config = read_config(&config_path(env))?;
         ENABLED.store(true, Ordering::Relaxed);
-        Some(Call {
-            config,
-            plugin: plugin.to_string(),
-            started: Instant::now(),
-            at: SystemTime::now(),
-        })
-    }
-
-    /// Appends the call's line, if its level is logged. Errors are dropped.
-    pub fn finish(&self, env: &dyn Fn(&str) -> Option<String>, outcome: Outcome) {
+        let started = Instant::now();
         let command = env("CNI_COMMAND").unwrap_or_default();
-        let failed = matches!(outcome, Outcome::Failed(_));
-        let wanted = match self.config.log_level {
-            Level::Error => failed,
-            Level::Info => failed || command != "VERSION",
-            Level::Debug => true,
-        };
-        if !wanted {
-            return;
-        }
-        let mut line = self.line(env, &command, outcome);
-        line.push('\n');
-        let max = self.config.log_max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
-        let _ = append(&self.config.log_file, line.as_bytes(), max);
-    }
-
-    /// The line, written directly (no JSON value built first: every
-    /// plugin process pays for it).
-    fn line(
-        &self,
-        env: &dyn Fn(&str) -> Option<String>,
-        command: &str,
-        outcome: Outcome,
-    ) -> String {
         let mut line = Line(String::with_capacity(384));
         line.open();
-        line.string("time", &rfc3339(self.at));
-        line.string("plugin", &self.plugin);
-        line.string("command", command);
+        line.string("time", &rfc3339(SystemTime::now()));
+        line.string("plugin", plugin);
+        line.string("command", &command);
         for (key, var) in [
             ("containerID", "CNI_CONTAINERID"),
             ("netns", "CNI_NETNS"),
@@ -226,6 +200,40 @@ impl Call {
                 line.string(key, &val);
             }
         }
+        let file = if logs_success(config.log_level, &command) {
+            open_log(&config.log_file).ok()
+        } else {
+            None
+        };
+        Some(Call {
+            config,
+            started,
+            head: line.0,
+            file,
+        })
+    }
+
+    /// Appends the call's line, if its level is logged. Errors are dropped.
+    pub fn finish(&self, env: &dyn Fn(&str) -> Option<String>, outcome: Outcome) {
+        let command = env("CNI_COMMAND").unwrap_or_default();
+        let failed = matches!(outcome, Outcome::Failed(_));
+        if !failed && !logs_success(self.config.log_level, &command) {
+            return;
+        }
+        let mut line = self.line(env, outcome);
+        line.push('\n');
+        let max = self.config.log_max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
+        let _ = match &self.file {
+            Some(f) => append_to(f, &self.config.log_file, line.as_bytes(), max),
+            None => open_log(&self.config.log_file)
+                .and_then(|f| append_to(&f, &self.config.log_file, line.as_bytes(), max)),
+        };
+    }
+
+    /// The line, written directly (no JSON value built first: every
+    /// plugin process pays for it).
+    fn line(&self, env: &dyn Fn(&str) -> Option<String>, outcome: Outcome) -> String {
+        let mut line = Line(self.head.clone());
         if let Some(n) = NETWORK.get() {
             line.string("network", n);
         }
@@ -273,6 +281,16 @@ impl Call {
     }
 }
 
+/// Whether a call of `command` that succeeds gets a line at `level` (a
+/// failed call always does).
+fn logs_success(level: Level, command: &str) -> bool {
+    match level {
+        Level::Error => false,
+        Level::Info => command != "VERSION",
+        Level::Debug => true,
+    }
+}
+
 /// `d` in milliseconds to the microsecond (`30.678`), with integers only:
 /// float formatting is a large body of code, and a plugin process runs
 /// the log's code cold, once.
@@ -316,12 +334,23 @@ fn quote(s: &str) -> String {
 /// Appends `line` with one `write` (`O_APPEND`: whole, whoever else
 /// writes), then rotates the log to `<log>.1` if it is past `max`.
 pub fn append(log: &Path, line: &[u8], max: u64) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
+    append_to(&open_log(log)?, log, line, max)
+}
+
+/// The log opened to append to (created `0600` when absent; never through
+/// a symlink).
+fn open_log(log: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(log)?;
+        .open(log)
+}
+
+/// [`append`] to `f`, the log at `log` as it was opened: if it was rotated
+/// since, the line lands whole in `<log>.1`.
+fn append_to(mut f: &std::fs::File, log: &Path, line: &[u8], max: u64) -> std::io::Result<()> {
     f.write_all(line)?;
     // After an O_APPEND write the offset is the file's end as this write
     // left it: an `lseek`, cheaper than the `fstat` needed only to rotate.
