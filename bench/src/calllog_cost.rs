@@ -16,8 +16,9 @@ pub const BOUND_MS: f64 = 0.2;
 
 /// Iterations per side, as a multiple of the main table's: the difference
 /// is small against DEL's spread, and the median's interval narrows as
-/// the square root of the count (1,200 by default: about 3 minutes).
-pub const ITERATIONS_FACTOR: usize = 40;
+/// the square root of the count (2,400 by default: about 6 minutes; at
+/// 1,200 DEL's CPU interval was about ±0.035 ms wide, a sixth of the bound).
+pub const ITERATIONS_FACTOR: usize = 80;
 
 pub struct LogCost {
     pub chain: String,
