@@ -162,8 +162,8 @@ pub struct Call {
     started: Instant,
     /// The line's keys known as the call starts, written then: a DEL
     /// ends after a long kernel wait (a veth's or an IFB's deletion), with
-    /// the CPU's caches cold, and the same work took about three times as
-    /// long there as at its start (measured in bridge, portmap, bandwidth).
+    /// the CPU's caches cold, and the log's closing work took about three
+    /// times as long there as at an ADD's end (bridge, portmap, bandwidth).
     head: String,
     /// The log, opened as the call starts for the same reason; `None` when
     /// it could not be, or when this call writes only if it fails.
