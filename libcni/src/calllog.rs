@@ -165,6 +165,9 @@ pub struct Call {
     /// the CPU's caches cold, and the log's closing work took about three
     /// times as long there as at an ADD's end (bridge, portmap, bandwidth).
     head: String,
+    /// Whether the call writes its line when it succeeds (its level and
+    /// command, known as it starts).
+    logs_success: bool,
     /// The log, opened as the call starts for the same reason; `None` when
     /// it could not be, or when this call writes only if it fails.
     file: Option<std::fs::File>,
@@ -200,7 +203,8 @@ impl Call {
                 line.string(key, &val);
             }
         }
-        let file = if logs_success(config.log_level, &command) {
+        let logs_success = logs_success(config.log_level, &command);
+        let file = if logs_success {
             open_log(&config.log_file).ok()
         } else {
             None
@@ -209,15 +213,14 @@ impl Call {
             config,
             started,
             head: line.0,
+            logs_success,
             file,
         })
     }
 
     /// Appends the call's line, if its level is logged. Errors are dropped.
     pub fn finish(&self, env: &dyn Fn(&str) -> Option<String>, outcome: Outcome) {
-        let command = env("CNI_COMMAND").unwrap_or_default();
-        let failed = matches!(outcome, Outcome::Failed(_));
-        if !failed && !logs_success(self.config.log_level, &command) {
+        if matches!(outcome, Outcome::Done(_)) && !self.logs_success {
             return;
         }
         let mut line = self.line(env, outcome);
@@ -225,8 +228,7 @@ impl Call {
         let max = self.config.log_max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
         let _ = match &self.file {
             Some(f) => append_to(f, &self.config.log_file, line.as_bytes(), max),
-            None => open_log(&self.config.log_file)
-                .and_then(|f| append_to(&f, &self.config.log_file, line.as_bytes(), max)),
+            None => append(&self.config.log_file, line.as_bytes(), max),
         };
     }
 
