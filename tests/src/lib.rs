@@ -334,13 +334,20 @@ pub fn run_ok(cmd: &mut Command) -> Output {
     out
 }
 
-/// `cmd.output()` of a program this test process just wrote: while another
-/// test thread forks, its child holds the file open for writing until it
-/// execs, and exec fails with ETXTBSY ("Text file busy"); retried, bounded.
+/// `cmd.output()` of a program this test process just wrote (see
+/// [`retrying_busy`]).
 pub fn output_of_written_program(cmd: &mut Command) -> std::io::Result<Output> {
+    retrying_busy(|| cmd.output())
+}
+
+/// `exec` of a program this test process just wrote (a copied binary):
+/// while another test thread forks, its child holds the file open for
+/// writing until it execs, and exec fails with ETXTBSY ("Text file busy");
+/// retried, bounded.
+fn retrying_busy<T>(mut exec: impl FnMut() -> std::io::Result<T>) -> std::io::Result<T> {
     let mut attempts = 0;
     loop {
-        match cmd.output() {
+        match exec() {
             Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 50 => {
                 attempts += 1;
                 std::thread::sleep(std::time::Duration::from_millis(20));
@@ -432,7 +439,8 @@ pub fn call_plugin_cmd(mut cmd: Command, env: &[(&str, &str)], stdin: &str) -> P
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{plugin:?}: {e}"));
+    // The program may be a copy a test just wrote (the multicall tests').
+    let mut child = retrying_busy(|| cmd.spawn()).unwrap_or_else(|e| panic!("{plugin:?}: {e}"));
     // A plugin may answer (an env error, VERSION) without reading stdin.
     if let Err(e) = child
         .stdin

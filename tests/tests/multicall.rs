@@ -176,10 +176,11 @@ fn under_no_plugins_name_it_says_what_to_do() {
     assert!(msg.contains("called as \"my-bridge\""), "{msg}");
     assert!(msg.contains("cni-rs install BIN_DIR"), "{msg}");
 
-    let out = Command::new(&copy).arg("brigde").output().expect("run");
+    let out = output_of_written_program(Command::new(&copy).arg("brigde")).expect("run");
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("\"brigde\" is neither a plugin"), "{err}");
-    let out = run_ok(&mut Command::new(&copy));
+    let out = output_of_written_program(&mut Command::new(&copy)).expect("run");
+    assert!(out.status.success(), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("Usage: cni-rs PLUGIN"));
 }
