@@ -32,7 +32,7 @@ done
 
 cargo build --release --workspace --bins
 status=0
-target/release/cni-bench "$@" || status=$?
+"$(build_dir release)/cni-bench" "$@" || status=$?
 
 left=$(ip netns list | awk '{print $1}' | grep '^cnit-bench-' || true)
 if [ -n "$left" ]; then

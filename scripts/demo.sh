@@ -12,7 +12,7 @@ need_root "the demo"
 ensure_runtime_deps
 
 cargo build --workspace --bins
-bin="$repo/target/debug"
+bin=$(build_dir debug)
 tag="cnit-demo-$$"
 node="$tag-node"
 work=$(mktemp -d)

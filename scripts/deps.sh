@@ -8,6 +8,10 @@ need_root() {
   fi
 }
 
+# Where cargo puts this machine's builds of PROFILE: target/<host tuple>/PROFILE
+# (.cargo/config.toml names the target, for static binaries).
+build_dir() { echo "$repo/target/$(rustc --print host-tuple)/$1"; }
+
 apt_updated=
 apt_install() {
   [ -n "$apt_updated" ] || { apt-get update -qq >/dev/null; apt_updated=1; }

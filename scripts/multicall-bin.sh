@@ -5,12 +5,12 @@
 #   scripts/multicall-bin.sh BUILD_DIR OUT_DIR
 #   scripts/multicall-bin.sh cni-rs-multicall-linux-<arch>-v<version>.tgz OUT_DIR [TOOLS_DIR]
 #
-# From BUILD_DIR (e.g. target/debug): its cni-rs and a link per plugin
+# From BUILD_DIR (e.g. target/x86_64-unknown-linux-gnu/debug): its cni-rs and a link per plugin
 # (`cni-rs --list`) are staged as the multicall tarball holds them; from a
 # tarball (scripts/release.sh), its contents. Either way the stage's own
 # `cni-rs install OUT_DIR` puts the form into the emptied OUT_DIR. Then links
 # to the tools the tests also run (cnitool, cni-rs-install; not in the form)
-# are added from TOOLS_DIR (default: BUILD_DIR, or target/debug). Then
+# are added from TOOLS_DIR (default: BUILD_DIR, or the debug build). Then
 #
 #   CNI_TEST_BIN_DIR=OUT_DIR cargo test -p tests
 #
@@ -27,7 +27,7 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 if [ -f "$src" ]; then
   tar -xzf "$src" -C "$stage"
-  tools=${3:-$repo/target/debug}
+  tools=${3:-$repo/target/$(rustc --print host-tuple)/debug}
 else
   build=$(cd "$src" && pwd)
   cp "$build/cni-rs" "$stage/cni-rs"

@@ -105,10 +105,14 @@ for script in postinst prerm postrm; do
   chmod 0755 "$root/DEBIAN/$script"
 done
 
-# The oldest glibc the binaries run on: the newest symbol version they use.
-glibc=$(objdump -T "$root"/usr/lib/cni/* | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' |
-  sort -u -V | tail -n 1)
-depends=${glibc:+libc6 (>= $glibc)}
+# Static binaries (docs/dependencies-and-build.md): no Depends on libc6,
+# and a package that will not ship a dynamic one.
+for f in "$root"/usr/lib/cni/* ${node_command:+"$root/usr/sbin/cni-rs"}; do
+  if objdump -p "$f" | grep -q '^ *NEEDED\|INTERP'; then
+    echo "error: $f is dynamically linked: the package ships static binaries" >&2
+    exit 1
+  fi
+done
 installed_size=$(du -s -k --apparent-size "$root" --exclude=DEBIAN | cut -f1)
 
 cat >"$root/DEBIAN/control" <<EOF
@@ -117,7 +121,6 @@ Version: $version
 Architecture: $arch
 Maintainer: cni-rs developers <cni-rs@invalid>
 Installed-Size: $installed_size
-Depends: $depends
 Recommends: iptables
 Conflicts: containernetworking-plugins
 Replaces: containernetworking-plugins

@@ -94,20 +94,24 @@ cargo_home=${CARGO_HOME:-$HOME/.cargo}
 # The last matching prefix wins, so the target dir (inside the source by
 # default) comes last.
 sep=$'\x1f'
-export CARGO_ENCODED_RUSTFLAGS="--remap-path-prefix=$repo=/cni-rs$sep--remap-path-prefix=$cargo_home=/cargo$sep--remap-path-prefix=$target=/target"
+# These flags replace .cargo/config.toml's, so they name crt-static again:
+# static binaries (glibc's libc.a), which need no loader and no library of
+# the node's (docs/dependencies-and-build.md). With --target they reach only
+# what ships, never the build scripts and proc-macros, which run here.
+export CARGO_ENCODED_RUSTFLAGS="-Ctarget-feature=+crt-static$sep--remap-path-prefix=$repo=/cni-rs$sep--remap-path-prefix=$cargo_home=/cargo$sep--remap-path-prefix=$target=/target"
 unset RUSTFLAGS
 bin_args=()
 for b in "${bins[@]}"; do bin_args+=(--bin "$b"); done
 echo "building ${bins[*]} (release, v$version, $arch)" >&2
 start=$(date +%s)
-(cd "$repo" && cargo build --release --locked --workspace --target-dir "$target" "${bin_args[@]}")
+(cd "$repo" && cargo build --release --locked --workspace --target "$host" --target-dir "$target" "${bin_args[@]}")
 echo "built in $(($(date +%s) - start)) s" >&2
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 chmod 0755 "$stage"
 for b in "${bins[@]}"; do
-  install -m 0755 "$target/release/$b" "$stage/$b"
+  install -m 0755 "$target/$host/release/$b" "$stage/$b"
 done
 
 # The multicall binary: every plugin, or with --only the plugins named
@@ -121,11 +125,11 @@ if [ -n "$only" ]; then
   features=(--no-default-features --features "$chosen")
 fi
 echo "building $multicall_bin (release, ${chosen:-every plugin})" >&2
-(cd "$repo" && cargo build --release --locked --target-dir "$target" -p "$multicall_pkg" "${features[@]}")
+(cd "$repo" && cargo build --release --locked --target "$host" --target-dir "$target" -p "$multicall_pkg" "${features[@]}")
 multicall_stage=$(mktemp -d)
 trap 'rm -rf "$stage" "$multicall_stage"' EXIT
 chmod 0755 "$multicall_stage"
-install -m 0755 "$target/release/$multicall_bin" "$multicall_stage/$multicall_bin"
+install -m 0755 "$target/$host/release/$multicall_bin" "$multicall_stage/$multicall_bin"
 for p in $("$multicall_stage/$multicall_bin" --list); do
   ln -s "$multicall_bin" "$multicall_stage/$p"
 done

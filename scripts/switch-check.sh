@@ -12,7 +12,7 @@
 #
 # OTHER_BIN_DIR: Debian's Go plugins (/usr/lib/cni), or upstream's built
 # from a checkout (`./build_linux.sh`, then its bin/). OUR_BIN_DIR defaults
-# to target/debug (built here). BACKENDS and MAINS narrow the cases
+# to the debug build (built here). BACKENDS and MAINS narrow the cases
 # (e.g. BACKENDS=none MAINS=ptp). Run as root; everything happens in
 # throwaway namespaces with private /var/lib/cni and /run/cni.
 set -uo pipefail
@@ -21,7 +21,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 need_root "the switching check"
 [ $# -ge 1 ] || { echo "usage: $0 OTHER_BIN_DIR [OUR_BIN_DIR]" >&2; exit 2; }
 other=$(realpath "$1")
-ours=$(realpath "${2:-$repo/target/debug}")
+ours=$(realpath "${2:-$(build_dir debug)}")
 if [ $# -lt 2 ]; then (cd "$repo" && cargo build -q --workspace --bins) || exit 1; fi
 ensure_reference_tools
 command -v go-cnitool >/dev/null || { echo "error: go-cnitool is needed" >&2; exit 1; }

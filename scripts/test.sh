@@ -35,7 +35,7 @@ cargo test --workspace --no-fail-fast "${args[@]}" || status=$?
 # ptp, podman's, multus macvlan), and every plugin's --version and VERSION,
 # against `cni-rs` and a link per plugin. The whole black-box suite runs the
 # same way: CNI_TEST_BIN_DIR=target/multicall-test cargo test -p tests.
-scripts/multicall-bin.sh target/debug target/multicall-test
+scripts/multicall-bin.sh "$(build_dir debug)" target/multicall-test
 multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p tests --no-fail-fast)
 "${multicall[@]}" --test clients --test containerd --test podman --test ptp || status=$?
 "${multicall[@]}" --test release -- every_binary go_libcni || status=$?
