@@ -15,6 +15,7 @@ pub mod gc;
 pub mod inspect;
 pub mod liveness;
 pub mod node;
+pub mod repeat;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,7 +76,7 @@ NAME
   cni-rs gc - collect the CNI state of dead attachments (the GC no runtime calls)
 
 SYNOPSIS
-  cni-rs gc [NETWORK] [--apply] [--untied] [OPTIONS]
+  cni-rs gc [NETWORK] [--apply] [--untied] [--every INTERVAL] [OPTIONS]
 
 DESCRIPTION
   Lists each stale attachment (cached, but its namespace is gone, its
@@ -96,6 +97,10 @@ DESCRIPTION
   attachments does not name, is not sent, since an ADD in flight would be
   in no list.
   --untied also removes untied state.
+  --every INTERVAL runs a pass, then another every INTERVAL (`600`, `600s`,
+  `10m`, `1h`), until SIGTERM or SIGINT ends it (exit 0): a DaemonSet's
+  container from an image with no shell (deploy/cni-rs.yaml). A pass that
+  fails is reported on stderr and the next one runs at its time.
 
 EXIT STATUS
   0 when nothing is left to remove (a dry run: when nothing was found);
@@ -135,6 +140,8 @@ struct Common {
     grace: Duration,
     network: Option<String>,
     flags: Vec<String>,
+    /// `--every`: run again at this interval (gc only).
+    every: Option<Duration>,
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -161,6 +168,7 @@ fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
         grace: liveness::DEFAULT_GRACE,
         network: None,
         flags: Vec::new(),
+        every: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -184,6 +192,9 @@ fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
                     .parse()
                     .map_err(|_| format!("--grace {v:?}: not a number of seconds"))?;
                 c.grace = Duration::from_secs(secs);
+            }
+            "--every" if flags_known.contains(&"--every") => {
+                c.every = Some(repeat::parse_interval(&value(a)?)?)
             }
             f if flags_known.contains(&f) => c.flags.push(f.to_string()),
             f if f.starts_with('-') => return Err(format!("unknown option {f:?}")),
@@ -256,7 +267,7 @@ pub fn gc_main(args: &[String]) -> ExitCode {
         print!("{GC_USAGE}{COMMON_OPTIONS}");
         return ExitCode::SUCCESS;
     }
-    let c = match parse(args, &["--apply", "--untied"]) {
+    let c = match parse(args, &["--apply", "--untied", "--every"]) {
         Ok(c) => c,
         Err(e) => return usage_error("gc", &e, GC_USAGE),
     };
@@ -265,15 +276,31 @@ pub fn gc_main(args: &[String]) -> ExitCode {
         apply: c.flags.iter().any(|f| f == "--apply"),
         untied: c.flags.iter().any(|f| f == "--untied"),
     };
-    let report = gc::run(&c.paths, &|| c.judge(), &opts);
-    print!("{}", report.text);
-    for f in &report.failures {
-        eprintln!("cni-rs gc: not removed: {f}");
-    }
-    if !report.failures.is_empty() || (!opts.apply && report.found > 0) {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    let pass = || {
+        let report = gc::run(&c.paths, &|| c.judge(), &opts);
+        print!("{}", report.text);
+        for f in &report.failures {
+            eprintln!("cni-rs gc: not removed: {f}");
+        }
+        report.failures.is_empty() && (opts.apply || report.found == 0)
+    };
+    let Some(interval) = c.every else {
+        return if pass() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    };
+    match repeat::every(interval, || {
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+        pass();
+        let _ = std::io::Write::flush(&mut std::io::stdout());
+    }) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cni-rs gc: --every: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

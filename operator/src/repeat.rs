@@ -1,0 +1,84 @@
+//! `gc --every`: a pass, then another at each interval, until SIGTERM or
+//! SIGINT. The DaemonSet's gc container runs this as its PID 1 from an
+//! image with no shell, where a signal with no handler does nothing: the
+//! signals are blocked and waited for with the interval as the timeout,
+//! so a stop ends the wait at once, never a pass half done.
+
+use nix::sys::signal::{SigSet, Signal};
+use std::time::{Duration, Instant};
+
+/// `600`, `600s`, `10m` or `1h`: a positive whole number of seconds,
+/// minutes or hours.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.char_indices().last() {
+        Some((i, 's')) => (&text[..i], 1),
+        Some((i, 'm')) => (&text[..i], 60),
+        Some((i, 'h')) => (&text[..i], 3600),
+        _ => (text, 1),
+    };
+    match number.parse::<u64>() {
+        Ok(n) if n > 0 => Ok(Duration::from_secs(n.saturating_mul(unit))),
+        _ => Err(format!(
+            "--every {text:?}: not an interval (a whole number of seconds, or with s, m or h: 10m)"
+        )),
+    }
+}
+
+/// Runs `pass` now and then once every `interval` after the last one
+/// began, until SIGTERM or SIGINT arrives (then returns `Ok`). A pass that
+/// outlasts the interval is followed at once by the next.
+pub fn every(interval: Duration, mut pass: impl FnMut()) -> Result<(), String> {
+    let mut stop = SigSet::empty();
+    stop.add(Signal::SIGTERM);
+    stop.add(Signal::SIGINT);
+    stop.thread_block()
+        .map_err(|e| format!("blocking SIGTERM and SIGINT: {e}"))?;
+    loop {
+        let began = Instant::now();
+        pass();
+        let left = interval.saturating_sub(began.elapsed());
+        if wait_for(&stop, left)? {
+            return Ok(());
+        }
+    }
+}
+
+/// Waits up to `timeout` for one of the blocked signals of `set`: true
+/// when one came.
+fn wait_for(set: &SigSet, timeout: Duration) -> Result<bool, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = libc::timespec {
+            tv_sec: left.as_secs() as libc::time_t,
+            tv_nsec: left.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `set` is a valid signal set, the info pointer may be null
+        // and `ts` lives across the call.
+        let r = unsafe { libc::sigtimedwait(set.as_ref(), std::ptr::null_mut(), &ts) };
+        if r > 0 {
+            return Ok(true);
+        }
+        match nix::errno::Errno::last() {
+            nix::errno::Errno::EAGAIN => return Ok(false),
+            nix::errno::Errno::EINTR => continue,
+            e => return Err(format!("waiting for the next pass: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_are_whole_seconds_minutes_or_hours() {
+        for (text, secs) in [("600", 600), ("600s", 600), ("10m", 600), ("1h", 3600)] {
+            assert_eq!(parse_interval(text), Ok(Duration::from_secs(secs)), "{text}");
+        }
+        for bad in ["", "0", "0m", "m", "10x", "-5", "1.5m", "10 m"] {
+            let e = parse_interval(bad).expect_err(bad);
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
+}
