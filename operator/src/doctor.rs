@@ -140,7 +140,9 @@ pub fn run(paths: &NodePaths, judge: &dyn Fn() -> Result<Judge, String>) -> Find
     match node_iptables() {
         NodeIptables::Nft => f.ok("iptables is iptables-nft: rules are written over netlink"),
         NodeIptables::Legacy => f.ok("iptables is legacy: rules are written by iptables-restore"),
-        NodeIptables::Absent => f.note("no iptables command: the nftables backend is used"),
+        NodeIptables::Absent => f.note(
+            "no iptables command: the nftables backend is used (iptables-nft rules are reached over netlink)",
+        ),
     }
     kinds.sort_unstable();
     kinds.dedup();

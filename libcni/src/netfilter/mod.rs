@@ -182,15 +182,30 @@ pub enum IptablesPath {
 
 impl IptablesPath {
     /// The node's: over netlink where its `iptables` is iptables-nft,
-    /// with the programs otherwise ([`node_iptables`]; no process is run
-    /// to tell).
+    /// with the programs where it is legacy ([`node_iptables`]; no process
+    /// is run to tell). Where no `iptables` is found, as in a container
+    /// from our image (`cni-rs gc` in the DaemonSet), over netlink too,
+    /// unless the kernel holds legacy x_tables tables in this namespace:
+    /// rules only iptables-nft could have written are still reached, and
+    /// legacy ones are never silently passed over (the programs' absence
+    /// is then the error).
     pub fn of_node() -> IptablesPath {
-        if node_iptables() == NodeIptables::Nft {
-            IptablesPath::Netlink
-        } else {
-            IptablesPath::Programs
+        match node_iptables() {
+            NodeIptables::Nft => IptablesPath::Netlink,
+            NodeIptables::Legacy => IptablesPath::Programs,
+            NodeIptables::Absent if legacy_tables_in_use() => IptablesPath::Programs,
+            NodeIptables::Absent => IptablesPath::Netlink,
         }
     }
+}
+
+/// Whether legacy x_tables (`ip_tables`, `ip6_tables`) has a table in this
+/// network namespace: what `iptables-legacy` writes, and nf_tables cannot
+/// show.
+fn legacy_tables_in_use() -> bool {
+    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
+        .iter()
+        .any(|f| std::fs::read_to_string(f).is_ok_and(|t| !t.trim().is_empty()))
 }
 
 /// The Go plugins' default backend (v1.9 portmap's `ensureBackend`, and
