@@ -132,11 +132,14 @@ with_services_held() {
 
 # What the release and install tests use (tests/tests/release.rs,
 # install.rs): python3 (scripts/suite.sh reads cargo metadata with it),
-# objcopy, dpkg-deb, unshare, and Go libcni's sources for the VERSION check
+# objcopy, dpkg-deb, unshare, umoci (the image, also for tests/daemonset.rs),
+# and Go libcni's sources for the VERSION check
 # through invoke.GetVersionInfo.
 ensure_release_test_deps() {
   ensure_cmd python3 python3
   ensure_cmd objcopy binutils
+  # The container image (scripts/image.sh).
+  ensure_cmd umoci umoci
   ensure_cmd dpkg-deb dpkg
   ensure_cmd unshare util-linux
   if ! command -v go >/dev/null 2>&1 ||

@@ -12,7 +12,7 @@
 # /lib/systemd/system, disabled. CNI_RS, the multicall binary, is the node
 # command: /usr/sbin/cni-rs, with the gc service and timer
 # (operator/deploy) in /lib/systemd/system, disabled, and the DaemonSet
-# example in /usr/share/doc/cni-rs/examples. See "Install on a node" and
+# (deploy/cni-rs.yaml) in /usr/share/doc/cni-rs/examples. See "Install on a node" and
 # "Operating a node" in the README.
 #
 # The package Conflicts with, Replaces and Provides containernetworking-plugins
@@ -94,7 +94,7 @@ if [ -n "$node_command" ]; then
   sed "s|@CNI_RS@|/usr/sbin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$root/lib/systemd/system/cni-rs-gc.service"
   chmod 0644 "$root/lib/systemd/system/cni-rs-gc.service"
   install -m 0644 "$deploy/cni-rs-gc.timer" "$root/lib/systemd/system/"
-  install -m 0644 "$deploy/cni-rs-gc-daemonset.yaml" "$root/usr/share/doc/cni-rs/examples/"
+  install -m 0644 "$repo/deploy/cni-rs.yaml" "$root/usr/share/doc/cni-rs/examples/"
   shipped_units="${shipped_units:+$shipped_units }cni-rs-gc.service cni-rs-gc.timer"
 fi
 

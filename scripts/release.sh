@@ -10,12 +10,17 @@
 #                                                    binary cni-rs and a link per
 #                                                    plugin to it (bridge -> cni-rs),
 #                                                    and deploy/: the gc service and
-#                                                    timer, the DaemonSet example
+#                                                    timer, the DaemonSet (cni-rs.yaml)
 #   dist/cni-rs-multicall-...tgz.sha256, .sha512     as above
+#   dist/cni-rs-image-linux-<arch>-v<version>.tar    the container image, FROM scratch:
+#                                                    the multicall binary and its links,
+#                                                    an OCI image archive (scripts/image.sh)
+#   dist/cni-rs-image-...tar.sha256, .sha512         as above
 #   dist/cni-rs_<version>_<debarch>.deb              the Debian package (scripts/package-deb.sh),
 #                                                    separate binaries, and cni-rs
 #                                                    as the node command
-#   dist/SHA256SUMS                                  `sha256sum` of the tarballs and the package
+#   dist/SHA256SUMS                                  `sha256sum` of the tarballs, the image
+#                                                    and the package
 #
 # Usage: scripts/release.sh [--out DIR] [--only NAME,NAME]
 #   --out DIR    write there instead of dist/
@@ -138,25 +143,32 @@ done
 deploy=$repo/operator/deploy
 install -d -m 0755 "$multicall_stage/deploy"
 sed "s|@CNI_RS@|/opt/cni/bin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$multicall_stage/deploy/cni-rs-gc.service"
-install -m 0644 "$deploy/cni-rs-gc.timer" "$deploy/cni-rs-gc-daemonset.yaml" "$multicall_stage/deploy/"
+install -m 0644 "$deploy/cni-rs-gc.timer" "$repo/deploy/cni-rs.yaml" "$multicall_stage/deploy/"
 chmod 0644 "$multicall_stage/deploy/cni-rs-gc.service"
 
 # Reproducible tarballs: sorted, root-owned, dated the commit, gzip -n.
+checksums() { # FILE
+  (cd "$out" && sha256sum "$1" >"$1.sha256" && sha512sum "$1" >"$1.sha512")
+}
 pack() { # DIR TGZ
   rm -f "$out/$2" "$out/$2.sha256" "$out/$2.sha512"
   tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
     --mtime="@$SOURCE_DATE_EPOCH" -C "$1" -cf - . | gzip -9 -n >"$out/$2"
-  (cd "$out" && sha256sum "$2" >"$2.sha256" && sha512sum "$2" >"$2.sha512")
+  checksums "$2"
 }
 tgz=cni-rs-linux-$arch-v$version.tgz
 multicall_tgz=cni-rs-multicall-linux-$arch-v$version.tgz
-rm -f "$out/SHA256SUMS" "$out"/cni-rs_"$version"_*.deb
+image=cni-rs-image-linux-$arch-v$version.tar
+rm -f "$out/SHA256SUMS" "$out"/cni-rs_"$version"_*.deb "$out/$image"*
 pack "$stage" "$tgz"
 pack "$multicall_stage" "$multicall_tgz"
+digest=$("$repo/scripts/image.sh" "$multicall_stage" "$out/$image")
+checksums "$image"
+echo "image $image: $digest" >&2
 
 deb=$("$repo/scripts/package-deb.sh" "$stage" "$out" "$multicall_stage/$multicall_bin")
 deb_name=$(basename "$deb")
-(cd "$out" && sha256sum "$tgz" "$multicall_tgz" "$deb_name" >SHA256SUMS)
+(cd "$out" && sha256sum "$tgz" "$multicall_tgz" "$image" "$deb_name" >SHA256SUMS)
 
 echo "wrote $out:" >&2
-(cd "$out" && ls -l "$tgz"* "$multicall_tgz"* "$deb_name" SHA256SUMS) >&2
+(cd "$out" && ls -l "$tgz"* "$multicall_tgz"* "$image"* "$deb_name" SHA256SUMS) >&2

@@ -98,3 +98,59 @@ pub fn rerun_in_vm(runner: &Path, name: &str, env: &[(&str, &str)]) -> Output {
         .stdin(std::process::Stdio::null());
     cmd.output().expect("run the VM")
 }
+
+/// What keeps an ELF file from running without the node's libraries: its
+/// interpreter (`PT_INTERP`, the loader) and the libraries it names
+/// (`DT_NEEDED` in its dynamic section).
+#[derive(Debug, PartialEq, Eq)]
+pub struct DynamicNeeds {
+    pub interpreter: bool,
+    pub needed: usize,
+}
+
+/// Reads [`DynamicNeeds`] from an ELF64 little-endian file's program
+/// headers and dynamic section.
+pub fn dynamic_needs(path: &Path) -> DynamicNeeds {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        data.len() > 64 && &data[..4] == b"\x7fELF" && data[4] == 2 && data[5] == 1,
+        "{}: not an ELF64 little-endian file",
+        path.display()
+    );
+    let u16_at = |o: usize| u16::from_le_bytes(data[o..o + 2].try_into().expect("2 bytes"));
+    let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().expect("8 bytes"));
+    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56));
+    let mut needs = DynamicNeeds {
+        interpreter: false,
+        needed: 0,
+    };
+    for i in 0..phnum as usize {
+        let ph = phoff + i * phentsize;
+        match u32_at(ph) {
+            // PT_INTERP
+            3 => needs.interpreter = true,
+            // PT_DYNAMIC: (tag, value) pairs up to DT_NULL; DT_NEEDED is 1.
+            2 => {
+                let (offset, size) = (u64_at(ph + 8) as usize, u64_at(ph + 32) as usize);
+                for entry in (offset..offset + size).step_by(16) {
+                    match u64_at(entry) {
+                        0 => break,
+                        1 => needs.needed += 1,
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    needs
+}
+
+impl DynamicNeeds {
+    /// Nothing of the node's: what a static (or static-pie) binary needs.
+    pub const NONE: DynamicNeeds = DynamicNeeds {
+        interpreter: false,
+        needed: 0,
+    };
+}

@@ -15,7 +15,7 @@
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use tests::release::suite_bins;
+use tests::release::{dynamic_needs, suite_bins, DynamicNeeds};
 use tests::*;
 
 /// The root's plugin dir, where the chain's plugins and cnitool are.
@@ -29,64 +29,13 @@ fn shipped() -> Vec<String> {
     names
 }
 
-/// What keeps an ELF file from running without the node's libraries: its
-/// interpreter (`PT_INTERP`, the loader) and the libraries it names
-/// (`DT_NEEDED` in its dynamic section).
-#[derive(Debug, PartialEq, Eq)]
-struct DynamicNeeds {
-    interpreter: bool,
-    needed: usize,
-}
-
-/// Reads [`DynamicNeeds`] from an ELF64 little-endian file's program
-/// headers and dynamic section.
-fn dynamic_needs(path: &Path) -> DynamicNeeds {
-    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(
-        data.len() > 64 && &data[..4] == b"\x7fELF" && data[4] == 2 && data[5] == 1,
-        "{}: not an ELF64 little-endian file",
-        path.display()
-    );
-    let u16_at = |o: usize| u16::from_le_bytes(data[o..o + 2].try_into().expect("2 bytes"));
-    let u32_at = |o: usize| u32::from_le_bytes(data[o..o + 4].try_into().expect("4 bytes"));
-    let u64_at = |o: usize| u64::from_le_bytes(data[o..o + 8].try_into().expect("8 bytes"));
-    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56));
-    let mut needs = DynamicNeeds {
-        interpreter: false,
-        needed: 0,
-    };
-    for i in 0..phnum as usize {
-        let ph = phoff + i * phentsize;
-        match u32_at(ph) {
-            // PT_INTERP
-            3 => needs.interpreter = true,
-            // PT_DYNAMIC: (tag, value) pairs up to DT_NULL; DT_NEEDED is 1.
-            2 => {
-                let (offset, size) = (u64_at(ph + 8) as usize, u64_at(ph + 32) as usize);
-                for entry in (offset..offset + size).step_by(16) {
-                    match u64_at(entry) {
-                        0 => break,
-                        1 => needs.needed += 1,
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    needs
-}
-
 #[test]
 fn every_shipped_binary_is_static() {
     for name in shipped() {
         let path = bin(&name);
         assert_eq!(
             dynamic_needs(&path),
-            DynamicNeeds {
-                interpreter: false,
-                needed: 0
-            },
+            DynamicNeeds::NONE,
             "{name} ({}) needs the node's loader or libraries",
             path.display()
         );
@@ -112,13 +61,7 @@ fn the_elf_reader_tells_dynamic_from_static() {
         "{dynamic:?} of {}",
         sh.display()
     );
-    assert_eq!(
-        dynamic_needs(Path::new("/bin/busybox")),
-        DynamicNeeds {
-            interpreter: false,
-            needed: 0
-        }
-    );
+    assert_eq!(dynamic_needs(Path::new("/bin/busybox")), DynamicNeeds::NONE);
 }
 
 /// A root holding nothing but the shipped binaries (in [`ROOT_BIN_DIR`]),
@@ -235,7 +178,10 @@ fn every_plugin_answers_version_in_an_empty_root() {
         let out = root.call(&node, &program, &["--version"], &[], "");
         assert_eq!(
             (out.exit_code, out.stdout.as_str()),
-            (0, format!("{name} {}\n", tests::release::SUITE_VERSION).as_str()),
+            (
+                0,
+                format!("{name} {}\n", tests::release::SUITE_VERSION).as_str()
+            ),
             "{name} --version in the empty root: {out:?}"
         );
     }
@@ -245,7 +191,10 @@ fn every_plugin_answers_version_in_an_empty_root() {
     for name in plugins {
         let program = format!("{ROOT_BIN_DIR}/{name}");
         let out = root.call(&node, &program, &[], &[("CNI_COMMAND", "VERSION")], "");
-        assert_eq!(out.exit_code, 0, "{name} VERSION in the empty root: {out:?}");
+        assert_eq!(
+            out.exit_code, 0,
+            "{name} VERSION in the empty root: {out:?}"
+        );
         let v = out.json();
         assert_eq!(v["cniVersion"], "1.1.0", "{name}: {v}");
         assert_eq!(
@@ -305,9 +254,8 @@ fn a_full_chain_runs_through_cnitool_in_an_empty_root() {
         ("CNI_PATH", ROOT_BIN_DIR),
         ("CAP_ARGS", caps.as_str()),
     ];
-    let cnitool_call = |verb: &str, netns: &str| {
-        root.call(&node, &cnitool, &[verb, "rootnet", netns], &env, "")
-    };
+    let cnitool_call =
+        |verb: &str, netns: &str| root.call(&node, &cnitool, &[verb, "rootnet", netns], &env, "");
     // A first pod, ADDed and DELed, leaves what stays for the node's
     // life, as with the Go plugins: the bridge, and the nftables tables
     // with their base chains. Every pod after it must leave nothing.
@@ -328,7 +276,7 @@ fn a_full_chain_runs_through_cnitool_in_an_empty_root() {
     assert!(ip.starts_with("10.98.0."), "{result}");
     assert_eq!(
         leases_in(&root.state.path().join("networks/rootnet")),
-        [ip.clone()],
+        [ip.as_str()],
         "host-local's lease, in the root's /var/lib/cni"
     );
 

@@ -201,6 +201,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let tgz = format!("cni-rs-linux-{arch}-v{SUITE_VERSION}.tgz");
     let multicall_tgz = format!("cni-rs-multicall-linux-{arch}-v{SUITE_VERSION}.tgz");
     let deb = format!("cni-rs_{SUITE_VERSION}_{arch}.deb");
+    let image = format!("cni-rs-image-linux-{arch}-v{SUITE_VERSION}.tar");
     let names: Vec<&String> = da.keys().collect();
     let mut want = [
         "SHA256SUMS".to_string(),
@@ -211,6 +212,9 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         multicall_tgz.clone(),
         format!("{multicall_tgz}.sha256"),
         format!("{multicall_tgz}.sha512"),
+        image.clone(),
+        format!("{image}.sha256"),
+        format!("{image}.sha512"),
     ];
     want.sort();
     assert_eq!(names, want.iter().collect::<Vec<_>>());
@@ -227,7 +231,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         let out = run_ok(Command::new(tool).arg(file).current_dir(&dist));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    for t in [&tgz, &multicall_tgz] {
+    for t in [&tgz, &multicall_tgz, &image] {
         assert_eq!(
             String::from_utf8_lossy(&da[&format!("{t}.sha256")]),
             sha("sha256sum", t)
@@ -240,7 +244,10 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let sums = String::from_utf8_lossy(&da["SHA256SUMS"]).into_owned();
     assert_eq!(
         sums,
-        sha("sha256sum", &tgz) + &sha("sha256sum", &multicall_tgz) + &sha("sha256sum", &deb)
+        sha("sha256sum", &tgz)
+            + &sha("sha256sum", &multicall_tgz)
+            + &sha("sha256sum", &image)
+            + &sha("sha256sum", &deb)
     );
     run_ok(
         Command::new("sha256sum")
@@ -296,7 +303,8 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
             .arg("-C")
             .arg(&x),
     );
-    for b in bins {
+    for b in &bins {
+        assert_eq!(dynamic_needs(&x.join(b)), DynamicNeeds::NONE, "{tgz}: {b}");
         let out = run_ok(Command::new(x.join(b)).arg("--version"));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
@@ -327,9 +335,9 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
             "drwxr-xr-x ./",
             "-rwxr-xr-x ./cni-rs",
             "drwxr-xr-x ./deploy/",
-            "-rw-r--r-- ./deploy/cni-rs-gc-daemonset.yaml",
             "-rw-r--r-- ./deploy/cni-rs-gc.service",
             "-rw-r--r-- ./deploy/cni-rs-gc.timer",
+            "-rw-r--r-- ./deploy/cni-rs.yaml",
             "lrwxrwxrwx ./loopback -> cni-rs"
         ]
     );
@@ -357,6 +365,117 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         format!("loopback {SUITE_VERSION}\n")
+    );
+    assert_eq!(
+        dynamic_needs(&m.join("cni-rs")),
+        DynamicNeeds::NONE,
+        "{multicall_tgz}"
+    );
+
+    // The package's binaries, static too.
+    let d = work.path().join("d");
+    run_ok(
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(dist.join(&deb))
+            .arg(&d),
+    );
+    for b in &bins {
+        let p = d.join("usr/lib/cni").join(b);
+        assert_eq!(dynamic_needs(&p), DynamicNeeds::NONE, "{deb}: {b}");
+    }
+    assert_eq!(
+        dynamic_needs(&d.join("usr/sbin/cni-rs")),
+        DynamicNeeds::NONE,
+        "{deb}: cni-rs"
+    );
+    assert_eq!(
+        std::fs::read(d.join("usr/share/doc/cni-rs/examples/cni-rs.yaml")).expect("the manifest"),
+        std::fs::read(workspace_root().join("deploy/cni-rs.yaml")).expect("deploy/cni-rs.yaml")
+    );
+
+    // The image: an OCI layout whose one manifest is tagged with the
+    // version, one layer of the multicall binary and its links, the
+    // binary as entry point, dated the commit.
+    let i = work.path().join("i");
+    std::fs::create_dir_all(&i).expect("mkdir");
+    run_ok(
+        Command::new("tar")
+            .arg("-xf")
+            .arg(dist.join(&image))
+            .arg("-C")
+            .arg(&i),
+    );
+    let blob = |digest: &str| {
+        let hex = digest.strip_prefix("sha256:").expect("a sha256 digest");
+        i.join("blobs/sha256").join(hex)
+    };
+    let json = |p: PathBuf| -> Value {
+        serde_json::from_slice(&std::fs::read(&p).expect("read")).expect("JSON")
+    };
+    let index = json(i.join("index.json"));
+    let manifests = index["manifests"].as_array().expect("manifests");
+    assert_eq!(manifests.len(), 1, "{index}");
+    assert_eq!(
+        manifests[0]["annotations"]["org.opencontainers.image.ref.name"], SUITE_VERSION,
+        "{index}"
+    );
+    let manifest = json(blob(manifests[0]["digest"].as_str().expect("digest")));
+    let config = json(blob(manifest["config"]["digest"].as_str().expect("config")));
+    assert_eq!(
+        config["config"]["Entrypoint"],
+        serde_json::json!(["/bin/cni-rs"]),
+        "{config}"
+    );
+    assert_eq!(
+        (config["os"].as_str(), config["architecture"].as_str()),
+        (Some("linux"), Some(arch))
+    );
+    let created = run_ok(Command::new("date").args(["-u", "-d", &format!("@{epoch}"), "+%FT%TZ"]));
+    assert_eq!(
+        config["created"].as_str(),
+        Some(String::from_utf8_lossy(&created.stdout).trim()),
+        "{config}"
+    );
+    let layers = manifest["layers"].as_array().expect("layers");
+    assert_eq!(layers.len(), 1, "{manifest}");
+    let layer = blob(layers[0]["digest"].as_str().expect("layer"));
+    let listing = run_ok(
+        Command::new("tar")
+            .arg("-tvzf")
+            .arg(&layer)
+            .arg("--numeric-owner"),
+    );
+    let entries: Vec<String> = String::from_utf8_lossy(&listing.stdout)
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(f[1], "0/0", "{line}");
+            format!("{} {}", f[0], f[5..].join(" "))
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            "drwxr-xr-x ./",
+            "drwxr-xr-x ./bin/",
+            "-rwxr-xr-x ./bin/cni-rs",
+            "lrwxrwxrwx ./bin/loopback -> cni-rs"
+        ]
+    );
+    let l = work.path().join("l");
+    std::fs::create_dir_all(&l).expect("mkdir");
+    run_ok(
+        Command::new("tar")
+            .arg("-xzf")
+            .arg(&layer)
+            .arg("-C")
+            .arg(&l),
+    );
+    assert_eq!(
+        std::fs::read(l.join("bin/cni-rs")).expect("read"),
+        std::fs::read(m.join("cni-rs")).expect("read"),
+        "the image's binary is the multicall tarball's"
     );
 }
 
@@ -626,7 +745,7 @@ fn package_in_vm() {
         std::fs::read("/lib/systemd/system/cni-rs-gc.timer").expect("timer"),
         std::fs::read(workspace_root().join("operator/deploy/cni-rs-gc.timer")).expect("timer")
     );
-    assert!(Path::new("/usr/share/doc/cni-rs/examples/cni-rs-gc-daemonset.yaml").is_file());
+    assert!(Path::new("/usr/share/doc/cni-rs/examples/cni-rs.yaml").is_file());
     assert!(
         enabled_units().is_empty(),
         "disabled: {:?}",
