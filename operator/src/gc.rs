@@ -50,6 +50,8 @@ pub struct GcReport {
     pub failures: Vec<String>,
     /// How many dead attachments were found (stale, and untied when asked).
     pub found: usize,
+    /// How many attachments (rows) were read, live ones included.
+    pub seen: usize,
 }
 
 fn in_scope(row: &Row, opts: &GcOptions) -> bool {
@@ -156,6 +158,7 @@ pub fn run(
         }
     }
     report.found = targets.len();
+    report.seen = state.rows.iter().filter(|r| in_scope(r, opts)).count();
     if opts.apply && !targets.is_empty() {
         if let Err(e) = apply(paths, judge, &state, &targets, &mut report) {
             report.failures.push(e);

@@ -282,19 +282,28 @@ pub fn gc_main(args: &[String]) -> ExitCode {
         for f in &report.failures {
             eprintln!("cni-rs gc: not removed: {f}");
         }
-        report.failures.is_empty() && (opts.apply || report.found == 0)
+        report
     };
     let Some(interval) = c.every else {
-        return if pass() {
+        let report = pass();
+        return if report.failures.is_empty() && (opts.apply || report.found == 0) {
             ExitCode::SUCCESS
         } else {
             ExitCode::FAILURE
         };
     };
+    // Each pass ends with a line of its own, for `kubectl logs`.
     match repeat::every(interval, || {
+        let report = pass();
         let _ = std::io::Write::flush(&mut std::io::stdout());
-        pass();
-        let _ = std::io::Write::flush(&mut std::io::stdout());
+        eprintln!(
+            "cni-rs gc: pass done: {} attachments read, {} dead found, {} not removed; \
+             the next in {} s",
+            report.seen,
+            report.found,
+            report.failures.len(),
+            interval.as_secs()
+        );
     }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -74,7 +74,11 @@ mod tests {
     #[test]
     fn intervals_are_whole_seconds_minutes_or_hours() {
         for (text, secs) in [("600", 600), ("600s", 600), ("10m", 600), ("1h", 3600)] {
-            assert_eq!(parse_interval(text), Ok(Duration::from_secs(secs)), "{text}");
+            assert_eq!(
+                parse_interval(text),
+                Ok(Duration::from_secs(secs)),
+                "{text}"
+            );
         }
         for bad in ["", "0", "0m", "m", "10x", "-5", "1.5m", "10 m"] {
             let e = parse_interval(bad).expect_err(bad);
