@@ -1,11 +1,14 @@
 //! A real containerd (Debian's 1.6, with runc), started by a test for
 //! itself: in the test's node network namespace, in a mount and pid
 //! namespace of its own, with its own root, state, socket, CNI conf dir and
-//! our debug plugins as its CNI bin dir. It never touches the machine's
+//! our plugins under test (or a node dir the test fills, as a DaemonSet's
+//! installer does) as its CNI bin dir. It never touches the machine's
 //! containerd or root network namespace:
 //!
 //! - `/run` is a tmpfs of its own (the shims' sockets, runc's state, the
-//!   plugins' `/run/cni` and flannel's `/run/flannel/subnet.env`);
+//!   plugins' `/run/cni` and flannel's `/run/flannel/subnet.env`), a shared
+//!   mount within that namespace, so a container's `HostToContainer`
+//!   mount of `/run/netns` is allowed, as on a node;
 //! - `/var/lib/cni` (go-cni's result cache, default IPAM leases) and
 //!   `/run/cni` are bind mounts of the test's directories, so the test can
 //!   compare them before and after;
@@ -47,6 +50,16 @@ impl Containerd {
     /// private `/run`. Waits (bounded) until its socket answers, then
     /// imports the sandbox image.
     pub fn start(node: &Netns, conf_dir: &Path, run_files: &[(&str, &str)]) -> Containerd {
+        Containerd::start_with_bin_dir(node, conf_dir, run_files, &crate::bin_dir())
+    }
+
+    /// [`Containerd::start`] with `bin_dir` as its CNI bin dir.
+    pub fn start_with_bin_dir(
+        node: &Netns,
+        conf_dir: &Path,
+        run_files: &[(&str, &str)],
+        bin_dir: &Path,
+    ) -> Containerd {
         let dir = TempDir::new("containerd");
         for sub in ["root", "state", "var-lib-cni", "run-cni", "run-seed"] {
             std::fs::create_dir_all(dir.path().join(sub)).expect("create containerd dirs");
@@ -56,14 +69,18 @@ impl Containerd {
             std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
             std::fs::write(&p, contents).expect("write a /run file");
         }
-        let config = dir.write("config.toml", &config_toml(dir.path(), conf_dir));
+        let config = dir.write("config.toml", &config_toml(dir.path(), conf_dir, bin_dir));
         let cgroup_parent = format!(
             "/{}",
             dir.path().file_name().expect("name").to_string_lossy()
         );
         // The mount namespace's own /run, then /run/cni and /var/lib/cni
         // from the test's directories.
-        let script = "set -e; d=$0; mount -t tmpfs -o mode=0755 tmpfs /run; \
+        // The machine's /run/netns (and each namespace file in it) is
+        // detached first: hidden under the tmpfs it would still be the
+        // mount containerd finds for a hostPath of /run/netns.
+        let script = "set -e; d=$0; umount -l /run/netns 2>/dev/null || true; \
+             mount -t tmpfs -o mode=0755 tmpfs /run; mount --make-shared /run; \
              cp -a \"$d/run-seed/.\" /run/; mkdir -p /run/cni /var/lib/cni; \
              mount --bind \"$d/run-cni\" /run/cni; mount --bind \"$d/var-lib-cni\" /var/lib/cni; \
              exec containerd --config \"$1\"";
@@ -88,6 +105,12 @@ impl Containerd {
         ctd.wait_until_serving();
         ctd.import_sandbox_image();
         ctd
+    }
+
+    /// The directory holding the CRI socket as `containerd.sock`, where a
+    /// node has `/run/containerd`.
+    pub fn socket_dir(&self) -> &Path {
+        self.dir.path()
     }
 
     /// The CRI (and containerd API) socket.
@@ -193,9 +216,16 @@ impl Containerd {
 
     fn import_sandbox_image(&self) {
         let tar = build_sandbox_image(&self.dir.path().join("image"));
+        self.import_image(&tar, &[]);
+    }
+
+    /// `ctr -n k8s.io images import [args] TAR`, as an operator imports an
+    /// image on a node (`args`: `--base-name localhost/cni-rs`).
+    pub fn import_image(&self, tar: &Path, args: &[&str]) {
         let out = self
             .ctr(&["images", "import"])
-            .arg(&tar)
+            .args(args)
+            .arg(tar)
             .output()
             .expect("run ctr");
         assert!(
@@ -255,11 +285,10 @@ impl Drop for Containerd {
 }
 
 /// containerd's configuration: everything in `dir`, CRI with runc and the
-/// overlayfs snapshotter, our debug plugins as the CNI bin dir, the
-/// snapshotters and tracing this machine has no use for off.
-fn config_toml(dir: &Path, conf_dir: &Path) -> String {
+/// overlayfs snapshotter, `bin` as the CNI bin dir, the snapshotters and
+/// tracing this machine has no use for off.
+fn config_toml(dir: &Path, conf_dir: &Path, bin: &Path) -> String {
     let d = dir.display();
-    let bin = crate::bin_dir();
     format!(
         r#"version = 2
 root = "{d}/root"

@@ -184,6 +184,7 @@ impl Site {
                 ),
             ]),
             cgroup_parent: self.containerd.cgroup_parent().to_string(),
+            ..PodSpec::default()
         }
     }
 

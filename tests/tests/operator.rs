@@ -448,6 +448,7 @@ fn pod(containerd: &Containerd, name: &str, port: i32) -> PodSpec {
             ),
         ]),
         cgroup_parent: containerd.cgroup_parent().to_string(),
+        ..PodSpec::default()
     }
 }
 

@@ -1,6 +1,7 @@
 //! A minimal, blocking CRI client: the calls kubelet makes for a pod
-//! sandbox (run, status, stop, remove, list) and for the runtime's
-//! readiness (`Status`), over the runtime's unix socket. The tests that
+//! sandbox (run, status, stop, remove, list), for its containers (create,
+//! start, status, stop, remove) and for the runtime's readiness
+//! (`Status`), over the runtime's unix socket. The tests that
 //! start a real containerd drive it with this, as kubelet would.
 //!
 //! Each call runs on a current-thread tokio runtime owned by the client, so
@@ -52,6 +53,57 @@ pub struct PodSpec {
     /// Pod annotations (`kubernetes.io/ingress-bandwidth`, ...).
     pub annotations: HashMap<String, String>,
     pub cgroup_parent: String,
+    /// `hostNetwork: true`: the node's network namespace, no CNI call.
+    pub host_network: bool,
+    /// A privileged container will run in it (kubelet then says so of
+    /// the sandbox too).
+    pub privileged: bool,
+    /// Where the runtime writes its containers' logs (kubelet's
+    /// `/var/log/pods/...`); empty: none.
+    pub log_directory: String,
+}
+
+/// A directory of the node in a container, as a pod's `hostPath` volume
+/// and the container's `volumeMounts` give it.
+#[derive(Debug, Clone, Default)]
+pub struct MountSpec {
+    pub container_path: String,
+    pub host_path: PathBuf,
+    pub readonly: bool,
+    /// `mountPropagation: HostToContainer`.
+    pub host_to_container: bool,
+}
+
+/// A container of a pod, as kubelet describes it: an empty `command`
+/// keeps the image's entry point, `args` replace its cmd.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerSpec {
+    pub name: String,
+    pub image: String,
+    pub command: Vec<String>,
+    pub args: Vec<String>,
+    pub mounts: Vec<MountSpec>,
+    pub privileged: bool,
+    /// The log file, under the sandbox's `log_directory`.
+    pub log_path: String,
+}
+
+/// Where a container is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContainerState {
+    Created,
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// What `ContainerStatus` says of a container.
+#[derive(Debug, Clone)]
+pub struct ContainerStatus {
+    pub state: ContainerState,
+    pub exit_code: i32,
+    pub reason: String,
+    pub message: String,
 }
 
 /// What `PodSandboxStatus` says of a sandbox.
@@ -111,43 +163,8 @@ impl CriClient {
 
     /// `RunPodSandbox`: the sandbox's ID.
     pub fn run_pod_sandbox(&mut self, pod: &PodSpec) -> Result<String, CriError> {
-        let port_mappings = pod
-            .ports
-            .iter()
-            .map(|(host, container, protocol, host_ip)| proto::PortMapping {
-                protocol: match *protocol {
-                    "udp" => proto::Protocol::Udp,
-                    "sctp" => proto::Protocol::Sctp,
-                    _ => proto::Protocol::Tcp,
-                } as i32,
-                container_port: *container,
-                host_port: *host,
-                host_ip: host_ip.clone(),
-            })
-            .collect();
-        let config = proto::PodSandboxConfig {
-            metadata: Some(proto::PodSandboxMetadata {
-                name: pod.name.clone(),
-                uid: pod.uid.clone(),
-                namespace: pod.namespace.clone(),
-                attempt: 0,
-            }),
-            hostname: pod.name.clone(),
-            log_directory: String::new(),
-            dns_config: None,
-            port_mappings,
-            labels: HashMap::from([
-                ("io.kubernetes.pod.name".into(), pod.name.clone()),
-                ("io.kubernetes.pod.namespace".into(), pod.namespace.clone()),
-                ("io.kubernetes.pod.uid".into(), pod.uid.clone()),
-            ]),
-            annotations: pod.annotations.clone(),
-            linux: Some(proto::LinuxPodSandboxConfig {
-                cgroup_parent: pod.cgroup_parent.clone(),
-            }),
-        };
         let request = proto::RunPodSandboxRequest {
-            config: Some(config),
+            config: Some(sandbox_config(pod)),
             runtime_handler: String::new(),
         };
         let client = &mut self.client;
@@ -159,6 +176,147 @@ impl CriClient {
                 status,
             })?;
         Ok(reply.into_inner().pod_sandbox_id)
+    }
+
+    /// `CreateContainer` of `container` in the sandbox `sandbox_id` that
+    /// `pod` describes: the container's ID.
+    pub fn create_container(
+        &mut self,
+        sandbox_id: &str,
+        pod: &PodSpec,
+        container: &ContainerSpec,
+    ) -> Result<String, CriError> {
+        let mounts = container
+            .mounts
+            .iter()
+            .map(|m| proto::Mount {
+                container_path: m.container_path.clone(),
+                host_path: m.host_path.display().to_string(),
+                readonly: m.readonly,
+                propagation: if m.host_to_container {
+                    proto::MountPropagation::PropagationHostToContainer
+                } else {
+                    proto::MountPropagation::PropagationPrivate
+                } as i32,
+            })
+            .collect();
+        let config = proto::ContainerConfig {
+            metadata: Some(proto::ContainerMetadata {
+                name: container.name.clone(),
+                attempt: 0,
+            }),
+            image: Some(proto::ImageSpec {
+                image: container.image.clone(),
+            }),
+            command: container.command.clone(),
+            args: container.args.clone(),
+            envs: Vec::new(),
+            mounts,
+            labels: HashMap::from([(
+                "io.kubernetes.container.name".into(),
+                container.name.clone(),
+            )]),
+            annotations: HashMap::new(),
+            log_path: container.log_path.clone(),
+            linux: Some(proto::LinuxContainerConfig {
+                security_context: Some(proto::LinuxContainerSecurityContext {
+                    privileged: container.privileged,
+                    namespace_options: Some(namespace_options(pod)),
+                }),
+            }),
+        };
+        let request = proto::CreateContainerRequest {
+            pod_sandbox_id: sandbox_id.to_string(),
+            config: Some(config),
+            sandbox_config: Some(sandbox_config(pod)),
+        };
+        let client = &mut self.client;
+        let reply = self
+            .runtime
+            .block_on(client.create_container(request))
+            .map_err(|status| CriError::Call {
+                method: "CreateContainer",
+                status,
+            })?;
+        Ok(reply.into_inner().container_id)
+    }
+
+    /// `StartContainer`.
+    pub fn start_container(&mut self, id: &str) -> Result<(), CriError> {
+        let request = proto::StartContainerRequest {
+            container_id: id.to_string(),
+        };
+        let client = &mut self.client;
+        self.runtime
+            .block_on(client.start_container(request))
+            .map_err(|status| CriError::Call {
+                method: "StartContainer",
+                status,
+            })?;
+        Ok(())
+    }
+
+    /// `StopContainer`: SIGTERM (the image's stop signal), then SIGKILL
+    /// after `timeout_s` seconds.
+    pub fn stop_container(&mut self, id: &str, timeout_s: i64) -> Result<(), CriError> {
+        let request = proto::StopContainerRequest {
+            container_id: id.to_string(),
+            timeout: timeout_s,
+        };
+        let client = &mut self.client;
+        self.runtime
+            .block_on(client.stop_container(request))
+            .map_err(|status| CriError::Call {
+                method: "StopContainer",
+                status,
+            })?;
+        Ok(())
+    }
+
+    /// `RemoveContainer`.
+    pub fn remove_container(&mut self, id: &str) -> Result<(), CriError> {
+        let request = proto::RemoveContainerRequest {
+            container_id: id.to_string(),
+        };
+        let client = &mut self.client;
+        self.runtime
+            .block_on(client.remove_container(request))
+            .map_err(|status| CriError::Call {
+                method: "RemoveContainer",
+                status,
+            })?;
+        Ok(())
+    }
+
+    /// `ContainerStatus`.
+    pub fn container_status(&mut self, id: &str) -> Result<ContainerStatus, CriError> {
+        let request = proto::ContainerStatusRequest {
+            container_id: id.to_string(),
+            verbose: false,
+        };
+        let client = &mut self.client;
+        let status = self
+            .runtime
+            .block_on(client.container_status(request))
+            .map_err(|status| CriError::Call {
+                method: "ContainerStatus",
+                status,
+            })?
+            .into_inner()
+            .status
+            .unwrap_or_default();
+        let state = match proto::ContainerState::try_from(status.state) {
+            Ok(proto::ContainerState::ContainerCreated) => ContainerState::Created,
+            Ok(proto::ContainerState::ContainerRunning) => ContainerState::Running,
+            Ok(proto::ContainerState::ContainerExited) => ContainerState::Exited,
+            _ => ContainerState::Unknown,
+        };
+        Ok(ContainerStatus {
+            state,
+            exit_code: status.exit_code,
+            reason: status.reason,
+            message: status.message,
+        })
     }
 
     /// `PodSandboxStatus` (verbose).
@@ -257,5 +415,70 @@ impl CriClient {
             reason: condition.reason,
             message: condition.message,
         })
+    }
+}
+
+/// The sandbox's configuration as kubelet sends it, for `RunPodSandbox`
+/// and again with each `CreateContainer`.
+fn sandbox_config(pod: &PodSpec) -> proto::PodSandboxConfig {
+    let port_mappings = pod
+        .ports
+        .iter()
+        .map(|(host, container, protocol, host_ip)| proto::PortMapping {
+            protocol: match *protocol {
+                "udp" => proto::Protocol::Udp,
+                "sctp" => proto::Protocol::Sctp,
+                _ => proto::Protocol::Tcp,
+            } as i32,
+            container_port: *container,
+            host_port: *host,
+            host_ip: host_ip.clone(),
+        })
+        .collect();
+    proto::PodSandboxConfig {
+        metadata: Some(proto::PodSandboxMetadata {
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            namespace: pod.namespace.clone(),
+            attempt: 0,
+        }),
+        // kubelet gives a host-network pod the node's name (no hostname
+        // of its own: runc would need a UTS namespace to set one).
+        hostname: if pod.host_network {
+            String::new()
+        } else {
+            pod.name.clone()
+        },
+        log_directory: pod.log_directory.clone(),
+        dns_config: None,
+        port_mappings,
+        labels: HashMap::from([
+            ("io.kubernetes.pod.name".into(), pod.name.clone()),
+            ("io.kubernetes.pod.namespace".into(), pod.namespace.clone()),
+            ("io.kubernetes.pod.uid".into(), pod.uid.clone()),
+        ]),
+        annotations: pod.annotations.clone(),
+        linux: Some(proto::LinuxPodSandboxConfig {
+            cgroup_parent: pod.cgroup_parent.clone(),
+            security_context: Some(proto::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                privileged: pod.privileged,
+            }),
+        }),
+    }
+}
+
+/// The pod's namespaces as kubelet asks for them: the node's network for
+/// `hostNetwork`, else the pod's; a pid namespace per container, the
+/// pod's IPC.
+fn namespace_options(pod: &PodSpec) -> proto::NamespaceOption {
+    proto::NamespaceOption {
+        network: if pod.host_network {
+            proto::NamespaceMode::Node
+        } else {
+            proto::NamespaceMode::Pod
+        } as i32,
+        pid: proto::NamespaceMode::Container as i32,
+        ipc: proto::NamespaceMode::Pod as i32,
     }
 }

@@ -1,0 +1,352 @@
+//! The cluster install (issue 35): `deploy/cni-rs.yaml` run as kubelet
+//! runs a DaemonSet's pod, over CRI, against a real containerd
+//! ([`tests::containerd`]) whose CNI bin dir is an empty node dir.
+//!
+//! The image is written by `scripts/image.sh` (what `scripts/release.sh`
+//! ships) from the multicall binary under test, stripped, and imported
+//! with `ctr images import --base-name`, as an operator imports it. The
+//! pod is a host-network sandbox (no CNI call for it); its init container
+//! and its gc container are the manifest's own: image, args (the image's
+//! entry point stays), mounts, privilege, with each hostPath volume on a
+//! directory of the test's. The init container installs the suite into the
+//! node dir; a pod started through it gets its address and its host port;
+//! the gc container's passes keep that live pod, and SIGTERM stops it at
+//! once with exit status 0.
+
+use cri_client::{ContainerSpec, ContainerState, CriClient, MountSpec, PodSpec};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use tests::containerd::{Containerd, SANDBOX_PAGE};
+use tests::release::{commit_time, SUITE_VERSION};
+use tests::*;
+use yaml_rust2::{Yaml, YamlLoader};
+
+/// The DaemonSet's pod template (`spec.template.spec`).
+struct Manifest {
+    pod: Yaml,
+}
+
+fn strings(y: &Yaml) -> Vec<String> {
+    y.as_vec()
+        .map(|v| {
+            v.iter()
+                .map(|s| s.as_str().expect("a string").to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Manifest {
+    fn read() -> Manifest {
+        let path = workspace_root().join("deploy/cni-rs.yaml");
+        let text = std::fs::read_to_string(&path).expect("read deploy/cni-rs.yaml");
+        let docs = YamlLoader::load_from_str(&text).expect("deploy/cni-rs.yaml is YAML");
+        assert_eq!(docs.len(), 1, "one document");
+        assert_eq!(docs[0]["kind"].as_str(), Some("DaemonSet"));
+        Manifest {
+            pod: docs[0]["spec"]["template"]["spec"].clone(),
+        }
+    }
+
+    fn host_network(&self) -> bool {
+        self.pod["hostNetwork"].as_bool() == Some(true)
+    }
+
+    /// The container `name` of `list` (`initContainers`, `containers`) as
+    /// kubelet hands it to the runtime: no command means the image's entry
+    /// point; each volume mount's hostPath is the directory `host_dirs`
+    /// gives for it (every one must be given).
+    fn container(
+        &self,
+        list: &str,
+        name: &str,
+        host_dirs: &HashMap<&str, PathBuf>,
+        log_path: &str,
+    ) -> ContainerSpec {
+        let c = self.pod[list]
+            .as_vec()
+            .and_then(|v| v.iter().find(|c| c["name"].as_str() == Some(name)))
+            .unwrap_or_else(|| panic!("no {list} {name} in deploy/cni-rs.yaml"));
+        let volumes = self.pod["volumes"].as_vec().expect("volumes");
+        let mounts = c["volumeMounts"]
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .map(|m| {
+                let volume = m["name"].as_str().expect("volume name");
+                let host_path = volumes
+                    .iter()
+                    .find(|v| v["name"].as_str() == Some(volume))
+                    .and_then(|v| v["hostPath"]["path"].as_str())
+                    .unwrap_or_else(|| panic!("volume {volume} is no hostPath"));
+                MountSpec {
+                    container_path: m["mountPath"].as_str().expect("mountPath").to_string(),
+                    host_path: host_dirs
+                        .get(host_path)
+                        .unwrap_or_else(|| panic!("the test gives no dir for {host_path}"))
+                        .clone(),
+                    readonly: m["readOnly"].as_bool() == Some(true),
+                    host_to_container: m["mountPropagation"].as_str() == Some("HostToContainer"),
+                }
+            })
+            .collect();
+        ContainerSpec {
+            name: name.to_string(),
+            image: c["image"].as_str().expect("image").to_string(),
+            command: strings(&c["command"]),
+            args: strings(&c["args"]),
+            mounts,
+            privileged: c["securityContext"]["privileged"].as_bool() == Some(true),
+            log_path: log_path.to_string(),
+        }
+    }
+}
+
+/// The image of the binaries under test: their multicall `cni-rs`,
+/// stripped as the release's, through `scripts/image.sh` into `dir`.
+fn build_image(dir: &Path) -> PathBuf {
+    let stage = dir.join("multicall");
+    std::fs::create_dir_all(&stage).expect("mkdir");
+    run_ok(
+        Command::new("objcopy")
+            .arg("--strip-all")
+            .arg(std::fs::canonicalize(bin("cni-rs")).expect("cni-rs"))
+            .arg(stage.join("cni-rs")),
+    );
+    let tar = dir.join(format!("cni-rs-image-v{SUITE_VERSION}.tar"));
+    let out = run_ok(
+        Command::new("bash")
+            .arg(workspace_root().join("scripts/image.sh"))
+            .arg(&stage)
+            .arg(&tar)
+            .env("SOURCE_DATE_EPOCH", commit_time()),
+    );
+    let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(digest.starts_with("sha256:"), "image.sh printed {digest:?}");
+    tar
+}
+
+/// Waits (bounded by `secs`) until `cond` holds, saying `what` otherwise.
+fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !cond() {
+        assert!(Instant::now() < deadline, "{what}: not within {secs} s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn wait_exited(
+    cri: &mut CriClient,
+    id: &str,
+    what: &str,
+    secs: u64,
+) -> cri_client::ContainerStatus {
+    let mut last = None;
+    wait_until(secs, what, || {
+        let s = cri.container_status(id).expect("ContainerStatus");
+        let done = s.state == ContainerState::Exited;
+        last = Some(s);
+        done
+    });
+    last.expect("a status")
+}
+
+#[test]
+fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it() {
+    let test = "the DaemonSet under containerd";
+    if !require_root(test) || step_skipped("containerd") {
+        return;
+    }
+    let manifest = Manifest::read();
+    assert!(
+        manifest.host_network(),
+        "the DaemonSet's pod is on the node's network"
+    );
+    let work = TempDir::new("ds-image");
+    let image_tar = build_image(work.path());
+
+    let node = forwarding_node("ctd-ds");
+    let outside = Peer::attach(&node, "ctd-ds-out", 3);
+    let conf = TempDir::new("ctd-ds-conf");
+    let leases = TempDir::new("ctd-ds-leases");
+    let opt_cni_bin = TempDir::new("ctd-ds-opt-cni-bin");
+    let logs = TempDir::new("ctd-ds-logs");
+    let containerd = Containerd::start_with_bin_dir(&node, conf.path(), &[], opt_cni_bin.path());
+    // As the manifest's header says an operator imports it.
+    containerd.import_image(&image_tar, &["--base-name", "localhost/cni-rs"]);
+    let mut cri = CriClient::connect(&containerd.socket())
+        .unwrap_or_else(|e| panic!("{e}\n{}", containerd.log()));
+
+    // The node's paths of the manifest, as this node has them: the node dir
+    // (empty), containerd's conf dir, cache, /run/cni and socket, and the
+    // pod namespaces' dir in containerd's mount namespace (where the
+    // runtime resolves a hostPath).
+    let host_dirs: HashMap<&str, PathBuf> = HashMap::from([
+        ("/opt/cni/bin", opt_cni_bin.path().to_path_buf()),
+        ("/etc/cni/net.d", conf.path().to_path_buf()),
+        ("/var/lib/cni", containerd.var_lib_cni()),
+        ("/run/cni", containerd.run_cni()),
+        ("/run/netns", PathBuf::from("/run/netns")),
+        ("/run/containerd", containerd.socket_dir().to_path_buf()),
+    ]);
+    let ds_pod = PodSpec {
+        name: "cni-rs-node1".into(),
+        namespace: "kube-system".into(),
+        uid: "uid-cni-rs-node1".into(),
+        host_network: true,
+        privileged: true,
+        log_directory: logs.path().display().to_string(),
+        cgroup_parent: containerd.cgroup_parent().to_string(),
+        ..PodSpec::default()
+    };
+    let ds_id = cri
+        .run_pod_sandbox(&ds_pod)
+        .unwrap_or_else(|e| panic!("{test}: {e}\n{}", containerd.log()));
+    assert!(
+        tree(&containerd.var_lib_cni().join("results")).is_empty(),
+        "{test}: no CNI call for a host-network sandbox"
+    );
+
+    // The init container: the suite into the node dir.
+    let init = manifest.container(
+        "initContainers",
+        "install-cni-plugins",
+        &host_dirs,
+        "install.log",
+    );
+    assert_eq!(init.image, format!("localhost/cni-rs:{SUITE_VERSION}"));
+    assert!(
+        init.command.is_empty(),
+        "the image's own entry point: {init:?}"
+    );
+    let init_id = cri
+        .create_container(&ds_id, &ds_pod, &init)
+        .unwrap_or_else(|e| panic!("{test}: {e}\n{}", containerd.log()));
+    cri.start_container(&init_id).expect("StartContainer");
+    let status = wait_exited(&mut cri, &init_id, "the init container's exit", 60);
+    let install_log = std::fs::read_to_string(logs.path().join("install.log")).unwrap_or_default();
+    assert_eq!(
+        status.exit_code, 0,
+        "{test}: the installer: {status:?}\n{install_log}"
+    );
+    let list = run_ok(Command::new(bin("cni-rs")).arg("--list"));
+    let mut want: Vec<String> = String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .map(|p| format!("{p} -> cni-rs"))
+        .collect();
+    want.push("cni-rs".into());
+    want.sort();
+    assert_eq!(tree(opt_cni_bin.path()), want, "{test}: the node dir");
+    assert_eq!(
+        std::fs::read(opt_cni_bin.path().join("cni-rs")).expect("read"),
+        std::fs::read(work.path().join("multicall/cni-rs")).expect("read"),
+        "{test}: the image's binary, installed"
+    );
+
+    // A pod through the installed suite.
+    let conflist = json!({
+        "cniVersion": "1.0.0",
+        "name": "k8s-pod-network",
+        "plugins": [
+            {
+                "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true,
+                "ipam": {
+                    "type": "host-local", "dataDir": leases.path(),
+                    "ranges": [[{"subnet": "10.86.0.0/24"}]],
+                    "routes": [{"dst": "0.0.0.0/0"}]
+                }
+            },
+            {"type": "portmap", "capabilities": {"portMappings": true}},
+            {"type": "bandwidth", "capabilities": {"bandwidth": true}}
+        ]
+    });
+    conf.write("10-pods.conflist", &conflist.to_string());
+    wait_until(30, "NetworkReady", || {
+        cri.network_condition().expect("Status").ready
+    });
+    let web = PodSpec {
+        name: "web".into(),
+        namespace: "default".into(),
+        uid: "uid-web".into(),
+        ports: vec![(8086, 80, "tcp", String::new())],
+        cgroup_parent: containerd.cgroup_parent().to_string(),
+        ..PodSpec::default()
+    };
+    let web_id = cri
+        .run_pod_sandbox(&web)
+        .unwrap_or_else(|e| panic!("{test}: {e}\n{}", containerd.log()));
+    let status = cri.pod_sandbox_status(&web_id).expect("PodSandboxStatus");
+    assert!(status.ready, "{test}: {status:?}");
+    assert_eq!(status.ips.len(), 1, "{test}: {status:?}");
+    let ip = status.ips[0].clone();
+    assert!(ip.starts_with("10.86.0."), "{test}: pod address {ip}");
+    assert_eq!(
+        leases_in(&leases.path().join("k8s-pod-network")),
+        [ip.as_str()]
+    );
+    assert_eq!(
+        http_get(&outside.ns, &outside.node_v4(), 8086).as_deref(),
+        Some(SANDBOX_PAGE),
+        "{test}: host port 8086 from another namespace"
+    );
+
+    // The gc container: its pass keeps the live pod; SIGTERM ends it.
+    let gc = manifest.container("containers", "gc", &host_dirs, "gc.log");
+    assert!(gc.command.is_empty() && gc.privileged, "{gc:?}");
+    assert_eq!(gc.args[..2], ["gc", "--apply"], "{gc:?}");
+    let gc_id = cri
+        .create_container(&ds_id, &ds_pod, &gc)
+        .unwrap_or_else(|e| panic!("{test}: {e}\n{}", containerd.log()));
+    cri.start_container(&gc_id).expect("StartContainer");
+    let gc_log = || std::fs::read_to_string(logs.path().join("gc.log")).unwrap_or_default();
+    wait_until(60, "the gc container's first pass", || {
+        gc_log().contains("cni-rs gc: pass done:")
+    });
+    // The web pod's two attachments (containerd's loopback network and
+    // the pod network), both live.
+    assert!(
+        gc_log().contains("cni-rs gc: pass done: 2 attachments read, 0 dead found, 0 not removed"),
+        "{test}: the gc pass:\n{}",
+        gc_log()
+    );
+    assert_eq!(
+        cri.container_status(&gc_id).expect("status").state,
+        ContainerState::Running,
+        "{test}: gc waits for its next pass:\n{}",
+        gc_log()
+    );
+    assert_eq!(
+        http_get(&outside.ns, &outside.node_v4(), 8086).as_deref(),
+        Some(SANDBOX_PAGE),
+        "{test}: the live pod after gc's pass"
+    );
+    assert_eq!(
+        leases_in(&leases.path().join("k8s-pod-network")),
+        [ip.as_str()]
+    );
+    let stopped = Instant::now();
+    cri.stop_container(&gc_id, 30).expect("StopContainer");
+    let status = wait_exited(&mut cri, &gc_id, "gc's stop", 40);
+    assert_eq!(
+        status.exit_code, 0,
+        "{test}: gc ends on SIGTERM, not by the SIGKILL after the grace period: {status:?}"
+    );
+    assert!(
+        stopped.elapsed() < Duration::from_secs(20),
+        "{test}: gc took {:?} to stop",
+        stopped.elapsed()
+    );
+
+    // kubelet's teardown, through the installed plugins.
+    cri.stop_pod_sandbox(&web_id).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&web_id).expect("RemovePodSandbox");
+    assert!(leases_in(&leases.path().join("k8s-pod-network")).is_empty());
+    for id in [&init_id, &gc_id] {
+        cri.remove_container(id).expect("RemoveContainer");
+    }
+    cri.stop_pod_sandbox(&ds_id).expect("StopPodSandbox");
+    cri.remove_pod_sandbox(&ds_id).expect("RemovePodSandbox");
+}
