@@ -9,7 +9,8 @@
 //! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
 //! [`measure`] (the main table), [`calllog_cost`] (the call log on and
 //! off), [`multicall`] (the multicall form against
-//! the separate binaries), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
+//! the separate binaries), [`static_build`] (static binaries against
+//! dynamic ones), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
 //! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
 //! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
 
@@ -28,6 +29,7 @@ pub mod process;
 pub mod report;
 pub mod runner;
 pub mod scratch;
+pub mod static_build;
 pub mod stats;
 pub mod status;
 pub mod sweep;

@@ -228,6 +228,26 @@ fn run() -> Result<(), String> {
         }
     };
 
+    // Static against dynamic, on the full chain.
+    let static_build = match (&opts.dynamic, chains_run.iter().find(|c| c.key == "full")) {
+        (Some(dir), Some(full)) => {
+            run.progress(format_args!("static binaries against dynamic ones"));
+            let dir = canonical(dir, "--dynamic")?;
+            match bench::static_build::compare(&run.set, &dir, &mut ns, &pod, full)? {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    notes.push(format!("static against dynamic is not measured: {e}"));
+                    None
+                }
+            }
+        }
+        (Some(_), None) => {
+            notes.push("static against dynamic is not measured: the full chain did not run".into());
+            None
+        }
+        (None, _) => None,
+    };
+
     let strace_dir = if diagnose::have_strace() {
         Some(scratch.dir("strace").map_err(io)?)
     } else {
@@ -257,6 +277,7 @@ fn run() -> Result<(), String> {
         outcomes,
         extra,
         multicall,
+        static_build,
         calllog,
         status_costs,
         diagnosis,
@@ -274,6 +295,7 @@ struct Measured {
     outcomes: Vec<ChainOutcome>,
     extra: Vec<report::ExtraReference>,
     multicall: Option<bench::multicall::Comparison>,
+    static_build: Option<bench::static_build::Comparison>,
     calllog: Option<bench::calllog_cost::LogCost>,
     status_costs: Vec<bench::status::StatusCost>,
     diagnosis: Diagnosis,
@@ -330,6 +352,7 @@ fn write_results(
         extra_references: &m.extra,
         chains: &m.outcomes,
         multicall: m.multicall.as_ref(),
+        static_build: m.static_build.as_ref(),
         calllog: m.calllog.as_ref(),
         starts: m.diagnosis.starts.as_ref(),
         floor: m.diagnosis.floor.as_ref(),

@@ -6,7 +6,8 @@ pub const USAGE: &str = "\
 usage: cni-bench [--quick] [--iterations N] [--sweep-iterations N] [--rss-runs N]
                  [--pods 0,100,1000] [--leases 0,100,1000,10000] [--no-sweep]
                  [--chains bridge,portmap,bandwidth,flannel,full,dhcp,loopback]
-                 [--ours DIR] [--reference DIR]... [--results FILE] [--plot FILE]
+                 [--ours DIR] [--reference DIR]... [--dynamic DIR]
+                 [--results FILE] [--plot FILE]
 
 Times our CNI plugins against the Go reference plugins inside throwaway network
 namespaces (root needed) and writes RESULTS.md and the sweep plot.
@@ -23,6 +24,9 @@ namespaces (root needed) and writes RESULTS.md and the sweep plot.
   --reference DIR       the Go plugins (default /usr/lib/cni); repeatable: the first
                         is measured everywhere, each further one (e.g. the current
                         upstream release built locally) in the chain and plugin tables
+  --dynamic DIR         a dynamic build of our plugins (RUSTFLAGS=\"\" cargo build --release,
+                        scripts/bench.sh makes one): measured against ours, which are
+                        static, on the full chain, starts and a burst of 32 pods
   --results FILE        default bench/RESULTS.md of the source tree
   --plot FILE           default bench/latency-vs-pods.svg of the source tree
 ";
@@ -41,6 +45,8 @@ pub struct Options {
     pub ours: Option<PathBuf>,
     /// The reference plugin directories, the first being the main one.
     pub reference: Vec<PathBuf>,
+    /// A dynamic build of our plugins, to measure the static ones against.
+    pub dynamic: Option<PathBuf>,
     pub results: PathBuf,
     pub plot: PathBuf,
 }
@@ -76,6 +82,7 @@ impl Options {
         let (mut iterations, mut sweep_iterations, mut rss_runs) = (None, None, None);
         let (mut pods, mut leases, mut chains) = (None, None, None);
         let mut ours = None;
+        let mut dynamic = None;
         let mut reference: Vec<PathBuf> = Vec::new();
         let mut results = here.join("RESULTS.md");
         let mut plot = here.join("latency-vs-pods.svg");
@@ -114,6 +121,7 @@ impl Options {
                         reference.push(dir);
                     }
                 }
+                "--dynamic" => dynamic = Some(PathBuf::from(value(&a)?)),
                 "--results" => results = PathBuf::from(value(&a)?),
                 "--plot" => plot = PathBuf::from(value(&a)?),
                 other => return Err(format!("unknown argument {other:?}\n\n{USAGE}")),
@@ -157,6 +165,7 @@ impl Options {
             chains,
             ours,
             reference,
+            dynamic,
             results,
             plot,
         })

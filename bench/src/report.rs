@@ -63,6 +63,8 @@ pub struct Report<'a> {
     pub reference_sizes: &'a [(String, u64)],
     /// The multicall form against the separate binaries, when measured.
     pub multicall: Option<&'a crate::multicall::Comparison>,
+    /// Static binaries against dynamic ones, when measured.
+    pub static_build: Option<&'a crate::static_build::Comparison>,
     /// The call log on and off, when measured.
     pub calllog: Option<&'a crate::calllog_cost::LogCost>,
     pub cnitool_size: Option<u64>,
@@ -252,6 +254,9 @@ impl Report<'_> {
         self.extra_tables(&mut s);
         if let Some(m) = self.multicall {
             s.push_str(&crate::multicall::render(m));
+        }
+        if let Some(c) = self.static_build {
+            s.push_str(&crate::static_build::render(c));
         }
         if let Some(c) = self.calllog {
             s.push_str(&crate::calllog_cost::render(c));

@@ -1,0 +1,373 @@
+//! Static binaries against dynamic ones (issue 35): the same plugins built
+//! static (the release's form, glibc's crt-static) and dynamic (a build with
+//! `RUSTFLAGS=""`, the form before it), measured side by side in one run:
+//! the start (`VERSION`, spawn to reaped) of every plugin, the full chain's
+//! ADD and DEL through the runtime, and a burst of [`BURST_PODS`] pods
+//! ADDed at once (as a node does when a deployment scales up or a node
+//! comes back) and DELed at once; and the sizes of both forms.
+
+use crate::chains::{self, Chain, Side};
+use crate::measure::{self, ChainOutcome, Setting};
+use crate::namespaces::Namespaces;
+use crate::runner::{runtime_conf, SideSetup};
+use crate::stats::{ratio, Samples};
+use cnitool::RuntimeConf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Pods of one burst.
+pub const BURST_PODS: usize = 32;
+
+/// Bursts per form (ADD of every pod, then DEL of every pod), after one
+/// untimed burst each.
+pub const BURST_ROUNDS: usize = 10;
+
+/// VERSION calls per plugin and form.
+pub const START_RUNS: usize = 100;
+
+/// The full chain's iterations per form, as a multiple of the main
+/// table's (a DEL's wall time is mostly the kernel's waits: see
+/// [`crate::multicall::ITERATIONS_FACTOR`]).
+pub const ITERATIONS_FACTOR: usize = 10;
+
+/// One form's bursts: the wall time from the first ADD started to the
+/// last one done (ms), the same for DEL, and what failed.
+#[derive(Debug, Clone, Default)]
+pub struct Bursts {
+    pub add: Samples,
+    pub del: Samples,
+    pub errors: Vec<String>,
+}
+
+/// Bytes on disk of one form.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FormSize {
+    /// The separate plugin binaries.
+    pub plugins: u64,
+    /// The multicall binary.
+    pub multicall: u64,
+}
+
+/// The measured comparison: "ours" is the static form, "reference" the
+/// dynamic one, in the chain outcome.
+pub struct Comparison {
+    pub static_dir: PathBuf,
+    pub dynamic_dir: PathBuf,
+    /// Per plugin: the start of the static and of the dynamic binary.
+    pub starts: Vec<(String, Samples, Samples)>,
+    pub chain: ChainOutcome,
+    pub iterations: usize,
+    /// The bursts, static then dynamic.
+    pub bursts: [Bursts; 2],
+    pub sizes: [FormSize; 2],
+    pub plugin_count: usize,
+}
+
+/// Measures the static binaries of `set.ours_dir` against the dynamic ones
+/// in `dynamic_dir` on `full` (the full chain); `Ok(Err)`: not measured,
+/// and why.
+pub fn compare(
+    set: &Setting,
+    dynamic_dir: &Path,
+    ns: &mut Namespaces,
+    pod: &str,
+    full: &Chain,
+) -> Result<Result<Comparison, String>, String> {
+    let plugins: Vec<String> =
+        crate::machine::executables(set.ours_dir, &crate::machine::NOT_PLUGINS)
+            .into_iter()
+            .map(|(name, _)| name)
+            .filter(|n| n != crate::multicall::BINARY && n != "build-script-build")
+            .filter(|n| dynamic_dir.join(n).is_file())
+            .collect();
+    if plugins.is_empty() {
+        return Ok(Err(format!(
+            "no plugin of {} is in {}",
+            set.ours_dir.display(),
+            dynamic_dir.display()
+        )));
+    }
+    let set = Setting {
+        reference_dir: dynamic_dir,
+        iterations: set.iterations * ITERATIONS_FACTOR,
+        ..*set
+    };
+    let programs: Vec<PathBuf> = plugins
+        .iter()
+        .flat_map(|p| [set.ours_dir.join(p), dynamic_dir.join(p)])
+        .collect();
+    let mut costs = crate::diagnose::start_costs(&programs, START_RUNS)?;
+    let starts = plugins
+        .iter()
+        .map(|p| {
+            let mut take = |d: &Path| costs.version.remove(&d.join(p)).unwrap_or_default();
+            (p.clone(), take(set.ours_dir), take(dynamic_dir))
+        })
+        .collect();
+    let same_list = crate::multicall::chains_against_separate(std::slice::from_ref(full));
+    let conf_dir = set.conf_dir.join("static-build");
+    let chain_set = Setting {
+        conf_dir: &conf_dir,
+        ..set
+    };
+    let chain = measure::chain(&chain_set, ns, pod, &same_list[0])?;
+    let bursts = bursts(&chain_set, ns, &same_list[0])?;
+    let size = |d: &Path| FormSize {
+        plugins: plugins
+            .iter()
+            .map(|p| std::fs::metadata(d.join(p)).map_or(0, |m| m.len()))
+            .sum(),
+        multicall: std::fs::metadata(d.join(crate::multicall::BINARY)).map_or(0, |m| m.len()),
+    };
+    Ok(Ok(Comparison {
+        static_dir: set.ours_dir.to_path_buf(),
+        dynamic_dir: dynamic_dir.to_path_buf(),
+        starts,
+        chain,
+        iterations: set.iterations,
+        bursts,
+        sizes: [size(set.ours_dir), size(dynamic_dir)],
+        plugin_count: plugins.len(),
+    }))
+}
+
+/// [`BURST_ROUNDS`] bursts per form on [`BURST_PODS`] pods of their own,
+/// the forms alternating (and which goes first), each pod with a host port
+/// of its own.
+fn bursts(set: &Setting, ns: &mut Namespaces, chain: &Chain) -> Result<[Bursts; 2], String> {
+    let pods = ns.add_pods(BURST_PODS).map_err(|e| e.to_string())?;
+    let sides = [
+        measure::setup(set, chain, Side::Ours, "burst")?,
+        measure::setup(set, chain, Side::Reference, "burst")?,
+    ];
+    let mut out = [Bursts::default(), Bursts::default()];
+    for round in 0..=BURST_ROUNDS {
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for &k in &order {
+            crate::interrupt::check()?;
+            let rts: Vec<RuntimeConf> = pods
+                .iter()
+                .enumerate()
+                .map(|(i, pod)| {
+                    let mut caps = chain.capability_args.clone();
+                    if caps.contains_key("portMappings") {
+                        caps.insert(
+                            "portMappings".into(),
+                            chains::port_mapping(20_000 + i as u16),
+                        );
+                    }
+                    let id = format!("burst-{}-{round}-{i}", sides[k].side.tag());
+                    runtime_conf(id, pod, chain.ifname, &caps)
+                })
+                .collect();
+            let (add_ms, add_errors) = at_once(&sides[k], &rts, Verb::Add);
+            let (del_ms, del_errors) = at_once(&sides[k], &rts, Verb::Del);
+            // The first round of each form warms it and is not counted.
+            if round == 0 {
+                continue;
+            }
+            let errors: Vec<String> = add_errors.into_iter().chain(del_errors).collect();
+            if errors.is_empty() {
+                out[k].add.push(add_ms);
+                out[k].del.push(del_ms);
+            } else {
+                out[k].errors.extend(errors);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    Add,
+    Del,
+}
+
+/// Runs `verb` for every attachment of `rts` at once, a thread each (each
+/// thread is in the node namespace, as this one is): the wall time until
+/// the last is done, and the errors.
+fn at_once(side: &SideSetup, rts: &[RuntimeConf], verb: Verb) -> (f64, Vec<String>) {
+    let start = Instant::now();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = rts
+            .iter()
+            .map(|rt| {
+                s.spawn(move || match verb {
+                    Verb::Add => side
+                        .cni
+                        .add_network_list(&side.list, rt)
+                        .map(|_| ())
+                        .map_err(|e| format!("ADD {}: {e}", rt.container_id)),
+                    Verb::Del => side
+                        .cni
+                        .del_network_list(&side.list, rt)
+                        .map_err(|e| format!("DEL {}: {e}", rt.container_id)),
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| match h.join() {
+                Ok(r) => r.err(),
+                Err(_) => Some("a burst thread panicked".into()),
+            })
+            .collect()
+    });
+    (start.elapsed().as_secs_f64() * 1e3, errors)
+}
+
+fn ms(s: &Samples) -> String {
+    s.p50()
+        .map(|v| format!("{v:.2}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+fn x(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "–".into())
+}
+
+fn mb(b: u64) -> String {
+    format!("{:.2} MB", b as f64 / 1e6)
+}
+
+/// The RESULTS.md section.
+pub fn render(c: &Comparison) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "## Static and dynamic binaries\n");
+    let _ = writeln!(
+        s,
+        "The same plugins built static (`{}`, glibc's crt-static: what the release ships) and \
+         dynamic (`{}`, `RUSTFLAGS=\"\"`: the form before issue 35, with GCC's unwinder linked \
+         in), alternating as above. A ratio is static / dynamic at p50 (below 1: static is \
+         faster).\n",
+        c.static_dir.display(),
+        c.dynamic_dir.display()
+    );
+    let start_ratios: Vec<f64> = c
+        .starts
+        .iter()
+        .filter_map(|(_, st, dy)| ratio(st.p50(), dy.p50()))
+        .collect();
+    let [st, dy] = &c.sizes;
+    let _ = writeln!(s, "| | static | dynamic | ratio |\n|---|---|---|---|");
+    if !start_ratios.is_empty() {
+        let mut sorted = start_ratios.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let _ = writeln!(
+            s,
+            "| start (`VERSION`), the median plugin's ratio ({} plugins, {START_RUNS} calls each; range {:.3}x to {:.3}x) | | | {median:.3}x |",
+            c.starts.len(),
+            sorted[0],
+            sorted[sorted.len() - 1]
+        );
+    }
+    if let ChainOutcome::Measured {
+        ours, reference, ..
+    } = &c.chain
+    {
+        for (verb, a, b) in [
+            ("ADD", &ours.chain_add, &reference.chain_add),
+            ("DEL", &ours.chain_del, &reference.chain_del),
+        ] {
+            let _ = writeln!(
+                s,
+                "| full chain {verb} through the runtime ({} iterations, ms p50) | {} | {} | {} |",
+                c.iterations,
+                ms(a),
+                ms(b),
+                x(ratio(a.p50(), b.p50()))
+            );
+        }
+    }
+    let [bs, bd] = &c.bursts;
+    for (verb, a, b) in [("ADD", &bs.add, &bd.add), ("DEL", &bs.del, &bd.del)] {
+        let _ = writeln!(
+            s,
+            "| burst of {BURST_PODS} pods, full chain {verb} at once ({BURST_ROUNDS} bursts, ms p50 until the last is done) | {} | {} | {} |",
+            ms(a),
+            ms(b),
+            x(ratio(a.p50(), b.p50()))
+        );
+    }
+    let _ = writeln!(
+        s,
+        "| the {} plugins on disk, separate | {} | {} | {} |",
+        c.plugin_count,
+        mb(st.plugins),
+        mb(dy.plugins),
+        x(ratio(Some(st.plugins as f64), Some(dy.plugins as f64)))
+    );
+    let _ = writeln!(
+        s,
+        "| the multicall binary (under 6 MB: **{}**) | {} | {} | {} |",
+        if st.multicall > 0 && st.multicall < 6_000_000 {
+            "PASS"
+        } else {
+            "FAIL"
+        },
+        mb(st.multicall),
+        mb(dy.multicall),
+        x(ratio(Some(st.multicall as f64), Some(dy.multicall as f64)))
+    );
+    for (form, b) in [("static", bs), ("dynamic", bd)] {
+        if !b.errors.is_empty() {
+            let _ = writeln!(
+                s,
+                "\nBursts of the {form} form that failed: {} ({}).",
+                b.errors.len(),
+                b.errors
+                    .iter()
+                    .take(3)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+    }
+    match &c.chain {
+        ChainOutcome::Measured {
+            ours, reference, ..
+        } => {
+            let _ = writeln!(
+                s,
+                "\n| Plugin (full chain) | ADD static | ADD dynamic | ratio | DEL static | DEL dynamic | ratio | CPU ADD ratio | CPU DEL ratio |\n|---|---|---|---|---|---|---|---|---|"
+            );
+            for (a, b) in ours.plugins.iter().zip(&reference.plugins) {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    a.name,
+                    ms(&a.add),
+                    ms(&b.add),
+                    x(ratio(a.add.p50(), b.add.p50())),
+                    ms(&a.del),
+                    ms(&b.del),
+                    x(ratio(a.del.p50(), b.del.p50())),
+                    x(ratio(a.add_cpu.p50(), b.add_cpu.p50())),
+                    x(ratio(a.del_cpu.p50(), b.del_cpu.p50())),
+                );
+            }
+        }
+        ChainOutcome::Skipped { reason, .. } => {
+            let _ = writeln!(s, "\nThe full chain was not measured: {reason}.");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n| Plugin | start static | start dynamic | ratio |\n|---|---|---|---|"
+    );
+    for (p, st, dy) in &c.starts {
+        let _ = writeln!(
+            s,
+            "| {p} | {} | {} | {} |",
+            ms(st),
+            ms(dy),
+            x(ratio(st.p50(), dy.p50()))
+        );
+    }
+    s.push('\n');
+    s
+}
