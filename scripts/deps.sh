@@ -138,8 +138,9 @@ with_services_held() {
 ensure_release_test_deps() {
   ensure_cmd python3 python3
   ensure_cmd objcopy binutils
-  # The container image (scripts/image.sh).
+  # The container image (scripts/image.sh); `file` on the static binaries.
   ensure_cmd umoci umoci
+  ensure_cmd file file
   ensure_cmd dpkg-deb dpkg
   ensure_cmd unshare util-linux
   if ! command -v go >/dev/null 2>&1 ||

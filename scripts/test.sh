@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: unit tests and black-box tests in throwaway network
 # namespaces (through our cnitool, the Go clients of tests/go and a real
-# containerd of its own), the chains again against the multicall form, then
-# the fullkernel_* tests in one VM with
+# containerd of its own), the chains again against the multicall form and
+# the release's binaries, then the fullkernel_* tests in one VM with
 # Debian's full kernel (scripts/fullkernel.sh). Installs what it needs; run
 # as root on Debian, from a clone with nothing beside it. CNI_TEST_SKIP
 # leaves named steps out on purpose (scripts/deps.sh); never in CI.
@@ -39,6 +39,23 @@ scripts/multicall-bin.sh "$(build_dir debug)" target/multicall-test
 multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p tests --no-fail-fast)
 "${multicall[@]}" --test clients --test containerd --test podman --test ptp || status=$?
 "${multicall[@]}" --test release -- every_binary go_libcni || status=$?
+"${multicall[@]}" --test empty_root || status=$?
+
+# The release form: the tarball's binaries and the multicall tarball's
+# cni-rs, as scripts/release.sh ships them, in the empty root and through
+# the DaemonSet (its image built from that cni-rs).
+release_out=$repo/target/release-test
+rm -rf "$release_out"
+if scripts/release.sh --out "$release_out/dist"; then
+  mkdir -p "$release_out/bin"
+  tar -xzf "$release_out"/dist/cni-rs-linux-*.tgz -C "$release_out/bin"
+  tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
+  env CNI_TEST_BIN_DIR="$release_out/bin" cargo test -p tests --no-fail-fast \
+    --test empty_root --test daemonset || status=$?
+else
+  echo "error: scripts/release.sh failed: the release form is not tested" >&2
+  status=1
+fi
 
 # The full-kernel step: one VM boot (scripts/fullkernel.sh) runs every
 # fullkernel_* test of every test binary built here. Other steps that need

@@ -1,8 +1,9 @@
 //! Every binary we ship is static (issue 35): it needs no loader and no
 //! library of the node's, as the Go release binaries (`CGO_ENABLED=0`) need
-//! none. The binaries under test ([`bin_dir`]: the build, or the multicall
-//! form's dir) are checked as ELF files (no interpreter, no `DT_NEEDED`;
-//! `ldd` agrees), then run in a root that holds nothing but them, the
+//! none. The binaries under test ([`bin_dir`]: the build, the multicall
+//! form's dir, or the release's, as `scripts/test.sh` runs it) are checked
+//! as ELF files (no interpreter, no `DT_NEEDED`; `file` and `ldd` agree),
+//! then run in a root that holds nothing but them, the
 //! state dirs, `/proc`, `/sys` and the netns files: a tmpfs mounted in a
 //! mount namespace of the test's own ([`EmptyRoot`]), never the machine's
 //! root. There every plugin answers `VERSION`, and our `cnitool` runs a
@@ -38,6 +39,16 @@ fn every_shipped_binary_is_static() {
             DynamicNeeds::NONE,
             "{name} ({}) needs the node's loader or libraries",
             path.display()
+        );
+        let out = Command::new("file")
+            .arg("-L")
+            .arg(&path)
+            .output()
+            .expect("file");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            said.contains("static-pie linked") || said.contains("statically linked"),
+            "file {name}: {said}"
         );
         // glibc's ldd says so of a static or static-pie binary (and exits 1).
         let out = Command::new("ldd").arg(&path).output().expect("ldd");

@@ -1199,3 +1199,56 @@ fn inspect_and_gc_on_legacy_iptables() {
     assert_eq!(rows.len(), 1, "{rows:#?}");
     assert_eq!(rows[0]["missing"], json!([]), "{rows:#?}");
 }
+
+/// `gc --every`: a pass at once, its line on stderr, then a wait that
+/// SIGTERM ends at once with status 0 (the DaemonSet's container, whose
+/// PID 1 case `daemonset.rs` runs under containerd).
+#[test]
+fn gc_every_repeats_until_sigterm() {
+    let dirs = TempDir::new("gc-every");
+    for d in ["conf", "bin", "cache"] {
+        std::fs::create_dir_all(dirs.path().join(d)).expect("mkdir");
+    }
+    let p = |d: &str| dirs.path().join(d).display().to_string();
+    let mut child = Command::new(bin("cni-rs"))
+        .args(["gc", "--apply", "--every", "1h", "--cri-socket", "none"])
+        .args([
+            "--conf-dir",
+            &p("conf"),
+            "--bin-dir",
+            &p("bin"),
+            "--cache-dir",
+            &p("cache"),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cni-rs gc --every");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).expect("read stderr");
+    assert_eq!(
+        line,
+        "cni-rs gc: pass done: 0 attachments read, 0 dead found, 0 not removed; the next in 3600 s\n"
+    );
+    let sent = std::time::Instant::now();
+    // SAFETY: kill with a valid pid of our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(
+        sent.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        sent.elapsed()
+    );
+
+    let out = Command::new(bin("cni-rs"))
+        .args(["gc", "--every", "10x"])
+        .output()
+        .expect("cni-rs gc");
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--every \"10x\": not an interval"),
+        "{out:?}"
+    );
+}
