@@ -143,6 +143,14 @@ fn go_libcni_reads_every_plugins_version_answer() {
     }
 }
 
+/// Whether a static binary holds glibc's NSS, which would load the node's
+/// `libnss_*.so` at run time (`getaddrinfo`, `getpwnam`): its module names
+/// are built from `libnss_`.
+fn links_nss(path: &Path) -> bool {
+    let bytes = std::fs::read(path).expect("read");
+    bytes.windows(7).any(|w| w == b"libnss_")
+}
+
 /// What a release run wrote: file name -> bytes.
 fn artifacts(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
@@ -305,6 +313,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     );
     for b in &bins {
         assert_eq!(dynamic_needs(&x.join(b)), DynamicNeeds::NONE, "{tgz}: {b}");
+        assert!(!links_nss(&x.join(b)), "{tgz}: {b} links glibc's NSS");
         let out = run_ok(Command::new(x.join(b)).arg("--version"));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
@@ -371,6 +380,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         DynamicNeeds::NONE,
         "{multicall_tgz}"
     );
+    assert!(!links_nss(&m.join("cni-rs")), "{multicall_tgz}: glibc's NSS");
 
     // The package's binaries, static too.
     let d = work.path().join("d");
