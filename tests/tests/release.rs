@@ -380,7 +380,10 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         DynamicNeeds::NONE,
         "{multicall_tgz}"
     );
-    assert!(!links_nss(&m.join("cni-rs")), "{multicall_tgz}: glibc's NSS");
+    assert!(
+        !links_nss(&m.join("cni-rs")),
+        "{multicall_tgz}: glibc's NSS"
+    );
 
     // The package's binaries, static too.
     let d = work.path().join("d");
