@@ -22,6 +22,28 @@ pub struct StartCosts {
     pub version: BTreeMap<PathBuf, Samples>,
 }
 
+/// Each plugin's start (`VERSION`) from two directories, measured in one
+/// alternating run: `(plugin, start in a, start in b)`.
+pub fn start_pairs(
+    plugins: &[String],
+    a: &Path,
+    b: &Path,
+    runs: usize,
+) -> Result<Vec<(String, Samples, Samples)>, String> {
+    let programs: Vec<PathBuf> = plugins
+        .iter()
+        .flat_map(|p| [a.join(p), b.join(p)])
+        .collect();
+    let mut costs = start_costs(&programs, runs)?;
+    Ok(plugins
+        .iter()
+        .map(|p| {
+            let mut take = |d: &Path| costs.version.remove(&d.join(p)).unwrap_or_default();
+            (p.clone(), take(a), take(b))
+        })
+        .collect())
+}
+
 /// Times `program` with `CNI_COMMAND=VERSION`, `runs` times.
 fn version_runs(program: &Path, runs: usize) -> Result<Samples, String> {
     let mut s = Samples::default();

@@ -120,18 +120,7 @@ pub fn compare(
         iterations: set.iterations * ITERATIONS_FACTOR,
         ..*set
     };
-    let programs: Vec<PathBuf> = plugins
-        .iter()
-        .flat_map(|p| [set.ours_dir.join(p), dir.join(p)])
-        .collect();
-    let mut costs = crate::diagnose::start_costs(&programs, START_RUNS)?;
-    let starts = plugins
-        .iter()
-        .map(|p| {
-            let mut take = |d: &Path| costs.version.remove(&d.join(p)).unwrap_or_default();
-            (p.clone(), take(set.ours_dir), take(dir))
-        })
-        .collect();
+    let starts = crate::diagnose::start_pairs(&plugins, set.ours_dir, dir, START_RUNS)?;
     Ok(Ok(Comparison {
         binary: set.ours_dir.join(BINARY),
         chains: measure(&set, dir, ns, pod, chains)?,

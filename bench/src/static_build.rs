@@ -93,18 +93,7 @@ pub fn compare(
         iterations: set.iterations * ITERATIONS_FACTOR,
         ..*set
     };
-    let programs: Vec<PathBuf> = plugins
-        .iter()
-        .flat_map(|p| [set.ours_dir.join(p), dynamic_dir.join(p)])
-        .collect();
-    let mut costs = crate::diagnose::start_costs(&programs, START_RUNS)?;
-    let starts = plugins
-        .iter()
-        .map(|p| {
-            let mut take = |d: &Path| costs.version.remove(&d.join(p)).unwrap_or_default();
-            (p.clone(), take(set.ours_dir), take(dynamic_dir))
-        })
-        .collect();
+    let starts = crate::diagnose::start_pairs(&plugins, set.ours_dir, dynamic_dir, START_RUNS)?;
     let same_list = crate::multicall::chains_against_separate(std::slice::from_ref(full));
     let conf_dir = set.conf_dir.join("static-build");
     let chain_set = Setting {
