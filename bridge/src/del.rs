@@ -1,6 +1,7 @@
-//! DEL, best effort, over the shared flow (`libcni::attach::del`): removes
-//! the container end of the veth pair (which takes the host end with it)
-//! on its own thread, always calls IPAM DEL, and removes the spoof check
+//! DEL, best effort, over the shared flow (`libcni::attach::del_with`):
+//! removes the container end of the veth pair (which takes the host end
+//! with it), or without a namespace the host end its alias names, on its
+//! own thread, always calls IPAM DEL, and removes the spoof check
 //! and the masquerade (with `macspoofchk` / `ipMasq`) by container ID and
 //! network name alone, so they go even when the namespace or the interface
 //! is already gone. What is already gone (the namespace, the interface,
@@ -12,12 +13,16 @@
 //! config: a config ADD rejected (a contradiction, a bad value) must still
 //! be deletable, since runtimes DEL every ADD, a failed one too.
 
-use libcni::attach;
+use libcni::attach::{self, veth};
 use libcni::skel::CmdArgs;
 use libcni::Error;
 
 use crate::firewall;
 
 pub fn del(args: &CmdArgs) -> Result<(), Error> {
-    attach::del(args, || firewall::del(args, &firewall::Keys::lenient(args)))
+    attach::del_with(
+        args,
+        || veth::delete_pair(args),
+        || firewall::del(args, &firewall::Keys::lenient(args)),
+    )
 }

@@ -11,6 +11,7 @@ use libcni::gojson::Lenient;
 use libcni::netfilter::{masq, spoofcheck, Backend, Owner};
 use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
+use libcni::types::Attachment;
 use libcni::{Error, ErrorList};
 use serde::Deserialize;
 
@@ -93,20 +94,18 @@ pub fn del(args: &CmdArgs, keys: &Keys) -> ErrorList {
 }
 
 /// GC's share: the masquerade of this network's containers that are not in
-/// `cni.dev/valid-attachments`, and the spoof checks of attachments not in
-/// it whose host veth is a port of this network's bridge or is gone (the
-/// spoof check's names carry no network, so the port says whose it is).
-pub fn gc(args: &CmdArgs, keys: &Keys) -> ErrorList {
+/// `valid` (`cni.dev/valid-attachments`), and the spoof checks of
+/// attachments not in it whose host veth is a port of this network's
+/// bridge or is gone (the spoof check's names carry no network, so the port
+/// says whose it is).
+pub fn gc(args: &CmdArgs, keys: &Keys, valid: &[Attachment]) -> ErrorList {
     let mut errors = ErrorList::new();
-    let Some(Some(valid)) = errors.record(args.gc_valid_attachments("bridge")) else {
-        return errors;
-    };
     if keys.ip_masq {
-        errors.record(masq::gc(keys.masq_backend(), &args.conf.name, &valid));
+        errors.record(masq::gc(keys.masq_backend(), &args.conf.name, valid));
     }
     if keys.macspoofchk {
         errors.record(ports_of(&keys.bridge).and_then(|(ports, all)| {
-            spoofcheck::gc(&valid, &|ifname| {
+            spoofcheck::gc(valid, &|ifname| {
                 ports.contains(ifname) || !all.contains(ifname)
             })
         }));

@@ -15,7 +15,7 @@ pub mod veth;
 use libcni::attach;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::CniResult;
-use libcni::Error;
+use libcni::{Error, ErrorList};
 
 /// What the plugin prints when run without `CNI_COMMAND`.
 pub const ABOUT: &str = "CNI bridge plugin (Rust CNI suite)";
@@ -35,12 +35,19 @@ impl Plugin for BridgePlugin {
         check::check(args)
     }
 
-    /// GC: the masquerade and spoof checks of attachments not in
-    /// `cni.dev/valid-attachments`, then IPAM's GC with the same stdin;
-    /// best effort, the errors reported together.
+    /// GC: of the attachments not in `cni.dev/valid-attachments`, the
+    /// node-side veths (found by their owner alias), the masquerade and
+    /// the spoof checks; then IPAM's GC with the same stdin. Without a
+    /// list nothing of the plugin's own is collected. Best effort, the
+    /// errors reported together.
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let keys = firewall::Keys::lenient(args);
-        attach::gc(args, firewall::gc(args, &keys))
+        let mut errors = ErrorList::new();
+        if let Some(Some(valid)) = errors.record(args.gc_valid_attachments("bridge")) {
+            errors.record(attach::veth::gc_host_veths(&args.conf.name, &valid));
+            errors.extend(firewall::gc(args, &keys, &valid));
+        }
+        attach::gc(args, errors)
     }
 
     /// The bridge can always serve ADD; STATUS is IPAM's answer.

@@ -30,38 +30,45 @@ impl Plugin for Ptp {
     }
 
     /// Best effort: the container end of the pair (the node end, its
-    /// addresses and routes go with it), IPAM DEL, and with `ipMasq` the
+    /// addresses and routes go with it; without a namespace, the node end
+    /// its alias names), IPAM DEL, and with `ipMasq` the
     /// masquerade, found by network name and container ID alone so it goes
     /// even when the namespace is gone. DEL reads only `ipam.type` and,
     /// leniently, the masquerade keys.
     fn del(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::del(args, || {
-            let keys = MasqKeys::lenient(args);
-            let mut errors = ErrorList::new();
-            if keys.ip_masq {
-                errors.record(masq::teardown(
-                    keys.masq_backend(),
-                    &config::owner(args),
-                    &args.ifname,
-                ));
-            }
-            errors
-        })
+        attach::del_with(
+            args,
+            || attach::veth::delete_pair(args),
+            || {
+                let keys = MasqKeys::lenient(args);
+                let mut errors = ErrorList::new();
+                if keys.ip_masq {
+                    errors.record(masq::teardown(
+                        keys.masq_backend(),
+                        &config::owner(args),
+                        &args.ifname,
+                    ));
+                }
+                errors
+            },
+        )
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
         check::check(args)
     }
 
-    /// With `ipMasq`, the masquerade of this network's containers that are
-    /// not in `cni.dev/valid-attachments`; then IPAM's GC with the same
-    /// stdin; best effort, the errors reported together.
+    /// Of the attachments not in `cni.dev/valid-attachments`, the
+    /// node-side veths (found by their owner alias) and, with `ipMasq`, the
+    /// masquerade; then IPAM's GC with the same stdin. Without a list
+    /// nothing of the plugin's own is collected. Best effort, the errors
+    /// reported together.
     fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
         let keys = MasqKeys::lenient(args);
         let mut errors = ErrorList::new();
-        if keys.ip_masq {
-            // Without a list of valid attachments nothing is collected.
-            if let Some(Some(valid)) = errors.record(args.gc_valid_attachments("ptp")) {
+        if let Some(Some(valid)) = errors.record(args.gc_valid_attachments("ptp")) {
+            errors.record(attach::veth::gc_host_veths(&args.conf.name, &valid));
+            if keys.ip_masq {
                 errors.record(masq::gc(keys.masq_backend(), &args.conf.name, &valid));
             }
         }
