@@ -324,7 +324,10 @@ impl ResultCache {
                     )
                     .map(|st| {
                         std::time::UNIX_EPOCH
-                            + std::time::Duration::from_secs(st.st_mtime.max(0) as u64)
+                            + std::time::Duration::new(
+                                st.st_mtime.max(0) as u64,
+                                st.st_mtime_nsec.clamp(0, 999_999_999) as u32,
+                            )
                     })
                     .unwrap_or(std::time::UNIX_EPOCH);
                     found.push((*entry, modified))

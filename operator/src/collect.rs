@@ -16,11 +16,11 @@ use libcni::netfilter::spoofcheck;
 use libcni::netfilter::{IptablesPath, Owner};
 use libcni::netlink::tc::{Qdisc, INGRESS_PARENT, ROOT};
 use libcni::netlink::{Link, Netlink};
-use libcni::netns::NetNs;
 use libcni::types::IpPrefix;
 use serde_json::Value;
 use std::net::IpAddr;
 
+use crate::namespace::{self, Namespace};
 use crate::node::{self, key, Configured, Network, NodePaths};
 
 /// Who a piece belongs to. `ifname` is empty when the state names only the
@@ -119,6 +119,8 @@ pub struct Cached {
     /// The rates it is shaped with (bits/s), as configured.
     pub ingress_rate: Option<u64>,
     pub egress_rate: Option<u64>,
+    /// The namespace it was added in, from its records, probed.
+    pub namespace: Namespace,
 }
 
 /// Everything found of one attachment.
@@ -138,9 +140,9 @@ impl Row {
         }
     }
 
-    /// The netns path the cache records.
+    /// The netns path its records name (the cache's, else the result's).
     pub fn netns(&self) -> &str {
-        self.cached.as_ref().map_or("", |c| c.entry.netns.as_str())
+        self.cached.as_ref().map_or("", |c| c.namespace.path())
     }
 
     pub fn missing(&self) -> impl Iterator<Item = &Piece> {
@@ -297,12 +299,9 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         );
         let row = c.row(&network, &cid, &ifname);
         row.found(Kind::Cache, path.display().to_string(), Some(modified));
-        if !e.netns.is_empty() {
-            let live = NetNs::open_if_present(std::path::Path::new(&e.netns))
-                .ok()
-                .flatten()
-                .is_some();
-            row.expect(Kind::Netns, e.netns.clone(), live);
+        if !info.namespace.path().is_empty() {
+            let live = info.namespace.is_live();
+            row.expect(Kind::Netns, info.namespace.path().to_string(), live);
         }
         // Its own host interface only: the bridge is every pod's.
         if let Some(name) = &info.host_interface {
@@ -376,8 +375,11 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         }
     }
 
-    // 5. bandwidth's IFBs, ours by their alias, the Go plugin's by name.
+    // 5. bandwidth's IFBs, ours by their alias, the Go plugin's by name;
+    //    and the node ends of bridge's and ptp's veths by their alias (a
+    //    namespace can outlive its runtime's record, and with it its veth).
     collect_ifbs(&mut c, kernel.links.values(), &networks);
+    collect_host_veths(&mut c, kernel.links.values());
 
     // 6. tuning's backups: `<containerID>_<ifname>.json`, no network named.
     let mut tuning_dirs: BTreeSet<PathBuf> = networks
@@ -460,6 +462,7 @@ fn describe(entry: CacheEntry, path: PathBuf, modified: SystemTime) -> Cached {
         .cloned()
         .unwrap_or_default();
     let (ingress_rate, egress_rate) = rates_of(&entry);
+    let namespace = namespace::of(&entry, modified);
     let shaping = (ingress_rate.is_some() || egress_rate.is_some()).then(|| {
         let show = |r: Option<u64>| r.map_or("-".to_string(), |r| format!("{r}bit/s"));
         format!("in {} out {}", show(ingress_rate), show(egress_rate))
@@ -474,6 +477,7 @@ fn describe(entry: CacheEntry, path: PathBuf, modified: SystemTime) -> Cached {
         shaping,
         ingress_rate,
         egress_rate,
+        namespace,
     }
 }
 
@@ -880,6 +884,30 @@ fn collect_ifbs<'a>(
             None => c
                 .row("", "", &link.name)
                 .found(Kind::Ifb, link.name.clone(), None),
+        }
+    }
+}
+
+/// The node-side veths whose alias names their attachment
+/// (`libcni::attach::veth::OwnerAlias`), joined to the row of that
+/// attachment when other state made one (a lease no cache names: the pod a
+/// runtime lost while its namespace stayed). A veth alone makes no row: it
+/// has no age, and an ADD in flight makes it before its lease. The Go
+/// plugins' veths carry no alias, and are found only as a cached result's
+/// host interface.
+fn collect_host_veths<'a>(c: &mut Collector, links: impl Iterator<Item = &'a Link>) {
+    use libcni::attach::veth::OwnerAlias;
+    for link in links.filter(|l| l.kind.as_deref() == Some("veth")) {
+        let Some(o) = link.alias.as_deref().and_then(OwnerAlias::parse) else {
+            continue;
+        };
+        let key = AttachmentKey {
+            network: o.network,
+            container_id: o.container_id,
+            ifname: o.ifname,
+        };
+        if let Some(row) = c.rows.get_mut(&key) {
+            row.found(Kind::HostInterface, link.name.clone(), None);
         }
     }
 }

@@ -114,10 +114,9 @@ pub fn run(
         let l = verdicts[&row.key];
         match l {
             Liveness::Stale => {
-                let why = if row.netns().is_empty() {
-                    "the CRI runtime lists no such sandbox".to_string()
-                } else {
-                    format!("netns {} is gone", row.netns())
+                let why = match &row.cached {
+                    Some(c) if c.namespace.is_gone() => c.namespace.why_not_live(),
+                    _ => "the CRI runtime lists no such sandbox".to_string(),
                 };
                 let _ = writeln!(out, "stale   {} ({why})", describe(row));
             }
@@ -136,9 +135,14 @@ pub fn run(
                 );
             }
             Liveness::Unknown => {
+                let why = row
+                    .cached
+                    .as_ref()
+                    .map(|c| c.namespace.why_not_live())
+                    .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "unknown {} (its cache records no netns and no CRI runtime was asked: \
+                    "unknown {} ({why}, and no CRI runtime was asked: \
                      kept; --cri-socket names the runtime that can tell)",
                     describe(row)
                 );

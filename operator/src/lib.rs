@@ -14,6 +14,7 @@ pub mod doctor;
 pub mod gc;
 pub mod inspect;
 pub mod liveness;
+pub mod namespace;
 pub mod node;
 pub mod repeat;
 
@@ -58,11 +59,16 @@ DESCRIPTION
   attachment with a cache entry shows what it should have and marks what is
   missing (`!lease`); state that no cache names gets a row of its own.
 
-  LIVE says why an attachment counts as live (netns: its namespace exists;
-  sandbox: the CRI runtime lists it; young: newer than --grace) or that it is
-  not (stale: cached, and its namespace gone or its sandbox not listed;
-  unknown: cached without a namespace, as Go libcni before v1.2 caches, and no
-  CRI runtime asked; untied: no cache and no sandbox).
+  LIVE says why an attachment counts as live (netns: the namespace of its
+  ADD is there; sandbox: the CRI runtime lists it; young: newer than --grace)
+  or that it is not (stale: cached, and its namespace gone or its sandbox not
+  listed; unknown: cached, no namespace of its ADD known either way, and no
+  CRI runtime asked; untied: no cache and no sandbox). The namespace is the
+  cache's netns, else the sandbox its result's interfaces name (Go libcni
+  before v1.2 writes no netns), and counts only when the path opens as a
+  network namespace (not a plain file or a directory) that is the ADD's: a
+  bind mount made after the cache entry was written, or a container
+  interface whose MAC is not the result's, is a reused path (unknown).
 
   --json prints the stable schema documented in the README (schemaVersion 1).
 
@@ -79,13 +85,22 @@ SYNOPSIS
   cni-rs gc [NETWORK] [--apply] [--untied] [--every INTERVAL] [OPTIONS]
 
 DESCRIPTION
-  Lists each stale attachment (cached, but its namespace is gone, its
-  sandbox is not listed, and it is older than --grace) and each piece it
-  holds. Untied state (no cache entry, no sandbox, older than --grace: a
-  lease only a runtime without a cache knows) is listed and kept, and so is
-  an unknown attachment (its cache records no namespace, as Go libcni before
-  v1.2 writes it, and no CRI runtime could be asked about its sandbox): it is
-  never removed without a runtime that says its sandbox is gone.
+  Lists each stale attachment (cached, older than --grace, and its
+  namespace gone or its sandbox not listed by the CRI runtime) and each
+  piece it holds. The namespace is the first record of these that names
+  one: the cache's netns (Go libcni v1.2 and later, our cnitool), else the
+  sandbox of the cached result's interfaces (every interface naming one must
+  name the same; Go libcni before v1.2, as in containerd 1.6/1.7 and
+  podman 4), else none. It is gone when the path does not open as a network
+  namespace (missing, a plain file an unmounted bind mount leaves, a
+  directory); it is live only when it is the ADD's namespace (a bind mount
+  older than the cache entry, and the container interface, if there, with
+  the result's MAC).
+  Untied state (no cache entry, no sandbox, older than --grace: a lease only
+  a runtime without a cache knows) is listed and kept, and so is an unknown
+  attachment (no namespace recorded, sandboxes that disagree, or a path that
+  now holds another namespace, and no CRI runtime could be asked about its
+  sandbox): it is never removed without a runtime that says it is gone.
 
   --apply removes them: DEL of each stale attachment through its chain (with
   its cached result), then DEL by identity (container ID and interface) of

@@ -1,20 +1,23 @@
 //! Which attachments are live. An attachment is live when any of these
 //! holds, checked in this order:
-//! 1. the network namespace its cache records exists (a namespace file
-//!    that is really a namespace);
+//! 1. the network namespace its records name is there, and is the one of
+//!    its ADD ([`crate::namespace`]: the cache's `netns`, else the
+//!    `sandbox` of its result's interfaces, opened as nsfs and checked);
 //! 2. the CRI runtime lists its sandbox (ready or not: the runtime will
 //!    call DEL when it stops it);
 //! 3. its newest file is younger than the grace period: an ADD in flight
 //!    already holds a lease and rules, but the runtime caches its result
 //!    only when the whole chain succeeded.
 //!
-//! A cached attachment that is not live is *stale*, when its death is
-//! proven: its cache records a namespace (Go libcni before v1.2, as in
-//! containerd 1.6 and 1.7, records none), or a CRI runtime was asked and
-//! does not list it. Otherwise it is *unknown*. State that no cache entry
-//! names and that is not live by 2 or 3 is *untied*: a runtime without a
-//! cache may still own it. Unknown and untied state is only removed on
-//! request.
+//! A cached attachment that is not live is *stale* when its death is
+//! proven: the namespace its records name is gone (no such path, or no
+//! network namespace there), or a CRI runtime was asked and does not list
+//! it. Otherwise it is *unknown*: its records name no namespace, their
+//! sandboxes disagree, or the path holds a namespace that is not the
+//! ADD's (a reused path, which proves nothing about the pod). State that
+//! no cache entry names and that is not live by 2 or 3 is *untied*: a
+//! runtime without a cache may still own it. Unknown and untied state is
+//! only removed on request.
 //!
 //! An attachment with a live sibling (another interface of the same
 //! container on the same network) is live too: the rules and the IFB of
@@ -25,7 +28,7 @@ use std::time::{Duration, SystemTime};
 
 use std::collections::{BTreeMap, BTreeSet as Set};
 
-use crate::collect::{AttachmentKey, Kind, Row};
+use crate::collect::{AttachmentKey, Row};
 
 /// Kubelet's default pod start timeout is 4 minutes; an ADD taking longer
 /// than 2 is far beyond anything normal.
@@ -40,7 +43,8 @@ pub enum Liveness {
     Sibling,
     /// Cached, and none of the above.
     Stale,
-    /// Cached without a namespace, and no CRI runtime asked.
+    /// Cached, no namespace of its ADD known to be there or gone, and no
+    /// CRI runtime asked.
     Unknown,
     /// Not cached, and not a sandbox nor young.
     Untied,
@@ -99,11 +103,8 @@ impl Judge {
     }
 
     fn own_liveness(&self, row: &Row) -> Liveness {
-        let netns_present = row
-            .pieces
-            .iter()
-            .any(|p| p.kind == Kind::Netns && p.present);
-        if netns_present {
+        let namespace = row.cached.as_ref().map(|c| &c.namespace);
+        if namespace.is_some_and(|n| n.is_live()) {
             return Liveness::Netns;
         }
         let cid = &row.key.container_id;
@@ -120,9 +121,8 @@ impl Judge {
         if young {
             return Liveness::Young;
         }
-        let netns_recorded = row.pieces.iter().any(|p| p.kind == Kind::Netns);
-        match row.cached {
-            Some(_) if netns_recorded || self.sandboxes.is_some() => Liveness::Stale,
+        match namespace {
+            Some(n) if n.is_gone() || self.sandboxes.is_some() => Liveness::Stale,
             Some(_) => Liveness::Unknown,
             None => Liveness::Untied,
         }

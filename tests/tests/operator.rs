@@ -530,9 +530,10 @@ fn gc_asks_containerd_which_sandboxes_live() {
         })
         .collect();
 
-    // Listed by the runtime: live, though go-cni's cache names no netns.
-    // containerd 1.6 attaches each pod to its built-in loopback network
-    // too (`cni-loopback`, cached, in no conf dir).
+    // Live by their namespaces, though go-cni's cache names no netns: the
+    // results' interfaces name it as their sandbox. containerd 1.6
+    // attaches each pod to its built-in loopback network too
+    // (`cni-loopback`, cached, in no conf dir).
     let out = operator_beside(&first, conf.path(), "inspect", &["--json", "--grace", "0"]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     let rows = out.json()["attachments"].as_array().unwrap().clone();
@@ -551,14 +552,18 @@ fn gc_asks_containerd_which_sandboxes_live() {
         "{rows:#?}"
     );
     for r in &rows {
-        assert_eq!(r["liveness"], "sandbox", "{r:#}");
+        assert_eq!(r["liveness"], "netns", "{r:#}");
+        assert!(
+            r["netns"].as_str().unwrap().starts_with("/var/run/netns/cni-"),
+            "{r:#}"
+        );
         assert_eq!(r["missing"], json!([]), "{r:#}");
         assert!(dead.contains(&cid_of(r).to_string()), "{r:#}");
     }
     let out = operator_beside(&first, conf.path(), "gc", &["--grace", "0", "--apply"]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert!(!out.stdout.contains("stale"), "{out:?}");
-    // Without the runtime to ask, nothing tells they live: unknown, kept.
+    // Without the runtime to ask, their namespaces still tell: kept.
     let before = NetSnapshot::take(&node);
     let none = ["--grace", "0", "--cri-socket", "none"];
     let out = operator_beside(
@@ -568,7 +573,7 @@ fn gc_asks_containerd_which_sandboxes_live() {
         &[&none[..], &["--json"]].concat(),
     );
     let rows = out.json()["attachments"].as_array().unwrap().clone();
-    assert!(rows.iter().all(|r| r["liveness"] == "unknown"), "{rows:#?}");
+    assert!(rows.iter().all(|r| r["liveness"] == "netns"), "{rows:#?}");
     let out = operator_beside(
         &first,
         conf.path(),
@@ -576,7 +581,7 @@ fn gc_asks_containerd_which_sandboxes_live() {
         &[&none[..], &["--apply", "--untied"]].concat(),
     );
     assert_eq!(out.exit_code, 0, "{out:?}");
-    assert_eq!(out.stdout.matches("unknown ").count(), 4, "{out:?}");
+    assert_eq!(out.stdout, "", "{out:?}");
     assert_eq!(before.diff(&NetSnapshot::take(&node)), Vec::<String>::new());
 
     // The runtime dies between ADD and DEL; a new one starts without its
