@@ -116,6 +116,15 @@ ensure_containerd() {
   with_services_held apt_install --no-install-recommends containerd runc busybox-static
 }
 
+# A real podman on its CNI backend (Debian's 4.3: Go libcni 1.1.2, runc,
+# conmon) for tests/tests/podman.rs's reboot test, which runs containers
+# from a busybox-static root file system.
+ensure_podman() {
+  command -v podman >/dev/null 2>&1 && command -v conmon >/dev/null 2>&1 &&
+    command -v runc >/dev/null 2>&1 && [ -x /bin/busybox ] && return 0
+  with_services_held apt_install --no-install-recommends podman conmon runc busybox-static
+}
+
 # Runs "$@" with a policy-rc.d that refuses every service start, unless one
 # is there already.
 with_services_held() {

@@ -16,6 +16,7 @@ ensure_runtime_deps
 ensure_reference_tools
 ensure_go_clients
 ensure_containerd
+ensure_podman
 ensure_release_test_deps
 ensure_firewalld
 

@@ -238,42 +238,48 @@ impl Containerd {
 
     /// Removes this containerd's cgroups (runc leaves the parents, and the
     /// leaves of sandboxes that were running when containerd was killed).
-    /// The killed processes leave their cgroups a moment after the kill:
-    /// a cgroup is retried until it is empty (bounded).
     fn remove_cgroups(&self) {
-        fn remove_tree(dir: &Path) -> bool {
-            if let Ok(entries) = std::fs::read_dir(dir) {
-                for e in entries.flatten() {
-                    if e.file_type().is_ok_and(|t| t.is_dir()) {
-                        remove_tree(&e.path());
-                    }
+        remove_cgroups(&self.cgroup_parent, "containerd");
+    }
+}
+
+/// Removes the cgroup tree `parent` (`/name`) from every hierarchy, after
+/// `runtime` was killed with its processes. The killed processes leave
+/// their cgroups a moment after the kill: a cgroup is retried until it is
+/// empty (bounded).
+pub(crate) fn remove_cgroups(parent: &str, runtime: &str) {
+    fn remove_tree(dir: &Path) -> bool {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    remove_tree(&e.path());
                 }
             }
-            std::fs::remove_dir(dir).is_ok() || !dir.exists()
         }
-        let rel = self.cgroup_parent.trim_start_matches('/');
-        let mut dirs: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|c| c.path().join(rel))
-            .filter(|d| d.exists())
-            .collect();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !dirs.is_empty() && Instant::now() < deadline {
-            dirs.retain(|d| !remove_tree(d));
-            if !dirs.is_empty() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
+        std::fs::remove_dir(dir).is_ok() || !dir.exists()
+    }
+    let rel = parent.trim_start_matches('/');
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|c| c.path().join(rel))
+        .filter(|d| d.exists())
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !dirs.is_empty() && Instant::now() < deadline {
+        dirs.retain(|d| !remove_tree(d));
         if !dirs.is_empty() {
-            let msg = format!("cgroups left after containerd was killed: {dirs:?}");
-            // A second panic while unwinding would abort the test binary.
-            if std::thread::panicking() {
-                eprintln!("{msg}");
-            } else {
-                panic!("{msg}");
-            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if !dirs.is_empty() {
+        let msg = format!("cgroups left after {runtime} was killed: {dirs:?}");
+        // A second panic while unwinding would abort the test binary.
+        if std::thread::panicking() {
+            eprintln!("{msg}");
+        } else {
+            panic!("{msg}");
         }
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod containerd;
 pub mod firewalld;
+pub mod podman;
 pub mod release;
 pub mod topology;
 pub mod traffic;

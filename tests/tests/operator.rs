@@ -15,10 +15,11 @@ use std::time::{Duration, Instant};
 use tests::containerd::{Containerd, SANDBOX_PAGE};
 use tests::*;
 
-/// Our chain: every plugin with state of its own on the node.
-fn our_conflist(state: &TempDir) -> Value {
+/// Our chain: every plugin with state of its own on the node, at
+/// `version`.
+fn our_conflist(state: &TempDir, version: &str) -> Value {
     json!({
-        "cniVersion": "1.1.0", "name": "opnet",
+        "cniVersion": version, "name": "opnet",
         "plugins": [
             {"type": "bridge", "bridge": "cni-op0", "isGateway": true, "ipMasq": true,
              "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
@@ -128,6 +129,37 @@ fn cid_of(row: &Value) -> &str {
     row["containerID"].as_str().unwrap()
 }
 
+/// Who ADDs, DELs and caches: the runtime side of the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runtime {
+    /// Our cnitool: its cache records the netns.
+    Ours,
+    /// Upstream Go libcni 1.1.2 (`go-cnitool`), as containerd 1.6/1.7's
+    /// go-cni and podman 4 carry it: its cache records no netns, only the
+    /// result, whose container interface names the namespace as its
+    /// `sandbox`.
+    GoLibcni,
+}
+
+impl Runtime {
+    /// `verb network netns` through this runtime's client, in the node.
+    fn call(self, node: &Node, args: &[&str], env: &[(&str, &str)]) -> PluginOutput {
+        match self {
+            Runtime::Ours => node.cnitool_with(&bin("cnitool"), args, env),
+            Runtime::GoLibcni => node.go_cnitool(&go_cnitool().expect("go-cnitool"), args, env),
+        }
+    }
+
+    /// The newest CNI version its libcni speaks (Go libcni 1.1.2 stops
+    /// at 1.0.0).
+    fn cni_version(self) -> &'static str {
+        match self {
+            Runtime::Ours => "1.1.0",
+            Runtime::GoLibcni => "1.0.0",
+        }
+    }
+}
+
 /// The issue's node: 20 live pods (ours, the Go plugins', flannel's) and
 /// 10 leaked attachments of every kind: namespaces removed without DEL
 /// (ours, the Go plugins' with their IFBs and iptables chains, flannel's
@@ -141,13 +173,32 @@ fn cid_of(row: &Value) -> &str {
 /// 20 live with every piece present.
 #[test]
 fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
-    if !require_root("gc_removes_exactly_the_dead_and_inspect_shows_the_live") {
+    gc_removes_exactly_the_dead(Runtime::Ours);
+}
+
+/// The same node with every cache written by Go libcni 1.1.2 and no CRI
+/// socket: the namespace of each attachment is known from its result's
+/// `sandbox` alone.
+#[test]
+fn gc_removes_exactly_the_dead_of_go_libcni_caches() {
+    gc_removes_exactly_the_dead(Runtime::GoLibcni);
+}
+
+fn gc_removes_exactly_the_dead(runtime: Runtime) {
+    let test = format!("gc_removes_exactly_the_dead via {runtime:?}");
+    if !require_root(&test) {
         return;
+    }
+    if runtime == Runtime::GoLibcni && go_cnitool().is_none() {
+        return; // said loudly; a failure under CI=true
     }
     let node = Node::new("op");
     node.ns.ip(&["link", "set", "lo", "up"]);
     let state = TempDir::new("op-state");
-    node.write_conf("10-opnet.conflist", &our_conflist(&state));
+    node.write_conf(
+        "10-opnet.conflist",
+        &our_conflist(&state, runtime.cni_version()),
+    );
     node.write_conf(
         "20-gonet.conflist",
         &go_conflist(&state, "gonet", "cni-op1", 1),
@@ -174,7 +225,7 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         if net == "gonet" || net == "oldnet" {
             env.push(("CNI_PATH", &go_dir));
         }
-        let out = node.cnitool_with(&bin("cnitool"), &["add", net, &path], &env);
+        let out = runtime.call(&node, &["add", net, &path], &env);
         assert_eq!(out.exit_code, 0, "{net} {cid}: {out:?}");
         out.json()["ips"][0]["address"]
             .as_str()
@@ -189,8 +240,8 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
     let warm = Netns::new("op-warm");
     add("oldnet", &warm, "warm", 8999);
     let path = warm.path().display().to_string();
-    let out = node.cnitool_with(
-        &bin("cnitool"),
+    let out = runtime.call(
+        &node,
         &["del", "oldnet", &path],
         &[("CNI_CONTAINERID", "warm"), ("CNI_PATH", &go_dir)],
     );
@@ -208,6 +259,18 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         .collect();
     let only_live = NetSnapshot::take(&node.ns);
     let live_files = (tree(state.path()), tree(&node.shared_cache_dir()));
+    if runtime == Runtime::GoLibcni {
+        let results = node.shared_cache_dir().join("results");
+        for name in tree(&results).iter().filter(|f| !f.ends_with('/')) {
+            let entry: Value =
+                serde_json::from_slice(&std::fs::read(results.join(name)).unwrap()).unwrap();
+            assert_eq!(entry["kind"], "cniCacheV1", "{name}");
+            assert!(
+                entry.get("netns").is_none(),
+                "Go libcni 1.1.2 wrote a netns: {entry:#}"
+            );
+        }
+    }
 
     // The 10 leaked.
     let leak = |net: &str, i: usize| {
@@ -425,9 +488,165 @@ fn gc_removes_exactly_the_dead_and_inspect_shows_the_live() {
         if nets(i) == "gonet" {
             env.push(("CNI_PATH", &go_dir));
         }
-        let out = node.cnitool_with(&bin("cnitool"), &["del", nets(i), &path], &env);
+        let out = runtime.call(&node, &["del", nets(i), &path], &env);
         assert_eq!(out.exit_code, 0, "{out:?}");
     }
+}
+
+/// Go libcni 1.1.2's caches, whose namespace is the result's `sandbox`,
+/// against paths that no longer hold the ADD's namespace: one removed and
+/// made again at the same path, one whose container interface has another
+/// MAC than the result's, one left as the plain file an unmounted bind
+/// mount leaves. The first two hold a namespace but not the pod's: unknown,
+/// kept whole. The plain file is no namespace: stale, collected. The live
+/// pod keeps everything, traffic included.
+#[test]
+fn gc_keeps_a_reused_sandbox_path_and_takes_a_plain_file() {
+    if !require_root("gc_keeps_a_reused_sandbox_path_and_takes_a_plain_file") {
+        return;
+    }
+    let Some(go) = go_cnitool() else {
+        return; // said loudly; a failure under CI=true
+    };
+    let node = Node::new("opreuse");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opreuse-state");
+    node.write_conf(
+        "10-reuse.conflist",
+        &json!({
+            "cniVersion": "1.0.0", "name": "reusenet",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni-reuse", "isGateway": true, "ipMasq": true,
+                 "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
+                          "ranges": [[{"subnet": "10.82.0.0/24"}]]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        }),
+    );
+    let add = |pod: &Netns, cid: &str, port: u16| -> String {
+        let caps =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string();
+        let path = pod.path().display().to_string();
+        let out = node.go_cnitool(
+            &go,
+            &["add", "reusenet", &path],
+            &[("CAP_ARGS", &caps), ("CNI_CONTAINERID", cid)],
+        );
+        assert_eq!(out.exit_code, 0, "{cid}: {out:?}");
+        let ip = out.json()["ips"][0]["address"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        ip.split('/').next().unwrap().to_string()
+    };
+    let pods: Vec<Netns> = ["live", "reused", "remac", "file"]
+        .iter()
+        .map(|n| Netns::new(&format!("opreuse-{n}")))
+        .collect();
+    let ips: Vec<String> = ["live", "reused", "remac", "file"]
+        .iter()
+        .zip(&pods)
+        .enumerate()
+        .map(|(i, (cid, pod))| add(pod, cid, 9300 + i as u16))
+        .collect();
+    let ip = |args: &[&str]| run_ok(Command::new("ip").args(args));
+    // "reused": its namespace goes, a new one is bound at its path.
+    ip(&["netns", "del", pods[1].name()]);
+    ip(&["netns", "add", pods[1].name()]);
+    // "remac": the result now records another MAC for its eth0.
+    let results = node.shared_cache_dir().join("results");
+    let remac = results.join("reusenet-remac-eth0");
+    let mut entry: Value = serde_json::from_slice(&std::fs::read(&remac).unwrap()).unwrap();
+    assert!(entry.get("netns").is_none(), "{entry:#}");
+    for i in entry["result"]["interfaces"].as_array_mut().unwrap() {
+        if i.get("sandbox").is_some() {
+            i["mac"] = json!("02:00:00:00:00:01");
+        }
+    }
+    std::fs::write(&remac, serde_json::to_vec(&entry).unwrap()).unwrap();
+    // "file": the namespace goes, its mount point stays as a plain file.
+    ip(&["netns", "del", pods[3].name()]);
+    std::fs::write(pods[3].path(), "").unwrap();
+    // The pods' namespaces took two veths with them.
+    wait_for_veths(&node.ns, 2);
+
+    let rows = inspect(&node, &["--grace", "0"]);
+    let liveness = |cid: &str| {
+        rows.iter()
+            .find(|r| cid_of(r) == cid)
+            .unwrap_or_else(|| panic!("{cid}: {rows:#?}"))["liveness"]
+            .clone()
+    };
+    assert_eq!(rows.len(), 4, "{rows:#?}");
+    for (cid, want) in [
+        ("live", "netns"),
+        ("reused", "unknown"),
+        ("remac", "unknown"),
+        ("file", "stale"),
+    ] {
+        assert_eq!(liveness(cid), want, "{cid}: {rows:#?}");
+    }
+    let dry = gc(&node, &["--grace", "0"]);
+    assert_eq!(dry.exit_code, 1, "{dry:?}");
+    assert!(
+        dry.stdout.contains(&format!(
+            "unknown reusenet reused eth0 (netns {} (from the result) holds a namespace bound \
+             after the ADD's cache was written",
+            pods[1].path().display()
+        )),
+        "{dry:?}"
+    );
+    assert!(
+        dry.stdout.contains(&format!(
+            "unknown reusenet remac eth0 (netns {} (from the result) holds a namespace whose \
+             eth0 has MAC",
+            pods[2].path().display()
+        )),
+        "{dry:?}"
+    );
+    assert!(
+        dry.stdout.contains(&format!(
+            "stale   reusenet file eth0 (netns {} (from the result) is a regular file, not a \
+             network namespace",
+            pods[3].path().display()
+        )),
+        "{dry:?}"
+    );
+
+    // --apply takes the plain file's attachment alone.
+    let kept: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .filter(|r| cid_of(r) != "file")
+        .map(|r| (cid_of(r).to_string(), kinds(r)))
+        .collect();
+    let out = gc(&node, &["--grace", "0", "--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    let rows = inspect(&node, &["--grace", "0"]);
+    let after: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .map(|r| (cid_of(r).to_string(), kinds(r)))
+        .collect();
+    assert_eq!(after, kept, "{out:?}");
+    let leases = leases_in(&state.path().join("leases/reusenet"));
+    assert_eq!(leases.len(), 3, "{leases:?}");
+    assert!(!leases.contains(&ips[3]), "{leases:?}");
+    let rules =
+        String::from_utf8_lossy(&run_ok(&mut node.ns.command("iptables-save")).stdout).to_string();
+    assert!(
+        !rules.contains("dport 9303"),
+        "the file's host port went: {rules}"
+    );
+    for port in [9300, 9301, 9302] {
+        assert!(
+            rules.contains(&format!("dport {port}")),
+            "{port} stays: {rules}"
+        );
+    }
+    assert!(traffic::ping_ok(&node.ns, &ips[0]), "the live pod answers");
+    let again = gc(&node, &["--grace", "0"]);
+    assert!(!again.stdout.contains("stale"), "{again:?}");
+    let _ = std::fs::remove_file(pods[3].path());
 }
 
 /// kubelet's pod: host port `port` to 80, shaped 10 Mbit/s each way.
@@ -554,7 +773,10 @@ fn gc_asks_containerd_which_sandboxes_live() {
     for r in &rows {
         assert_eq!(r["liveness"], "netns", "{r:#}");
         assert!(
-            r["netns"].as_str().unwrap().starts_with("/var/run/netns/cni-"),
+            r["netns"]
+                .as_str()
+                .unwrap()
+                .starts_with("/var/run/netns/cni-"),
             "{r:#}"
         );
         assert_eq!(r["missing"], json!([]), "{r:#}");
@@ -699,21 +921,38 @@ fn backdate(cid: &str, dirs: &[&Path]) {
 /// cached, lose their IFB and rules.)
 #[test]
 fn gc_looping_beside_64_cycling_pods_takes_nothing_live() {
-    if !require_root("gc_looping_beside_64_cycling_pods_takes_nothing_live") {
+    gc_looping_beside_64_cycling_pods(Runtime::Ours);
+}
+
+/// The same with Go libcni 1.1.2's caches (no netns in them): the leaked
+/// pods are found dead by their results' sandboxes, and no live one is.
+#[test]
+fn gc_looping_beside_64_cycling_pods_of_go_libcni_takes_nothing_live() {
+    gc_looping_beside_64_cycling_pods(Runtime::GoLibcni);
+}
+
+fn gc_looping_beside_64_cycling_pods(runtime: Runtime) {
+    let test = format!("gc_looping_beside_64_cycling_pods via {runtime:?}");
+    if !require_root(&test) {
         return;
+    }
+    if runtime == Runtime::GoLibcni && go_cnitool().is_none() {
+        return; // said loudly; a failure under CI=true
     }
     let node = Node::new("opcyc");
     node.ns.ip(&["link", "set", "lo", "up"]);
     let state = TempDir::new("opcyc-state");
-    node.write_conf("10-opnet.conflist", &our_conflist(&state));
-    let cnitool = bin("cnitool");
+    node.write_conf(
+        "10-opnet.conflist",
+        &our_conflist(&state, runtime.cni_version()),
+    );
     let run = |verb: &str, pod: &Netns, cid: &str| {
         let path = pod.path().display().to_string();
         let caps =
             json!({"portMappings": [{"hostPort": 20000, "containerPort": 80, "protocol": "tcp"}]})
                 .to_string();
-        node.cnitool_with(
-            &cnitool,
+        runtime.call(
+            &node,
             &[verb, "opnet", &path],
             &[("CNI_CONTAINERID", cid), ("CAP_ARGS", &caps)],
         )
@@ -813,7 +1052,7 @@ fn doctor_names_what_needs_attention() {
     let node = Node::new("opdoc");
     node.ns.ip(&["link", "set", "lo", "up"]);
     let state = TempDir::new("opdoc-state");
-    node.write_conf("10-opnet.conflist", &our_conflist(&state));
+    node.write_conf("10-opnet.conflist", &our_conflist(&state, "1.1.0"));
     node.conf_dir.write(
         "20-broken.conflist",
         "{\"name\": \"broken\", \"plugins\": [",

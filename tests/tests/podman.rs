@@ -6,9 +6,13 @@
 //! firewalld on a private system bus), where the firewall plugin's default
 //! backend is firewalld, as on RHEL and Fedora. Checks traffic to the
 //! gateway, out through the node and to a host port, the firewall's state,
-//! a sysctl set by tuning, CHECK, and that DEL takes all of it back.
+//! a sysctl set by tuning, CHECK, and that DEL takes all of it back. And a
+//! real podman 4.3 on its CNI backend, rebooted with a container running:
+//! what the power cut leaves is found and collected by `cni-rs gc`.
 
 use serde_json::{json, Value};
+use tests::podman::Podman;
+use tests::traffic::http_get;
 use tests::*;
 
 fn cat(ns: &Netns, path: &str) -> String {
@@ -394,4 +398,135 @@ fn podman_generated_network_on_a_firewalld_node() {
     for client in [Client::Ours, Client::GoCnitool, Client::Cri] {
         podman_chain(client, true);
     }
+}
+
+/// The leases of podman's network, by address.
+fn leased(dirs: &Dirs) -> Vec<String> {
+    leases_in(&dirs.leases.path().join("podman"))
+}
+
+/// A real podman 4.3 on its CNI backend (Go libcni 1.1.2 inside: its cache
+/// records no netns) with its generated network, rebooted while container
+/// `a` runs: `/run` comes back empty, with no DEL, and the leases, cache,
+/// rules and records stay. After the boot container `b` runs. `cni-rs gc`
+/// finds exactly `a` dead (the namespace its result names is gone), and
+/// `gc --apply` removes its lease, host-port, masquerade and firewall
+/// rules, cache entry and tuning backup; `b` keeps every piece and answers
+/// on its address and its host port; a second `gc` finds nothing.
+#[test]
+fn podman_reboot_leaves_what_gc_collects() {
+    if !require_root("podman_reboot_leaves_what_gc_collects") {
+        return;
+    }
+    let node = Node::new("pmboot");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let dirs = Dirs {
+        leases: TempDir::new("pmboot-leases"),
+        firewall: TempDir::new("pmboot-firewall"),
+        backups: TempDir::new("pmboot-tuning"),
+    };
+    node.write_conf("87-podman.conflist", &podman_conflist(&dirs, true));
+    let mut podman = Podman::boot(&node.ns.path(), node.conf_dir.path(), &bin_dir());
+    let gc = |podman: &Podman, extra: &[&str]| -> PluginOutput {
+        let mut cmd = podman.command(&bin("cni-rs"));
+        cmd.args(["gc", "--cri-socket", "none", "--grace", "0"])
+            .arg("--cache-dir")
+            .arg(podman.var_lib_cni())
+            .arg("--conf-dir")
+            .arg(node.conf_dir.path())
+            .arg("--bin-dir")
+            .arg(bin_dir())
+            .args(extra);
+        call_plugin_cmd(cmd, &[], "")
+    };
+    let results = |podman: &Podman| tree(&podman_results(podman));
+
+    let a = podman.run_web("a", "podman", 8080, "container a");
+    assert_eq!(leased(&dirs), ["10.88.0.2"]);
+    let cache = podman_results(&podman).join(format!("podman-{a}-eth0"));
+    let entry: Value = serde_json::from_slice(&std::fs::read(&cache).unwrap()).unwrap();
+    assert!(entry.get("netns").is_none(), "{entry:#}");
+    let sandbox = entry["result"]["interfaces"][2]["sandbox"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(sandbox.starts_with("/run/netns/netns-"), "{entry:#}");
+    let out = gc(&podman, &[]);
+    assert_eq!(out.exit_code, 0, "a runs: nothing to collect: {out:?}");
+
+    podman.reboot();
+    let b = podman.run_web("b", "podman", 8081, "container b");
+    // Nothing of `a` was deleted by the power cut or by podman's refresh.
+    assert_eq!(leased(&dirs), ["10.88.0.2", "10.88.0.3"]);
+    assert_eq!(records(&dirs.firewall).len(), 2);
+    let before = filter_rules(&node.ns);
+    assert!(
+        before.iter().any(|r| r.contains("10.88.0.2/32")),
+        "{before:#?}"
+    );
+
+    let dry = gc(&podman, &[]);
+    assert_eq!(dry.exit_code, 1, "{dry:?}");
+    let listed: Vec<&str> = dry
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("  "))
+        .collect();
+    assert_eq!(
+        listed,
+        [format!(
+            "stale   podman {a} eth0 (netns {sandbox} (from the result) does not exist)"
+        )],
+        "{dry:?}"
+    );
+
+    let out = gc(&podman, &["--apply"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(leased(&dirs), ["10.88.0.3"], "{out:?}");
+    assert_eq!(results(&podman), [format!("podman-{b}-eth0")], "{out:?}");
+    assert_eq!(
+        records(&dirs.firewall),
+        [format!("10.88.0.3 {b} iptables")],
+        "{out:?}"
+    );
+    assert_eq!(tree(dirs.backups.path()), [format!("{b}_eth0.json")]);
+    let nat = String::from_utf8_lossy(
+        &run_ok(node.ns.command("iptables-save").args(["-t", "nat"])).stdout,
+    )
+    .to_string();
+    assert!(!nat.contains("10.88.0.2"), "{nat}");
+    assert!(!nat.contains("--dport 8080"), "{nat}");
+    assert!(nat.contains("--dport 8081"), "{nat}");
+    let filter = filter_rules(&node.ns);
+    assert!(
+        !filter.iter().any(|r| r.contains("10.88.0.2/32")),
+        "{filter:#?}"
+    );
+    assert!(
+        filter.iter().any(|r| r.contains("10.88.0.3/32")),
+        "{filter:#?}"
+    );
+
+    // b answers, on its address and through its host port.
+    assert_eq!(
+        http_get(&node.ns, "10.88.0.3", 80).as_deref(),
+        Some("container b")
+    );
+    assert_eq!(
+        http_get(&node.ns, "10.88.0.1", 8081).as_deref(),
+        Some("container b")
+    );
+    let again = gc(&podman, &[]);
+    assert_eq!(again.exit_code, 0, "{again:?}");
+    assert_eq!(again.stdout, "", "{again:?}");
+
+    // podman's own removal of both: b's DEL leaves the node clean.
+    let out = podman.podman(&["rm", "-f", "a", "b"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert_eq!(leased(&dirs), Vec::<String>::new());
+    assert_eq!(results(&podman), Vec::<String>::new());
+}
+
+fn podman_results(podman: &Podman) -> std::path::PathBuf {
+    podman.var_lib_cni().join("results")
 }
