@@ -132,7 +132,7 @@ pub struct Row {
 }
 
 impl Row {
-    fn new(key: AttachmentKey) -> Row {
+    pub(crate) fn new(key: AttachmentKey) -> Row {
         Row {
             key,
             cached: None,

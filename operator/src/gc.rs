@@ -376,3 +376,42 @@ fn remove_lease(location: &str) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(network: &str, cid: &str) -> Row {
+        Row::new(AttachmentKey {
+            network: network.into(),
+            container_id: cid.into(),
+            ifname: "eth0".into(),
+        })
+    }
+
+    #[test]
+    fn only_the_proven_dead_and_asked_for_untied_are_targets() {
+        let plain = GcOptions::default();
+        let untied = GcOptions {
+            untied: true,
+            ..GcOptions::default()
+        };
+        #[rustfmt::skip]
+        let cases = [
+            ("stale", Liveness::Stale, row("n", "c"), &plain, true),
+            ("stale, with --untied", Liveness::Stale, row("n", "c"), &untied, true),
+            ("untied, not asked for", Liveness::Untied, row("n", "c"), &plain, false),
+            ("untied, asked for", Liveness::Untied, row("n", "c"), &untied, true),
+            ("untied, no owner", Liveness::Untied, row("", ""), &untied, false),
+            ("untied, no container", Liveness::Untied, row("n", ""), &untied, false),
+            ("unknown, even with --untied", Liveness::Unknown, row("n", "c"), &untied, false),
+            ("netns", Liveness::Netns, row("n", "c"), &untied, false),
+            ("sandbox", Liveness::Sandbox, row("n", "c"), &untied, false),
+            ("young", Liveness::Young, row("n", "c"), &untied, false),
+            ("sibling", Liveness::Sibling, row("n", "c"), &untied, false),
+        ];
+        for (what, l, r, opts, want) in cases {
+            assert_eq!(is_target(l, &r, opts), want, "{what}");
+        }
+    }
+}

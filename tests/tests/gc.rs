@@ -145,8 +145,15 @@ fn gc_verb_takes_the_veth_of_a_pod_its_runtime_lost() {
     let cnitool = bin("cnitool");
     // cnitool's container IDs, derived from the namespace path as `gc`
     // derives those it keeps.
-    let add = |pod: &Netns| -> String {
-        let out = node.cnitool_with(&cnitool, &["add", "lostnet", &path_of(pod)], &[]);
+    let add = |pod: &Netns, port: u16| -> String {
+        let caps =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string();
+        let out = node.cnitool_with(
+            &cnitool,
+            &["add", "lostnet", &path_of(pod)],
+            &[("CAP_ARGS", &caps)],
+        );
         assert_eq!(out.exit_code, 0, "{out:?}");
         out.json()["ips"][0]["address"]
             .as_str()
@@ -170,9 +177,10 @@ fn gc_verb_takes_the_veth_of_a_pod_its_runtime_lost() {
         Netns::new("gclost-lost"),
         Netns::new("gclost-new"),
     );
-    let live_ip = add(&live);
+    let live_ip = add(&live, 8281);
     let live_ports = ports();
-    let lost_ip = add(&lost);
+    let only_live = NetSnapshot::take(&node.ns);
+    let lost_ip = add(&lost, 8282);
     assert_eq!(ports().len(), 2);
     // The runtime's record of the lost pod is gone; its namespace stays.
     let results = node.shared_cache_dir().join("results");
@@ -190,11 +198,16 @@ fn gc_verb_takes_the_veth_of_a_pod_its_runtime_lost() {
     let out = node.cnitool_with(&cnitool, &["gc", "lostnet", &path_of(&live)], &[]);
     assert_eq!(out.exit_code, 0, "{out:?}");
     assert_eq!(ports(), live_ports, "only the live pod's port is left");
+    assert_eq!(
+        only_live.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new(),
+        "the node is the live pod's alone: its veth, masquerade and host port gone"
+    );
     assert!(lost.link("eth0").is_none(), "the lost pod's end went too");
     assert_eq!(leases_in(&state.path().join("leases/lostnet")).len(), 1);
 
     // The freed address, handed to a new pod: one answer per ping, from it.
-    let new_ip = add(&new);
+    let new_ip = add(&new, 8283);
     assert_eq!(new_ip, lost_ip);
     let bare = |a: &str| a.split('/').next().unwrap().to_string();
     for (from, to) in [(&new, bare(&live_ip)), (&live, bare(&new_ip))] {
