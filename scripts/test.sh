@@ -51,7 +51,7 @@ if scripts/release.sh --out "$release_out/dist"; then
   mkdir -p "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-linux-*.tgz -C "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
-  env CNI_TEST_BIN_DIR="$release_out/bin" cargo test -p tests --no-fail-fast \
+  env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 cargo test -p tests --no-fail-fast \
     --test empty_root --test daemonset || status=$?
 else
   echo "error: scripts/release.sh failed: the release form is not tested" >&2

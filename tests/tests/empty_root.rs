@@ -60,6 +60,35 @@ fn every_shipped_binary_is_static() {
     }
 }
 
+/// The crash campaign's hook (`libcni::fault`, read from `CNI_FAULT_POINT`)
+/// is in the test builds, where every fault point must be able to kill its
+/// plugin, and in no release: `scripts/test.sh` runs this file against the
+/// release's binaries with `CNI_TEST_RELEASE=1`. Either way, it is checked.
+#[test]
+fn the_fault_hook_is_in_test_builds_and_in_no_release() {
+    let holds_hook = |name: &str| {
+        let bytes = std::fs::read(bin(name)).expect("read binary");
+        bytes.windows(15).any(|w| w == b"CNI_FAULT_POINT")
+    };
+    if std::env::var("CNI_TEST_RELEASE").as_deref() == Ok("1") {
+        for name in shipped() {
+            assert!(
+                !holds_hook(&name),
+                "the release's {name} holds the fault hook"
+            );
+        }
+    } else {
+        // The plugins the crash campaign kills, and the multicall form.
+        for name in ["bridge", "host-local", "portmap", "cni-rs"] {
+            assert!(
+                holds_hook(name),
+                "{name} was built without libcni's fault-points feature: build the \
+                 workspace (cargo build --workspace --bins), as scripts/test.sh does"
+            );
+        }
+    }
+}
+
 /// The reader is checked on binaries whose answers are known: a dynamic
 /// program of the machine, and a static one (busybox-static, which the
 /// containerd tests use too).
