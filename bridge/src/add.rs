@@ -31,7 +31,7 @@ use crate::veth;
 /// ADD over the shared flow ([`libcni::attach`]): it opens the namespace,
 /// refuses an existing `CNI_IFNAME`, finds the IPAM plugin before the
 /// bridge is created (a rollback leaves a bridge that others use in
-/// place), and undoes what [`steps`] recorded when they fail.
+/// place), and undoes what `steps` recorded when they fail.
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
     attach::add(args, "bridge", conf.ipam.as_deref(), |a| steps(a, &conf))
@@ -76,21 +76,17 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     let mut vlan_gateway = None;
 
     if let Some(plugin) = &conf.ipam {
-        let allocated = a.ipam_add(plugin, 2)?;
+        let allocated = a.ipam_add(plugin)?;
         fault::point("bridge/ipam");
-        result.ips = allocated.ips;
-        result.routes = allocated.routes;
-        result.dns = allocated.dns;
-        // configure_interface finds the container interface at index 2.
-        result.interfaces = vec![
-            Interface::default(),
-            Interface::default(),
+        // As the result will list them (read again once the port is ready).
+        result = allocated.on_interfaces(vec![
             Interface {
-                name: args.ifname.clone(),
-                sandbox: args.netns.clone(),
+                name: br.name.clone(),
                 ..Interface::default()
             },
-        ];
+            attach::interface_of(&pair.host, ""),
+            attach::interface_of(&pair.container, &args.netns),
+        ]);
         let gateways = calc_gateways(&mut result, conf);
 
         let opts = IfaceOptions {

@@ -95,8 +95,9 @@ pub struct Conf {
     pub force_address: bool,
     /// `ipMasq`: masquerade the container's traffic leaving its subnet.
     pub ip_masq: bool,
-    /// `ipMasqBackend`; `None` (absent) picks nftables where the kernel
-    /// has nf_tables, at the time of use ([`Conf::masq_backend`]).
+    /// `ipMasqBackend`; `None` (absent) picks the Go v1.9 plugin's default
+    /// at the time of use ([`Conf::masq_backend`]): iptables wherever the
+    /// node has it, nftables where it has none.
     pub ip_masq_backend: Option<Backend>,
     /// `macspoofchk`: drop frames from the port whose source MAC is not
     /// the container's.

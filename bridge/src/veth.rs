@@ -17,7 +17,7 @@ use crate::config::Conf;
 use crate::node::Bridge;
 
 /// Makes `port` a port of `br` with the configured hairpin and isolation
-/// flags, then its VLANs ([`set_vlans`]).
+/// flags, then its VLANs (`set_vlans`).
 pub fn attach(host: &mut Netlink, port: u32, br: &Bridge, conf: &Conf) -> Result<(), Error> {
     host.set_master(port, br.index)?;
     host.set_bridge_port(
@@ -79,7 +79,7 @@ fn set_vlans(
 /// when the config names none.
 pub const DEFAULT_VLAN: u16 = 1;
 
-/// The VLANs [`set_vlans`] leaves on a port, one entry per VLAN ID (`vid`,
+/// The VLANs `set_vlans` leaves on a port, one entry per VLAN ID (`vid`,
 /// PVID, untagged), sorted, for CHECK. With `preserve_default` the
 /// bridge's default VLAN may stay too (see [`vlans_match`]).
 pub fn expected_vlans(conf: &Conf) -> Vec<(u16, bool, bool)> {

@@ -85,7 +85,7 @@ pub struct SetConf {
 }
 
 impl SetConf {
-    /// "range set 1 (ipam.ranges[0]: 10.1.0.2-10.1.0.254)".
+    /// `"range set 1 (ipam.ranges[0]: 10.1.0.2-10.1.0.254)"`.
     pub fn describe(&self, index: usize) -> String {
         format!("range set {index} ({}: {})", self.key, self.set)
     }

@@ -1,7 +1,7 @@
 //! `cni-rs-install`: puts the suite into a CNI bin dir (`/opt/cni/bin`) on a
 //! live node. [`cli`] reads the command line, [`plan`] decides per binary
 //! (install, replace, unchanged; the bin dir's other files kept) before
-//! anything is written, [`write`] replaces each binary atomically.
+//! anything is written, [`mod@write`] replaces each binary atomically.
 
 pub mod cli;
 pub mod plan;

@@ -3,13 +3,13 @@
 //!
 //! This module owns every access to `/proc/sys/net` in the suite. A sysctl
 //! under `/proc/sys/net` belongs to the network namespace of the *thread*
-//! that opens the file, so [`read`]/[`write`] run on a short-lived thread
+//! that opens the file, so [`read()`]/[`write()`] run on a short-lived thread
 //! inside the namespace ([`NetNs::run`]); [`read_here`]/[`write_here`] use
 //! the calling thread's namespace (the plugin's own, or a thread already
 //! inside a namespace, to batch several sysctls into one `run`).
 //!
 //! Files are opened relative to the family directory (`/proc/sys/net/ipv4`,
-//! `.../ipv6`), opened once per thread and namespace ([`open_here`]): every
+//! `.../ipv6`), opened once per thread and namespace (`open_here`): every
 //! namespace has its own dentry for `ipv4` under the one shared `net`, all
 //! in one dcache hash chain, so a lookup of that component compares against
 //! every namespace that ever touched a sysctl (130 us each with 1,000 pods

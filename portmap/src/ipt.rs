@@ -391,7 +391,7 @@ fn ledger(owner: &Owner) -> Option<Ledger> {
 const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
 
 /// iptables ADD on iptables-nft, both families, with no process: the same
-/// changes as [`ipt_add`], one batch per family; the handles of the
+/// changes as [`restore_add`], one batch per family; the handles of the
 /// container's jumps in `CNI-HOSTPORT-DNAT` go to its ledger. A family
 /// with `conditionsV4`/`conditionsV6` (free iptables text) is written by
 /// `iptables-restore`.
@@ -506,7 +506,7 @@ fn rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
 }
 
 /// iptables DEL on iptables-nft, both families, with no process: the same
-/// changes as [`ipt_del`]. Costs a few lookups when the container has no
+/// changes as [`restore_del`]. Costs a few lookups when the container has no
 /// chain; with one, its own rules are listed and its ledger spares
 /// listing `CNI-HOSTPORT-DNAT`. Returns the host ports its DNAT rules
 /// mapped.

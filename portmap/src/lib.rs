@@ -2,9 +2,13 @@
 //! plugin after the one that gave the container its addresses.
 //!
 //! `runtimeConfig.portMappings` (capability `portMappings`) lists the
-//! mappings. The rules are built by [`rules`] (the conditions parsed by [`conditions`]) on nftables
-//! (the default where the kernel has nf_tables) or on iptables with the Go
-//! plugin's exact chains. Everything is validated before anything is
+//! mappings. [`backend`] writes them on the backend the config picks: on
+//! nftables ([`nft`]), or on iptables with the Go plugin's exact chains
+//! ([`ipt`]: over netlink on iptables-nft, through `iptables-restore` on
+//! legacy iptables), with the conditions [`conditions`] parses. With no
+//! `backend` key the default is the Go v1.9 plugin's: iptables wherever the
+//! node has it, nftables where it has none
+//! (`libcni::netfilter::default_backend`). Everything is validated before anything is
 //! touched; DEL and GC find a container's state by its ID alone.
 
 pub mod backend;

@@ -336,7 +336,7 @@ pub fn run_ok(cmd: &mut Command) -> Output {
 }
 
 /// `cmd.output()` of a program this test process just wrote (see
-/// [`retrying_busy`]).
+/// `retrying_busy`).
 pub fn output_of_written_program(cmd: &mut Command) -> std::io::Result<Output> {
     retrying_busy(|| cmd.output())
 }

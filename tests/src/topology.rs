@@ -14,7 +14,7 @@ pub fn forwarding_node(tag: &str) -> Netns {
 }
 
 /// A namespace joined to the node by a veth pair: `eth0` inside, `v<idx>`
-/// on the node, 10.<idx>.0.0/24 and fd00:<idx>::/64 with the node at .1
+/// on the node, `10.<idx>.0.0/24` and `fd00:<idx>::/64` with the node at .1
 /// and the peer at .2, default routes via the node.
 pub struct Peer {
     pub ns: Netns,

@@ -144,7 +144,7 @@ pub fn echo_server(ns: &Netns, name: &str, port: u16) -> Listener {
 }
 
 /// The echo service's answer to a TCP connection from `ns` to
-/// `host`:`port` ("<name> <address it saw>"), or `None` when nothing
+/// `host`:`port` (`"<name> <address it saw>"`), or `None` when nothing
 /// answered within 3 s.
 pub fn ask(ns: &Netns, host: &str, port: u16) -> Option<String> {
     python_client(ns, ECHO_CLIENT, &["tcp", host, &port.to_string()])

@@ -63,6 +63,40 @@ use crate::{Error, ErrorList, Result};
 
 pub use veth::Veth;
 
+/// Where the lower device of a new container link is: the namespace whose
+/// netlink socket creates the link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lower {
+    /// The node's (a master in the plugin's namespace).
+    OnNode,
+    /// The container's (`linkInContainer`).
+    InContainer,
+    /// None (a dummy): made in the container.
+    None,
+}
+
+impl Lower {
+    /// The lower device of a plugin with a `linkInContainer` key.
+    pub fn of_link_in_container(link_in_container: bool) -> Lower {
+        if link_in_container {
+            Lower::InContainer
+        } else {
+            Lower::OnNode
+        }
+    }
+}
+
+/// A link of a kind [`Add::create_kind`] makes as `CNI_IFNAME`.
+#[derive(Debug, Clone, Copy)]
+pub struct KindLink<'s> {
+    pub kind: NewKind,
+    /// `None`: the kernel's default.
+    pub mtu: Option<u32>,
+    pub lower: Lower,
+    /// What provides the kind, named when the kernel lacks it.
+    pub support: &'s LinkKindSupport,
+}
+
 /// The spec's "must error if the interface already exists" (code 100,
 /// `EEXIST`).
 pub fn ifname_exists(ifname: &str) -> Error {
@@ -272,23 +306,22 @@ impl<'a> Add<'a> {
         })
     }
 
-    /// Creates `CNI_IFNAME` as a link of `kind` ([`NewKind`]: a VLAN, an
-    /// ipvlan, a dummy) in the container, with `mtu`: through the node's
-    /// socket into the container when the lower device is the node's
-    /// (`lower_in_container` false; see [`Add::create_link_named`]), else
-    /// through the container's own socket. A kernel without the kind
-    /// ([`is_unknown_kind`]) refuses it before anything exists, which is
-    /// [`kind_missing`] for this plugin.
-    pub fn create_kind(
-        &mut self,
-        kind: NewKind,
-        mtu: Option<u32>,
-        lower_in_container: bool,
-        support: &LinkKindSupport,
-    ) -> Result<Link> {
+    /// Creates `CNI_IFNAME` as the link `new` describes (a VLAN, an
+    /// ipvlan, a dummy) in the container: through the node's socket into
+    /// the container when its lower device is the node's (see
+    /// [`Add::create_link_named`]), else through the container's own
+    /// socket. A kernel without the kind ([`is_unknown_kind`]) refuses it
+    /// before anything exists, which is [`kind_missing`] for this plugin.
+    pub fn create_kind(&mut self, new: KindLink<'_>) -> Result<Link> {
         let plugin = self.plugin;
+        let KindLink {
+            kind,
+            mtu,
+            lower,
+            support,
+        } = new;
         self.create_link_named(|a, name| {
-            let made = if lower_in_container {
+            let made = if lower != Lower::OnNode {
                 a.container().add_link(&NewLink {
                     name,
                     kind,
@@ -342,25 +375,23 @@ impl<'a> Add<'a> {
         });
     }
 
-    /// Runs IPAM ADD with the plugin's stdin and returns its result, every
-    /// address put on interface `iface` (the index the container interface
-    /// will have in the plugin's result). Recorded before the call: the
-    /// spec asks for a DEL of a delegate whose ADD failed too. A result
-    /// without addresses is the reference's code-999 error.
-    pub fn ipam_add(&mut self, plugin: &str, iface: usize) -> Result<CniResult> {
+    /// Runs IPAM ADD with the plugin's stdin and returns its addresses,
+    /// routes and DNS, on no interface yet: [`CniResult::on_interfaces`]
+    /// puts them on the container interface of the plugin's result.
+    /// Recorded before the call: the spec asks for a DEL of a delegate
+    /// whose ADD failed too. A result without addresses is the reference's
+    /// code-999 error.
+    pub fn ipam_add(&mut self, plugin: &str) -> Result<CniResult> {
         self.undo.ipam = Some(plugin.to_string());
         let allocated = ipam::exec_add(plugin, &self.args.stdin, self.args.version)?;
         ipam::require_ips(plugin, &allocated)?;
-        let mut result = CniResult {
+        Ok(CniResult {
             ips: allocated.ips,
             routes: allocated.routes,
             dns: allocated.dns,
             ..CniResult::default()
-        };
-        for ip in &mut result.ips {
-            ip.interface = Some(iface);
         }
-        Ok(result)
+        .on_interfaces(Vec::new()))
     }
 
     /// Applies `result` to `CNI_IFNAME` in the container
@@ -388,15 +419,7 @@ impl<'a> Add<'a> {
         addresses: CniResult,
         opts: IfaceOptions,
     ) -> Result<CniResult> {
-        let mut result = CniResult {
-            interfaces: vec![interface_of(link, &self.args.netns)],
-            ips: addresses.ips,
-            routes: addresses.routes,
-            dns: addresses.dns,
-        };
-        for ip in &mut result.ips {
-            ip.interface = Some(0);
-        }
+        let result = addresses.on_interfaces(vec![interface_of(link, &self.args.netns)]);
         self.configure(&result, opts)?;
         Ok(result)
     }

@@ -128,7 +128,7 @@ impl Backend {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeIptables {
     /// iptables-nft: its rules are nf_tables rules, which we write
-    /// ourselves ([`super::iptables_nft`]).
+    /// ourselves ([`iptables_nft`]).
     Nft,
     /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
     Legacy,

@@ -26,7 +26,7 @@ pub fn run_in(ns: &NetNs, prog: &str, args: &[&str]) -> String {
 }
 
 /// A namespace joined to `node` by `v<idx>` (node) / `eth0` (peer), with
-/// 10.<idx>.0.0/24 and fd00:<idx>::/64, the node at .1 and ::1.
+/// `10.<idx>.0.0/24` and `fd00:<idx>::/64`, the node at .1 and ::1.
 pub fn attach(node: &NetNs, idx: u8, default_route: bool) -> NetNs {
     let peer = new_netns();
     let nif = format!("v{idx}");

@@ -194,6 +194,19 @@ struct LegacyRoute {
 }
 
 impl CniResult {
+    /// This result (an IPAM plugin's: its addresses on no interface yet)
+    /// with `interfaces` as its interfaces and every address on the
+    /// container interface among them: the first whose `sandbox` is set
+    /// (none: the addresses name no interface).
+    pub fn on_interfaces(mut self, interfaces: Vec<Interface>) -> CniResult {
+        let container = interfaces.iter().position(|i| !i.sandbox.is_empty());
+        for ip in &mut self.ips {
+            ip.interface = container;
+        }
+        self.interfaces = interfaces;
+        self
+    }
+
     /// Parses a result of any version. The version is the result's own
     /// `cniVersion`, or `default` when it has none (as Go's `fixupResultVersion`
     /// and `ParsePrevResult` do). Returns the result and the version it was in.

@@ -8,7 +8,7 @@
 
 pub mod config;
 
-use libcni::attach::{self, Add, Check};
+use libcni::attach::{self, Add, Check, KindLink, Lower};
 use libcni::ipam::IfaceOptions;
 use libcni::netlink::link_kinds::{NewKind, DUMMY_SUPPORT};
 use libcni::skel::{CmdArgs, Plugin};
@@ -31,8 +31,13 @@ impl Plugin for Dummy {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
         let conf = Conf::parse(args)?;
         attach::add(args, "dummy", Some(&conf.ipam), |a: &mut Add<'_>| {
-            let link = a.create_kind(NewKind::Dummy, None, true, &DUMMY_SUPPORT)?;
-            let allocated = a.ipam_add(&conf.ipam, 0)?;
+            let link = a.create_kind(KindLink {
+                kind: NewKind::Dummy,
+                mtu: None,
+                lower: Lower::None,
+                support: &DUMMY_SUPPORT,
+            })?;
+            let allocated = a.ipam_add(&conf.ipam)?;
             a.configure_single(&link, allocated, IfaceOptions::default())
         })
     }

@@ -75,11 +75,9 @@ fn steps(a: &mut Add<'_>, conf: &Conf, plan: &Plan, sys: &Sysfs) -> Result<CniRe
     };
     match (&conf.ipam, &moved) {
         (Some(plugin), _) => {
-            let allocated = a.ipam_add(plugin, 0)?;
+            let allocated = a.ipam_add(plugin)?;
             fault::point("host-device/ipam");
-            result.ips = allocated.ips;
-            result.routes = allocated.routes;
-            result.dns = allocated.dns;
+            result = allocated.on_interfaces(std::mem::take(&mut result.interfaces));
             if moved.is_some() {
                 a.configure(&result, IfaceOptions::default())?;
                 fault::point("host-device/configure");

@@ -7,7 +7,7 @@
 //! and routes. A failure after the link exists deletes it again, and a
 //! failure after IPAM was called releases the address.
 
-use libcni::attach::{self, Add};
+use libcni::attach::{self, Add, KindLink, Lower};
 use libcni::ipam::IfaceOptions;
 use libcni::netlink::link_kinds::{IpvlanMode, NewKind, IPVLAN_SUPPORT};
 use libcni::skel::CmdArgs;
@@ -42,7 +42,12 @@ fn steps(
         mode: conf.mode,
     };
     let link = a
-        .create_kind(kind, conf.mtu, conf.link_in_container, &IPVLAN_SUPPORT)
+        .create_kind(KindLink {
+            kind,
+            mtu: conf.mtu,
+            lower: Lower::of_link_in_container(conf.link_in_container),
+            support: &IPVLAN_SUPPORT,
+        })
         .map_err(|e| {
             if conf.mode == IpvlanMode::L3s && libcni::netlink::errno(&e) == Some(ENOTSUPP) {
                 Error::UnsupportedField {
@@ -54,7 +59,7 @@ fn steps(
             }
         })?;
     let allocated = match addresses {
-        Addresses::Ipam(plugin) => a.ipam_add(&plugin, 0)?,
+        Addresses::Ipam(plugin) => a.ipam_add(&plugin)?,
         Addresses::Chained(prev) => prev,
     };
     a.notify_neighbours()?;

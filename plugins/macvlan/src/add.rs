@@ -37,7 +37,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     fault::point("macvlan/link");
 
     let mut result = if let Some(plugin) = &conf.ipam {
-        let allocated = a.ipam_add(plugin, 0)?;
+        let allocated = a.ipam_add(plugin)?;
         fault::point("macvlan/ipam");
         a.notify_neighbours()?;
         let result = a.configure_single(&link, allocated, IfaceOptions::default())?;

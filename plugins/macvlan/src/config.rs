@@ -1,7 +1,7 @@
 //! The macvlan plugin's config: its keys parsed from stdin and validated
 //! before anything is touched. Every rejection is code 7 naming the key
 //! (code 4 for `CNI_ARGS`). What depends on the master (that it exists, its
-//! MTU) is checked in [`crate::master`].
+//! MTU) is checked at ADD, by `libcni::attach::master`.
 
 use libcni::mac::{self, MacSource};
 use libcni::netlink::macvlan::MacvlanMode;

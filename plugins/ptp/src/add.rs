@@ -74,20 +74,20 @@ pub fn gateways(ips: &[IpConfig]) -> Result<Vec<IpAddr>, Error> {
 
 fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     let args = a.args();
-    let mut result = a.ipam_add(&conf.ipam, 1)?;
+    let allocated = a.ipam_add(&conf.ipam)?;
     fault::point("ptp/ipam");
-    let gws = gateways(&result.ips)?;
+    let gws = gateways(&allocated.ips)?;
     sysctl::enable_forwarding(
-        result.ips.iter().any(|ip| ip.address.is_ipv4()),
-        result.ips.iter().any(|ip| !ip.address.is_ipv4()),
+        allocated.ips.iter().any(|ip| ip.address.is_ipv4()),
+        allocated.ips.iter().any(|ip| !ip.address.is_ipv4()),
     )?;
 
     let pair = a.create_veth(conf.mtu, None)?;
     fault::point("ptp/veth");
-    result.interfaces = vec![
+    let mut result = allocated.on_interfaces(vec![
         attach::interface_of(&pair.host, ""),
         attach::interface_of(&pair.container, &args.netns),
-    ];
+    ]);
 
     // The routes below name the container's address as their source,
     // which the kernel refuses while an IPv6 address is still tentative:

@@ -30,8 +30,9 @@ struct Raw {
 pub struct Conf {
     /// `ipMasq`: masquerade the container's traffic leaving its subnet.
     pub ip_masq: bool,
-    /// `ipMasqBackend`; `None` (absent) picks nftables where the kernel has
-    /// nf_tables, at the time of use ([`Conf::masq_backend`]).
+    /// `ipMasqBackend`; `None` (absent) picks the Go v1.9 plugin's default
+    /// at the time of use ([`Conf::masq_backend`]): iptables wherever the
+    /// node has it, nftables where it has none.
     pub ip_masq_backend: Option<Backend>,
     /// `mtu` of both veth ends; `None` (0) keeps the kernel's default.
     pub mtu: Option<u32>,

@@ -5,7 +5,7 @@
 //!
 //! - The addresses: those of `CNI_IFNAME` in `prevResult` (when there is a
 //!   usable one) and those the interface holds now (when it is there).
-//! - The rules: each "from <one of them> lookup <table>" with no other
+//! - The rules: each `from <one of them> lookup <table>` with no other
 //!   selector (with `table`, only those looking up that table).
 //! - When neither gives an address (no `prevResult` and the interface is
 //!   gone), the rules ADD leaves behind such an interface: from an address

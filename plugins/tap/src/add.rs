@@ -73,11 +73,9 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         ..CniResult::default()
     };
     if let Some(plugin) = &conf.ipam {
-        let allocated = a.ipam_add(plugin, 0)?;
+        let allocated = a.ipam_add(plugin)?;
         fault::point("tap/ipam");
-        result.ips = allocated.ips;
-        result.routes = allocated.routes;
-        result.dns = allocated.dns;
+        result = allocated.on_interfaces(std::mem::take(&mut result.interfaces));
         // No wait for IPv6 addresses: a tap has no carrier until a process
         // attaches, and with accept_dad=0 they are usable without one.
         a.configure(&result, IfaceOptions::default())?;

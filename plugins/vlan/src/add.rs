@@ -6,7 +6,7 @@
 //! just comes up. A failure after the link exists deletes it again, and a
 //! failure after IPAM was called releases the address.
 
-use libcni::attach::{self, Add};
+use libcni::attach::{self, Add, KindLink, Lower};
 use libcni::ipam::IfaceOptions;
 use libcni::netlink::link_kinds::{NewKind, VLAN_SUPPORT};
 use libcni::skel::CmdArgs;
@@ -26,10 +26,15 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         master_index: master.index,
         id: conf.vlan_id,
     };
-    let link = a.create_kind(kind, conf.mtu, conf.link_in_container, &VLAN_SUPPORT)?;
+    let link = a.create_kind(KindLink {
+        kind,
+        mtu: conf.mtu,
+        lower: Lower::of_link_in_container(conf.link_in_container),
+        support: &VLAN_SUPPORT,
+    })?;
     let mut result = match &conf.ipam {
         Some(plugin) => {
-            let allocated = a.ipam_add(plugin, 0)?;
+            let allocated = a.ipam_add(plugin)?;
             a.configure_single(&link, allocated, IfaceOptions::default())?
         }
         None => {

@@ -213,7 +213,7 @@ impl Client<'_> {
 
     /// INIT → SELECTING → REQUESTING → BOUND: a new lease, before
     /// `deadline`. A NAK restarts with a new DISCOVER (at most
-    /// [`MAX_NAKS`] times).
+    /// `MAX_NAKS` times).
     pub fn acquire(&self, deadline: Instant) -> std::io::Result<Outcome> {
         let bcast = (Ipv4Addr::BROADCAST, BROADCAST_MAC);
         let mut naks = 0;
