@@ -494,29 +494,38 @@ pub fn call_plugin_entered(
 }
 
 /// One plugin call in `node` with exactly these `CNI_*` variables
-/// (`CNI_IFNAME` eth0; `netns` None means an empty `CNI_NETNS`) plus
-/// `extra`.
-#[allow(clippy::too_many_arguments)]
-pub fn call_in(
-    node: &Netns,
-    plugin: &Path,
-    cni_path: &str,
-    cmd: &str,
-    netns: Option<PathBuf>,
-    cid: &str,
-    conf: &Value,
-    extra: &[(&str, &str)],
-) -> PluginOutput {
-    let netns = netns.map(|p| p.display().to_string()).unwrap_or_default();
-    let mut env = vec![
-        ("CNI_COMMAND", cmd),
-        ("CNI_CONTAINERID", cid),
-        ("CNI_NETNS", netns.as_str()),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", cni_path),
-    ];
-    env.extend_from_slice(extra);
-    call_plugin(Some(node), plugin, &env, &conf.to_string())
+/// (`CNI_IFNAME` eth0) plus `extra`: `PluginCall { .. }.run()`.
+pub struct PluginCall<'a> {
+    pub node: &'a Netns,
+    pub plugin: &'a Path,
+    pub cni_path: &'a str,
+    /// `CNI_COMMAND`.
+    pub command: &'a str,
+    /// `CNI_NETNS`; `None` sends it empty.
+    pub netns: Option<PathBuf>,
+    pub container_id: &'a str,
+    pub conf: &'a Value,
+    /// More variables (`CNI_ARGS`, `CNI_FAULT_POINT`, ...).
+    pub extra: &'a [(&'a str, &'a str)],
+}
+
+impl PluginCall<'_> {
+    pub fn run(&self) -> PluginOutput {
+        let netns = self
+            .netns
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default();
+        let mut env = vec![
+            ("CNI_COMMAND", self.command),
+            ("CNI_CONTAINERID", self.container_id),
+            ("CNI_NETNS", netns.as_str()),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_PATH", self.cni_path),
+        ];
+        env.extend_from_slice(self.extra);
+        call_plugin(Some(self.node), self.plugin, &env, &self.conf.to_string())
+    }
 }
 
 /// One call of a chained plugin (`plugin`, ours or Go's) in `node` for

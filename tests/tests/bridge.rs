@@ -57,16 +57,17 @@ impl Net {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        call_in(
-            &self.node.ns,
-            &bin("bridge"),
-            &self.path.path().display().to_string(),
-            cmd,
-            pod.map(|p| p.path()),
-            cid,
+        PluginCall {
+            node: &self.node.ns,
+            plugin: &bin("bridge"),
+            cni_path: &self.path.path().display().to_string(),
+            command: cmd,
+            netns: pod.map(|p| p.path()),
+            container_id: cid,
             conf,
             extra,
-        )
+        }
+        .run()
     }
 
     /// ADD that must succeed; returns the result.

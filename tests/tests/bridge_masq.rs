@@ -97,16 +97,17 @@ impl Site {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        call_in(
-            &self.node.ns,
-            &bin("bridge"),
-            &self.path.path().display().to_string(),
-            cmd,
-            pod.map(|p| p.path()),
-            cid,
+        PluginCall {
+            node: &self.node.ns,
+            plugin: &bin("bridge"),
+            cni_path: &self.path.path().display().to_string(),
+            command: cmd,
+            netns: pod.map(|p| p.path()),
+            container_id: cid,
             conf,
             extra,
-        )
+        }
+        .run()
     }
 
     fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
@@ -401,24 +402,26 @@ fn masquerade_to_upstream(backend: &str) {
     let a_path = a.path();
     drop(a);
     assert!(!a_path.exists());
-    let out = call_in(
-        &site.node.ns,
-        &bin("bridge"),
-        &site.path.path().display().to_string(),
-        "DEL",
-        Some(a_path.clone()),
-        "ctr-a",
-        &conf,
-        &[],
-    );
+    let out = PluginCall {
+        node: &site.node.ns,
+        plugin: &bin("bridge"),
+        cni_path: &site.path.path().display().to_string(),
+        command: "DEL",
+        netns: Some(a_path.clone()),
+        container_id: "ctr-a",
+        conf: &conf,
+        extra: &[],
+    }
+    .run();
     out.assert_silent_ok();
     assert_eq!(masqueraded(&site.node.ns, backend), ["10.88.0.3 ctr-b"]);
     nothing_for(&site.node.ns, &["ctr-a"]);
-    // DEL with an empty CNI_NETNS (the Go plugin leaks the rules there).
+    // DEL with an empty CNI_NETNS (the Go plugin leaks the rules there,
+    // and leaves the veth): the veth its alias names goes too.
     site.del(None, "ctr-b", &conf);
     assert_eq!(masqueraded(&site.node.ns, backend), Vec::<String>::new());
     nothing_for(&site.node.ns, &["ctr-a", "ctr-b"]);
-    assert_eq!(peer_seen(&b, UP4), "10.88.0.3");
+    assert!(b.link("eth0").is_none(), "the veth went with the rules");
     // Repeated DELs succeed.
     site.del(Some(&b), "ctr-b", &conf);
     site.del(Some(&b), "ctr-b", &conf);
@@ -683,8 +686,10 @@ fn ipmasq_gc_removes_containers_not_in_the_valid_set() {
         );
         assert_eq!(peer_seen(&a, UP4), NODE4, "{backend}: valid, kept");
         assert_eq!(peer_seen(&a, UP6), NODE6, "{backend}: valid, kept");
-        assert_eq!(peer_seen(&b, UP4), "10.88.0.3", "{backend}: collected");
-        assert_eq!(peer_seen(&b, UP6), "fd88::3", "{backend}: collected");
+        assert!(
+            b.link("eth0").is_none(),
+            "{backend}: collected, its veth too"
+        );
         assert_eq!(peer_seen(&o, UP4), NODE4, "{backend}: other network kept");
         // GC went on to IPAM with the same valid set.
         assert_eq!(site.leases("mgc"), ["10.88.0.2", "fd88::2"], "{backend}");
@@ -697,7 +702,7 @@ fn ipmasq_gc_removes_containers_not_in_the_valid_set() {
             ["10.88.1.2 ctr-o"],
             "{backend}"
         );
-        assert_eq!(peer_seen(&a, UP4), "10.88.0.2", "{backend}");
+        assert!(a.link("eth0").is_none(), "{backend}");
     }
 }
 
@@ -767,16 +772,17 @@ fn same_rules_as_the_go_reference(backend: Option<&str>) {
     // The same container ID on both nodes, so the hashed names match.
     let cid = "ctr-same";
     let go_call = |cmd: &str, node: &Site, pod: &Netns, conf: &Value| {
-        call_in(
-            &node.node.ns,
-            &go_bridge,
-            GO_PLUGIN_DIR,
-            cmd,
-            Some(pod.path()),
-            cid,
+        PluginCall {
+            node: &node.node.ns,
+            plugin: &go_bridge,
+            cni_path: GO_PLUGIN_DIR,
+            command: cmd,
+            netns: Some(pod.path()),
+            container_id: cid,
             conf,
-            &[],
-        )
+            extra: &[],
+        }
+        .run()
     };
     let out = go_call("ADD", &go, &pod_go, &conf_go);
     assert_eq!(out.exit_code, 0, "Go ADD: {out:?}");
@@ -811,16 +817,17 @@ fn same_rules_as_the_go_reference(backend: Option<&str>) {
     // Go plugin's rules (the Go DEL itself would leak them here).
     let go_pod_path = pod_go.path();
     drop(pod_go);
-    let out = call_in(
-        &go.node.ns,
-        &bin("bridge"),
-        &go.path.path().display().to_string(),
-        "DEL",
-        Some(go_pod_path),
-        cid,
-        &conf_go,
-        &[],
-    );
+    let out = PluginCall {
+        node: &go.node.ns,
+        plugin: &bin("bridge"),
+        cni_path: &go.path.path().display().to_string(),
+        command: "DEL",
+        netns: Some(go_pod_path),
+        container_id: cid,
+        conf: &conf_go,
+        extra: &[],
+    }
+    .run();
     out.assert_silent_ok();
     // The Go DEL on our node removes ours.
     let out = go_call("DEL", &ours, &pod_ours, &conf_ours);
@@ -929,18 +936,15 @@ fn macspoofchk_drops_spoofed_frames_and_del_and_gc_remove_it() {
     });
 
     // GC of network "spoof" with only ctr-s valid: b's (a port of cni0) and
-    // c's (port gone) checks go; ctr-s (valid) and ctr-o (another bridge's
-    // port) stay.
+    // c's (port gone) checks go, and b's veth with them; ctr-s (valid) and
+    // ctr-o (another bridge's port) stay.
     site.gc(&conf, &["ctr-s"]);
     assert_eq!(spoofchecked(node), ["ctr-o-eth0", "ctr-s-eth0"]);
     assert_spoofcheck_rules(node, veth_a, "ctr-s", &mac_a);
-    assert!(
-        ping_ok(&b, "10.88.0.1"),
-        "b's check is gone: spoofed MAC passes"
-    );
+    assert!(b.link("eth0").is_none(), "b's veth went with its check");
+    let _ = mac_b;
     set_mac(&a, node, "02:00:00:00:00:97");
     assert!(!ping_ok(&a, "10.88.0.1"), "a is still checked");
-    set_mac(&b, node, &mac_b);
     assert_eq!(site.leases("spoof"), ["10.88.0.2", "fd88::2"]);
     assert_eq!(site.leases("spoof-other"), ["10.88.1.2"]);
 
@@ -948,16 +952,17 @@ fn macspoofchk_drops_spoofed_frames_and_del_and_gc_remove_it() {
     let a_path = a.path();
     drop(a);
     for _ in 0..2 {
-        call_in(
+        PluginCall {
             node,
-            &bin("bridge"),
-            &site.path.path().display().to_string(),
-            "DEL",
-            Some(a_path.clone()),
-            "ctr-s",
-            &conf,
-            &[],
-        )
+            plugin: &bin("bridge"),
+            cni_path: &site.path.path().display().to_string(),
+            command: "DEL",
+            netns: Some(a_path.clone()),
+            container_id: "ctr-s",
+            conf: &conf,
+            extra: &[],
+        }
+        .run()
         .assert_silent_ok();
     }
     assert_eq!(spoofchecked(node), ["ctr-o-eth0"]);

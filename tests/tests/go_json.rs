@@ -614,16 +614,17 @@ fn del_removes_everything_whatever_else_the_config_holds() {
         conf["name"] = json!("delnet");
         let conf = unusable(&conf, bad);
         let name = conf["type"].as_str().unwrap().to_string();
-        let out = call_in(
-            &node.ns,
-            &bin(&name),
-            &bin_dir().display().to_string(),
-            "DEL",
-            Some(pod.path()),
-            "ctr-del",
-            &conf,
-            &[],
-        );
+        let out = PluginCall {
+            node: &node.ns,
+            plugin: &bin(&name),
+            cni_path: &bin_dir().display().to_string(),
+            command: "DEL",
+            netns: Some(pod.path()),
+            container_id: "ctr-del",
+            conf: &conf,
+            extra: &[],
+        }
+        .run();
         out.assert_silent_ok();
         if says {
             assert!(
@@ -684,16 +685,17 @@ fn host_device_del_gives_the_device_back_whatever_else_the_config_holds() {
     let pod = Netns::new("hd-unusable-pod");
     let path = bin_dir().display().to_string();
     let call = |cmd: &str, c: &Value| {
-        call_in(
-            &node.ns,
-            &bin("host-device"),
-            &path,
-            cmd,
-            Some(pod.path()),
-            "ctr-hd",
-            c,
-            &[],
-        )
+        PluginCall {
+            node: &node.ns,
+            plugin: &bin("host-device"),
+            cni_path: &path,
+            command: cmd,
+            netns: Some(pod.path()),
+            container_id: "ctr-hd",
+            conf: c,
+            extra: &[],
+        }
+        .run()
     };
     assert_eq!(call("ADD", &conf).exit_code, 0);
     assert!(pod.link("eth0").is_some());

@@ -83,16 +83,17 @@ impl Site {
     }
 
     fn call(&self, cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value) -> PluginOutput {
-        call_in(
-            &self.node.ns,
-            &bin("ptp"),
-            &self.path.path().display().to_string(),
-            cmd,
-            pod.map(|p| p.path()),
-            cid,
+        PluginCall {
+            node: &self.node.ns,
+            plugin: &bin("ptp"),
+            cni_path: &self.path.path().display().to_string(),
+            command: cmd,
+            netns: pod.map(|p| p.path()),
+            container_id: cid,
             conf,
-            &[],
-        )
+            extra: &[],
+        }
+        .run()
     }
 
     fn add(&self, pod: &Netns, cid: &str, conf: &Value) -> Value {
@@ -786,16 +787,17 @@ fn del_after_the_namespace_is_gone_twice_and_without_netns() {
         site.veths().is_empty()
     });
     // The namespace is gone: DEL still releases the lease and the masquerade.
-    let out = call_in(
-        &site.node.ns,
-        &bin("ptp"),
-        &site.path.path().display().to_string(),
-        "DEL",
-        Some(path),
-        "ctr-del",
-        &conf,
-        &[],
-    );
+    let out = PluginCall {
+        node: &site.node.ns,
+        plugin: &bin("ptp"),
+        cni_path: &site.path.path().display().to_string(),
+        command: "DEL",
+        netns: Some(path),
+        container_id: "ctr-del",
+        conf: &conf,
+        extra: &[],
+    }
+    .run();
     out.assert_silent_ok();
     assert_eq!(site.leases("delnet"), Vec::<String>::new());
     assert_eq!(nft_masqueraded(&site.node.ns), Vec::<String>::new());

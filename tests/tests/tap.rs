@@ -162,16 +162,17 @@ impl Site {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        call_in(
-            &self.node.ns,
-            &bin("tap"),
-            &self.path.path().display().to_string(),
-            cmd,
-            pod.map(|p| p.path()),
-            cid,
+        PluginCall {
+            node: &self.node.ns,
+            plugin: &bin("tap"),
+            cni_path: &self.path.path().display().to_string(),
+            command: cmd,
+            netns: pod.map(|p| p.path()),
+            container_id: cid,
             conf,
             extra,
-        )
+        }
+        .run()
     }
 
     fn call(&self, cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value) -> PluginOutput {
@@ -576,16 +577,17 @@ fn mac_sources_layer_2_del_and_check() {
     let path = pod.path();
     drop(pod);
     site.call("DEL", None, "ctr-gone", &base).assert_silent_ok();
-    let out = call_in(
-        &site.node.ns,
-        &bin("tap"),
-        &site.path.path().display().to_string(),
-        "DEL",
-        Some(path),
-        "ctr-gone",
-        &base,
-        &[],
-    );
+    let out = PluginCall {
+        node: &site.node.ns,
+        plugin: &bin("tap"),
+        cni_path: &site.path.path().display().to_string(),
+        command: "DEL",
+        netns: Some(path),
+        container_id: "ctr-gone",
+        conf: &base,
+        extra: &[],
+    }
+    .run();
     out.assert_silent_ok();
     assert_eq!(site.leases("macnet"), Vec::<String>::new());
 }

@@ -645,16 +645,17 @@ impl Site {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        call_in(
-            &self.node.ns,
+        PluginCall {
+            node: &self.node.ns,
             plugin,
-            &self.path.path().display().to_string(),
-            cmd,
-            pod.map(|p| p.path()),
-            CID,
+            cni_path: &self.path.path().display().to_string(),
+            command: cmd,
+            netns: pod.map(|p| p.path()),
+            container_id: CID,
             conf,
             extra,
-        )
+        }
+        .run()
     }
 
     /// tc-redirect-tap `cmd` with `CNI_ARGS` `cni_args`.
@@ -762,16 +763,17 @@ fn del_finds_everything_with_or_without_prev_result_or_namespace() {
     let gone_path = gone.path();
     drop(gone);
     assert!(!gone_path.exists());
-    let out = call_in(
-        &site.node.ns,
-        &bin("tc-redirect-tap"),
-        "",
-        "DEL",
-        Some(gone_path),
-        CID,
-        &site.conf(Some(&r)),
-        &[],
-    );
+    let out = PluginCall {
+        node: &site.node.ns,
+        plugin: &bin("tc-redirect-tap"),
+        cni_path: "",
+        command: "DEL",
+        netns: Some(gone_path),
+        container_id: CID,
+        conf: &site.conf(Some(&r)),
+        extra: &[],
+    }
+    .run();
     out.assert_silent_ok();
 }
 

@@ -99,16 +99,17 @@ impl Net {
         conf: &Value,
         extra: &[(&str, &str)],
     ) -> PluginOutput {
-        call_in(
-            &self.node.ns,
+        PluginCall {
+            node: &self.node.ns,
             plugin,
-            &self.path.path().display().to_string(),
-            cmd,
-            pod.map(|p| p.path()),
-            cid,
+            cni_path: &self.path.path().display().to_string(),
+            command: cmd,
+            netns: pod.map(|p| p.path()),
+            container_id: cid,
             conf,
             extra,
-        )
+        }
+        .run()
     }
 
     fn ours(&self, cmd: &str, pod: Option<&Netns>, cid: &str, conf: &Value) -> PluginOutput {
