@@ -259,7 +259,9 @@ impl Collector {
 }
 
 /// Reads the whole node: `paths` for the files, the calling thread's
-/// network namespace for links and rules.
+/// network namespace for links and rules. Each step adds the pieces of one
+/// kind of state to the rows; the result cache comes first, so the others
+/// find the rows of the cached attachments.
 pub fn collect(paths: &NodePaths) -> NodeState {
     let configured = node::load_networks(paths);
     let mut c = Collector {
@@ -267,153 +269,185 @@ pub fn collect(paths: &NodePaths) -> NodeState {
         unreadable: Vec::new(),
     };
     let kernel = read_kernel(&configured, &mut c.unreadable);
-
-    // 1. The result cache: what each attachment should have.
-    let cache = ResultCache::new(&paths.cache_dir);
-    let cached = cache.every_attachment().unwrap_or_else(|e| {
-        c.unreadable.push(format!("result cache: {e}"));
-        Vec::new()
-    });
-    let mut networks: BTreeMap<String, Network> = configured
-        .networks
-        .iter()
-        .map(|n| (n.name().to_string(), n.clone()))
-        .collect();
-    for (entry, modified) in cached {
-        let path = cache.results_dir().join(format!(
-            "{}-{}-{}",
-            entry.network_name, entry.container_id, entry.ifname
-        ));
-        let info = describe(entry, path.clone(), modified);
-        if !networks.contains_key(&info.entry.network_name) {
-            if let Some(n) = cached_network(&info, paths) {
-                networks.insert(n.name().to_string(), n);
-            }
-        }
-        let net = networks.get(&info.entry.network_name).cloned();
-        let e = &info.entry;
-        let (network, cid, ifname) = (
-            e.network_name.clone(),
-            e.container_id.clone(),
-            e.ifname.clone(),
-        );
-        let row = c.row(&network, &cid, &ifname);
-        row.found(Kind::Cache, path.display().to_string(), Some(modified));
-        if !info.namespace.path().is_empty() {
-            let live = info.namespace.is_live();
-            row.expect(Kind::Netns, info.namespace.path().to_string(), live);
-        }
-        // Its own host interface only: the bridge is every pod's.
-        if let Some(name) = &info.host_interface {
-            let present = kernel.links.contains_key(name);
-            row.expect(Kind::HostInterface, name.clone(), present);
-        }
-        if let Some(net) = &net {
-            expect_plugin_state(row, net, &info, &kernel);
-        }
-        row.cached = Some(info);
-    }
-
-    // 2. host-local's leases: the configured networks' directories, and
-    //    every network directory under the default one (a network whose
-    //    config went, the Go plugins' leftovers).
-    let mut lease_dirs: BTreeMap<PathBuf, String> = networks
-        .values()
-        .filter_map(|n| Some((n.lease_dir.clone()?, n.name().to_string())))
-        .collect();
-    let default_leases = paths.state_dir(host_local::config::DEFAULT_DATA_DIR);
-    for net in node::subdirs(&default_leases) {
-        lease_dirs.entry(default_leases.join(&net)).or_insert(net);
-    }
-    for (dir, network) in &lease_dirs {
-        collect_leases(&mut c, dir, network);
-    }
-
-    // 3. flannel's saved delegate configs.
-    let mut flannel_dirs: BTreeSet<PathBuf> = networks
-        .values()
-        .filter_map(|n| n.flannel_dir.clone())
-        .collect();
-    flannel_dirs.insert(paths.state_dir(flannel_meta::config::DEFAULT_DATA_DIR));
-    for dir in &flannel_dirs {
-        collect_flannel(&mut c, dir, &networks);
-    }
-
-    // 4. The rule ledgers of portmap and masquerading, per network.
-    for net in networks.keys() {
-        for (cid, path) in portmap::node_state::recorded(net) {
-            let m = mtime(&path);
-            c.found_for_container(net, &cid, Kind::PortMappings, path.display().to_string(), m);
-        }
-        for (cid, ifname, path) in libcni::netfilter::masq::recorded(net) {
-            let m = mtime(&path);
-            let location = path.display().to_string();
-            match ifname {
-                Some(i) => c.row(net, &cid, &i).found(Kind::Masquerade, location, m),
-                None => c.found_for_container(net, &cid, Kind::Masquerade, location, m),
-            }
-        }
-    }
-
-    //    And the rules whose comment or chain names only the container
-    //    (and interface) that no row claimed: portmap's nf_tables rules as
-    //    the Go v1.9 plugin leaves them, bridge's spoof checks.
-    collect_unclaimed_port_mappings(&mut c, &kernel, &networks);
-    collect_unclaimed_spoof_checks(&mut c, &kernel, &networks);
-
-    //    And the nf_tables masquerade rules, whose comments name their
-    //    attachment (the Go plugins' nftables backend keeps no ledger).
-    for comment in &kernel.nft.masq_comments {
-        if let Some((net, ifname, cid)) = libcni::netfilter::masq::parse_rule_comment(comment) {
-            let location = format!(
-                "inet {} {} \"{comment}\"",
-                libcni::netfilter::masq::TABLE,
-                libcni::netfilter::masq::CHAIN
-            );
-            c.row(&net, &cid, &ifname)
-                .found(Kind::Masquerade, location, None);
-        }
-    }
-
-    // 5. bandwidth's IFBs, ours by their alias, the Go plugin's by name;
-    //    and the node ends of bridge's and ptp's veths by their alias (a
-    //    namespace can outlive its runtime's record, and with it its veth).
+    let networks = c.cached_attachments(paths, &configured, &kernel);
+    c.leases(paths, &networks);
+    c.flannel_configs(paths, &networks);
+    c.rule_ledgers(&networks);
+    c.unledgered_rules(&kernel, &networks);
+    // bandwidth's IFBs, ours by their alias, the Go plugin's by name; and
+    // the node ends of bridge's and ptp's veths by their alias (a namespace
+    // can outlive its runtime's record, and with it its veth).
     collect_ifbs(&mut c, kernel.links.values(), &networks);
     collect_host_veths(&mut c, kernel.links.values());
-
-    // 6. tuning's backups: `<containerID>_<ifname>.json`, no network named.
-    let mut tuning_dirs: BTreeSet<PathBuf> = networks
-        .values()
-        .filter_map(|n| n.tuning_dir.clone())
-        .collect();
-    tuning_dirs.insert(paths.state_dir(tuning::config::DEFAULT_DATA_DIR));
-    for dir in &tuning_dirs {
-        collect_tuning(&mut c, dir, &networks);
-    }
-
-    // 7. The dhcp daemon's lease files.
-    let dhcp_dirs: BTreeSet<PathBuf> = networks
-        .values()
-        .filter_map(|n| n.dhcp_lease_dir.clone())
-        .collect();
-    for dir in &dhcp_dirs {
-        collect_dhcp(&mut c, dir);
-    }
-
-    // 8. The firewall plugin's owner records, and its rules of each.
-    let firewall_dirs: BTreeSet<PathBuf> = networks
-        .values()
-        .filter_map(|n| n.firewall_dir.clone())
-        .collect();
-    for dir in &firewall_dirs {
-        collect_firewall(&mut c, dir, &kernel);
-    }
-
+    c.tuning_backups(paths, &networks);
+    c.dhcp_leases(&networks);
+    c.firewall_records(&networks, &kernel);
     NodeState {
         configured,
         networks,
         rows: c.rows.into_values().collect(),
         unreadable: c.unreadable,
+    }
+}
+
+impl Collector {
+    /// The result cache: what each attachment should have. Returns every
+    /// network known: the conf dir's, then those only a cache entry names
+    /// (with the config it ran with).
+    fn cached_attachments(
+        &mut self,
+        paths: &NodePaths,
+        configured: &Configured,
+        kernel: &Kernel,
+    ) -> BTreeMap<String, Network> {
+        let cache = ResultCache::new(&paths.cache_dir);
+        let cached = cache.every_attachment().unwrap_or_else(|e| {
+            self.unreadable.push(format!("result cache: {e}"));
+            Vec::new()
+        });
+        let mut networks: BTreeMap<String, Network> = configured
+            .networks
+            .iter()
+            .map(|n| (n.name().to_string(), n.clone()))
+            .collect();
+        for (entry, modified) in cached {
+            let path = cache.results_dir().join(format!(
+                "{}-{}-{}",
+                entry.network_name, entry.container_id, entry.ifname
+            ));
+            let info = describe(entry, path.clone(), modified);
+            if !networks.contains_key(&info.entry.network_name) {
+                if let Some(n) = cached_network(&info, paths) {
+                    networks.insert(n.name().to_string(), n);
+                }
+            }
+            let net = networks.get(&info.entry.network_name).cloned();
+            let e = &info.entry;
+            let row = self.row(&e.network_name, &e.container_id, &e.ifname);
+            row.found(Kind::Cache, path.display().to_string(), Some(modified));
+            if !info.namespace.path().is_empty() {
+                let live = info.namespace.is_live();
+                row.expect(Kind::Netns, info.namespace.path().to_string(), live);
+            }
+            // Its own host interface only: the bridge is every pod's.
+            if let Some(name) = &info.host_interface {
+                let present = kernel.links.contains_key(name);
+                row.expect(Kind::HostInterface, name.clone(), present);
+            }
+            if let Some(net) = &net {
+                expect_plugin_state(row, net, &info, kernel);
+            }
+            row.cached = Some(info);
+        }
+        networks
+    }
+
+    /// host-local's leases: the known networks' directories, and every
+    /// network directory under the default one (a network whose config
+    /// went, the Go plugins' leftovers).
+    fn leases(&mut self, paths: &NodePaths, networks: &BTreeMap<String, Network>) {
+        let mut lease_dirs: BTreeMap<PathBuf, String> = networks
+            .values()
+            .filter_map(|n| Some((n.lease_dir.clone()?, n.name().to_string())))
+            .collect();
+        let default_leases = paths.state_dir(host_local::config::DEFAULT_DATA_DIR);
+        for net in node::subdirs(&default_leases) {
+            lease_dirs.entry(default_leases.join(&net)).or_insert(net);
+        }
+        for (dir, network) in &lease_dirs {
+            collect_leases(self, dir, network);
+        }
+    }
+
+    /// flannel's saved delegate configs.
+    fn flannel_configs(&mut self, paths: &NodePaths, networks: &BTreeMap<String, Network>) {
+        let mut dirs: BTreeSet<PathBuf> = networks
+            .values()
+            .filter_map(|n| n.flannel_dir.clone())
+            .collect();
+        dirs.insert(paths.state_dir(flannel_meta::config::DEFAULT_DATA_DIR));
+        for dir in &dirs {
+            collect_flannel(self, dir, networks);
+        }
+    }
+
+    /// The rule ledgers of portmap and masquerading, per network.
+    fn rule_ledgers(&mut self, networks: &BTreeMap<String, Network>) {
+        for net in networks.keys() {
+            for (cid, path) in portmap::node_state::recorded(net) {
+                let m = mtime(&path);
+                self.found_for_container(
+                    net,
+                    &cid,
+                    Kind::PortMappings,
+                    path.display().to_string(),
+                    m,
+                );
+            }
+            for (cid, ifname, path) in libcni::netfilter::masq::recorded(net) {
+                let m = mtime(&path);
+                let location = path.display().to_string();
+                match ifname {
+                    Some(i) => self.row(net, &cid, &i).found(Kind::Masquerade, location, m),
+                    None => self.found_for_container(net, &cid, Kind::Masquerade, location, m),
+                }
+            }
+        }
+    }
+
+    /// The rules no ledger of ours records, found by the attachment their
+    /// comment or chain names: portmap's nf_tables rules as the Go v1.9
+    /// plugin leaves them and bridge's spoof checks (when no row claimed
+    /// them), and the nf_tables masquerade rules (the Go plugins' nftables
+    /// backend keeps no ledger).
+    fn unledgered_rules(&mut self, kernel: &Kernel, networks: &BTreeMap<String, Network>) {
+        collect_unclaimed_port_mappings(self, kernel, networks);
+        collect_unclaimed_spoof_checks(self, kernel, networks);
+        for comment in &kernel.nft.masq_comments {
+            if let Some((net, ifname, cid)) = libcni::netfilter::masq::parse_rule_comment(comment) {
+                let location = format!(
+                    "inet {} {} \"{comment}\"",
+                    libcni::netfilter::masq::TABLE,
+                    libcni::netfilter::masq::CHAIN
+                );
+                self.row(&net, &cid, &ifname)
+                    .found(Kind::Masquerade, location, None);
+            }
+        }
+    }
+
+    /// tuning's backups: `<containerID>_<ifname>.json`, no network named.
+    fn tuning_backups(&mut self, paths: &NodePaths, networks: &BTreeMap<String, Network>) {
+        let mut dirs: BTreeSet<PathBuf> = networks
+            .values()
+            .filter_map(|n| n.tuning_dir.clone())
+            .collect();
+        dirs.insert(paths.state_dir(tuning::config::DEFAULT_DATA_DIR));
+        for dir in &dirs {
+            collect_tuning(self, dir, networks);
+        }
+    }
+
+    /// The dhcp daemon's lease files.
+    fn dhcp_leases(&mut self, networks: &BTreeMap<String, Network>) {
+        let dirs: BTreeSet<PathBuf> = networks
+            .values()
+            .filter_map(|n| n.dhcp_lease_dir.clone())
+            .collect();
+        for dir in &dirs {
+            collect_dhcp(self, dir);
+        }
+    }
+
+    /// The firewall plugin's owner records, and its rules of each.
+    fn firewall_records(&mut self, networks: &BTreeMap<String, Network>, kernel: &Kernel) {
+        let dirs: BTreeSet<PathBuf> = networks
+            .values()
+            .filter_map(|n| n.firewall_dir.clone())
+            .collect();
+        for dir in &dirs {
+            collect_firewall(self, dir, kernel);
+        }
     }
 }
 
