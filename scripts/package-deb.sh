@@ -12,8 +12,8 @@
 # /lib/systemd/system, disabled. CNI_RS, the multicall binary, is the node
 # command: /usr/sbin/cni-rs, with the gc service and timer
 # (operator/deploy) in /lib/systemd/system, disabled, and the DaemonSet
-# (deploy/cni-rs.yaml) in /usr/share/doc/cni-rs/examples. See "Install on a node" and
-# "Operating a node" in the README.
+# (deploy/cni-rs.yaml) in /usr/share/doc/cni-rs/examples. See docs/install.md and
+# docs/operating.md.
 #
 # The package Conflicts with, Replaces and Provides containernetworking-plugins
 # (and container-network-stack, which podman's dependencies name): dpkg then

@@ -70,7 +70,7 @@ DESCRIPTION
   bind mount made after the cache entry was written, or a container
   interface whose MAC is not the result's, is a reused path (unknown).
 
-  --json prints the stable schema documented in the README (schemaVersion 1).
+  --json prints the stable schema documented in docs/operating.md (schemaVersion 1).
 
 EXIT STATUS
   0, or 1 when something could not be read, 2 for a usage error.
