@@ -1,0 +1,183 @@
+//! The iptables backend of the masquerade on iptables-nft: the Go
+//! plugin's rules written and read over netlink in iptables-nft's own
+//! encoding, no process.
+
+use super::*;
+use std::collections::BTreeSet;
+
+use crate::netfilter::iptables::{IptFamily, SavedTable};
+use crate::netfilter::ledger::{self, Entry, Ledger};
+use crate::netfilter::nft::{Family, Nft};
+use crate::netfilter::{iptables_nft::nat, Owner};
+use crate::types::{Attachment, IpPrefix};
+use crate::Result;
+
+/// The ledger feature of the iptables rules written over netlink: the
+/// handles of a container's jumps in `POSTROUTING`.
+pub(crate) const IPT_LEDGER: &str = "ipmasq-iptables";
+pub(super) const POSTROUTING: &str = "POSTROUTING";
+
+pub(super) fn ipt_ledger(owner: &Owner) -> Option<Ledger> {
+    Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
+}
+
+fn ipt_family(v6: bool) -> Family {
+    if v6 {
+        Family::Ip6
+    } else {
+        Family::Ip
+    }
+}
+
+/// iptables setup on iptables-nft with no process: the same changes as
+/// [`ipt::setup`], one batch per family. `POSTROUTING` is read only when
+/// the container's chain already exists (jumps to it exist only with it);
+/// the handles of the new jumps go to the container's ledger, which DEL
+/// reads instead of listing `POSTROUTING`. A setup that finds the chain
+/// (a repeated ADD) drops the ledger, so DEL lists.
+pub fn setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+    let chain = ipt::chain(owner);
+    let mut entries = Vec::new();
+    let mut fresh = true;
+    for v6 in [false, true] {
+        let fam: Vec<IpPrefix> = addrs
+            .iter()
+            .filter(|a| a.is_ipv4() != v6)
+            .copied()
+            .collect();
+        if fam.is_empty() {
+            continue;
+        }
+        let rules_of = |found: &BTreeSet<String>| {
+            if found.contains(&chain) {
+                vec![chain.clone(), POSTROUTING.to_string()]
+            } else {
+                Vec::new()
+            }
+        };
+        let plan = nat::ReadPlan {
+            chains: vec![chain.clone(), POSTROUTING.to_string()],
+            rules_of: &rules_of,
+        };
+        let added = nat::apply(
+            nft,
+            v6,
+            &mut |n| nat::read(n, v6, &plan),
+            &mut |saved, r| {
+                if saved.has_chain(&chain) {
+                    fresh = false;
+                }
+                ipt::setup_changes(owner, &fam, IptFamily::of_v6(v6), saved, r)
+            },
+            &|c| c == POSTROUTING,
+        )?;
+        entries.extend(added.into_iter().map(|(_, c, handle)| Entry {
+            family: ipt_family(v6),
+            table: nat::TABLE.to_string(),
+            chain: c,
+            handle,
+            note: chain.clone(),
+        }));
+    }
+    let Some(ledger) = ipt_ledger(owner) else {
+        return Ok(());
+    };
+    let stored = if fresh {
+        ledger.store(&entries)
+    } else {
+        ledger.remove()
+    };
+    if let Err(e) = stored {
+        // A failed ADD leaves nothing.
+        let _ = teardown(nft, owner);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// What a netlink teardown reads of one family: the container's chain and
+/// its rules, and the jumps to it, from the ledger when each of its
+/// entries of the family reads back as such a jump, else by listing
+/// `POSTROUTING`. One lookup when the family has no such chain.
+fn ipt_read_container(
+    nft: &mut Nft,
+    v6: bool,
+    owner: &Owner,
+    entries: &[Entry],
+) -> Result<(SavedTable, nat::Handles)> {
+    let own = ipt::chain(owner);
+    let plan = nat::ReadPlan {
+        chains: vec![own.clone()],
+        rules_of: &|found| found.iter().cloned().collect(),
+    };
+    let (mut saved, mut handles) = nat::read(nft, v6, &plan)?;
+    if !saved.has_chain(&own) {
+        return Ok((saved, handles));
+    }
+    let rules = nat::jumps_by_ledger(nft, v6, entries, &own, POSTROUTING)?;
+    for r in &rules {
+        nat::push_rule(&mut saved, &mut handles, r, v6);
+    }
+    Ok((saved, handles))
+}
+
+/// iptables teardown on iptables-nft, both families, with no process: the
+/// same changes as [`ipt::teardown`] (the Go plugins' rules go too).
+pub fn teardown(nft: &mut Nft, owner: &Owner) -> Result<()> {
+    let ledger = ipt_ledger(owner);
+    let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
+    let own = ipt::chain(owner);
+    for v6 in [false, true] {
+        nat::apply(
+            nft,
+            v6,
+            &mut |n| ipt_read_container(n, v6, owner, &entries),
+            &mut |saved, r| ipt::remove(saved, r, &own),
+            &|_| false,
+        )?;
+    }
+    match ledger {
+        Some(l) => l.remove(),
+        None => Ok(()),
+    }
+}
+
+/// iptables GC on iptables-nft, both families, with no process (lists the
+/// table's chains and `POSTROUTING`, as the Go plugins' GC does).
+pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
+    for v6 in [false, true] {
+        nat::apply(
+            nft,
+            v6,
+            &mut |n| nat::read_every_chain(n, v6, &[POSTROUTING]),
+            &mut |saved, r| ipt::gc_changes(network, valid, saved, r),
+            &|_| false,
+        )?;
+    }
+    ledger::remove_unlisted(IPT_LEDGER, network, |cid| {
+        valid.iter().any(|a| a.container_id == cid)
+    })?;
+    Ok(())
+}
+
+/// iptables CHECK on iptables-nft, read over netlink.
+pub fn check(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+    let own = ipt::chain(owner);
+    for v6 in [false, true] {
+        let fam: Vec<IpPrefix> = addrs
+            .iter()
+            .filter(|a| a.is_ipv4() != v6)
+            .copied()
+            .collect();
+        if fam.is_empty() {
+            continue;
+        }
+        let plan = nat::ReadPlan {
+            chains: vec![own.clone(), POSTROUTING.to_string()],
+            rules_of: &|found| found.iter().cloned().collect(),
+        };
+        let (saved, _) = nat::read(nft, v6, &plan)?;
+        ipt::check_saved(owner, &fam, v6, &saved)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,204 @@
+//! IP masquerade of a container's traffic (bridge and ptp `ipMasq`):
+//! traffic from a container address to destinations outside its subnet,
+//! multicast excepted, leaves with the node's address. IPv4 and IPv6, both
+//! backends, each in the Go plugins' own format so that either side's DEL
+//! and GC remove the other's rules.
+//!
+//! # nftables design
+//!
+//! Exactly the Go plugins' (v1.6+), encoded as `nft` encodes their text:
+//!
+//! ```text
+//! table inet cni_plugins_masquerade       comment "Masquerading for plugins from ..."
+//!   chain masq_checks                     comment "Masquerade traffic from certain IPs ..."
+//!       per container address, comment "<hash(net)>-<hash(if:cid)>, net: N, if: I, id: C":
+//!       ip saddr == 10.1.0.5 ip daddr != 10.1.0.0/24 masquerade
+//!   chain postrouting (nat, postrouting, 100)
+//!       ip daddr 224.0.0.0/4 return; ip6 daddr ff00::/8 return; goto masq_checks
+//! ```
+//!
+//! Setup appends the container's rules with `NLM_F_ECHO` and keeps their
+//! handles in the attachment's [`ledger`] (`/run/cni/ipmasq/<net>/<cid>:<if>`);
+//! teardown reads each back, checks its comment and deletes it, so neither
+//! lists `masq_checks` (a rule per address of every container). Without a
+//! ledger (the Go plugins' rules, an ADD killed before its ledger) teardown
+//! lists `masq_checks` once and deletes the rules whose comment starts with
+//! the attachment's hash, as the Go plugins do; GC lists it and deletes the
+//! network's rules of attachments that are not valid. `postrouting` is
+//! rewritten only when it is not the Go plugins'. Our previous releases'
+//! `inet cni_rs_masq` (address sets) is still cleaned by teardown and GC,
+//! and deleted once it holds no container's address.
+//!
+//! # iptables design
+//!
+//! The Go plugin's: a chain `CNI-<24 hex of sha512(network + container)>`
+//! with `-d <subnet> -j ACCEPT` and `! -d <multicast> -j MASQUERADE`, and
+//! `POSTROUTING -s <address> -j CNI-...`, all with the comment
+//! `name: "<net>" id: "<cid>"`. Teardown finds the chain by its hashed name
+//! and every rule jumping to it, so it works without addresses too (the Go
+//! plugin needs them and leaks without); GC reads the comments.
+//!
+//! The iptables backend is the default, as the Go plugins' (v1.9) is,
+//! wherever the node has an `iptables` ([`super::default_backend`]). On
+//! iptables-nft its rules are written and read over netlink
+//! ([`super::iptables_nft::nat`], no process): ADD reads `POSTROUTING` only when the
+//! container's chain already exists, and keeps the handles of its
+//! `POSTROUTING` jumps in a ledger (`ipmasq-iptables/<net>/<cid>`), so DEL
+//! reads them back instead of listing `POSTROUTING`. Elsewhere one
+//! `iptables-save` and one `iptables-restore` per family and operation.
+
+pub mod ipt;
+pub mod ipt_netlink;
+pub mod nft;
+#[cfg(test)]
+mod tests;
+
+pub use ipt::chain as ipt_chain;
+pub use nft::rule_comment;
+
+use super::ledger;
+use super::nft::{Family, Nft};
+use super::{open_nft_for_teardown, Backend, IptablesPath, Owner};
+use crate::types::{Attachment, IpPrefix};
+use crate::{ErrorList, Result};
+
+/// The Go plugins' nf_tables table of ipMasq.
+pub const TABLE: &str = "cni_plugins_masquerade";
+/// The chain of the per-address rules.
+pub const CHAIN: &str = "masq_checks";
+/// The table of our previous releases (address sets), still cleaned.
+pub const OLD_TABLE: &str = "cni_rs_masq";
+
+/// Masquerades traffic of `owner`'s addresses on `ifname` (with their
+/// prefix, which gives the subnet left alone) on `backend`, in the calling
+/// thread's namespace. Idempotent.
+/// The iptables backend is written over netlink where the node's
+/// iptables is iptables-nft ([`ipt_netlink::setup`]), by `iptables-restore`
+/// elsewhere.
+pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+    match backend {
+        Backend::Nftables => nft::setup(&mut Nft::open()?, owner, ifname, addrs),
+        Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
+            ipt_netlink::setup(&mut Nft::open()?, owner, addrs)
+        }
+        Backend::Iptables => per_family(addrs, |fam, v6| ipt::setup(owner, fam, v6)),
+    }
+}
+
+/// Calls `f` with the addresses of each family that has any (IPv4 first),
+/// stopping at the first error.
+fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], bool) -> Result<()>) -> Result<()> {
+    for v6 in [false, true] {
+        let fam: Vec<IpPrefix> = addrs
+            .iter()
+            .filter(|a| a.is_ipv4() != v6)
+            .copied()
+            .collect();
+        if !fam.is_empty() {
+            f(&fam, v6)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes `owner`'s masquerade on `ifname` on both backends, as the Go
+/// plugins do: on iptables-nft the iptables side is read and written over
+/// netlink; elsewhere it runs a process only when iptables-nft shows the
+/// container's chain, or when `backend` is iptables. Needs no address:
+/// DEL works after the namespace is gone. Best effort: every step runs,
+/// the first error is returned.
+pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
+    let mut errors = ErrorList::new();
+    let mut nft = open_nft_for_teardown(backend, &mut errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(nft::teardown(n, owner, ifname));
+        if IptablesPath::of_node() == IptablesPath::Netlink {
+            errors.record(ipt_netlink::teardown(n, owner));
+            return errors.finish_first();
+        }
+    }
+    let chain = ipt::chain(owner);
+    for v6 in [false, true] {
+        let visible = nft.as_mut().is_none_or(|n| {
+            let family = if v6 { Family::Ip6 } else { Family::Ip };
+            n.has_chain(family, "nat", &chain).unwrap_or(true)
+        });
+        if backend == Backend::Iptables || visible {
+            errors.record(ipt::teardown(owner, v6));
+        }
+    }
+    errors.finish_first()
+}
+
+/// Removes the masquerade of attachments of `network` that are not in
+/// `valid` (GC): on nf_tables always (the Go plugins' rules and ours look
+/// alike), on iptables when `backend` is iptables.
+pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
+    let mut errors = ErrorList::new();
+    let mut nft = open_nft_for_teardown(backend, &mut errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(nft::gc(n, network, valid));
+        if IptablesPath::of_node() == IptablesPath::Netlink {
+            errors.record(ipt_netlink::gc(n, network, valid));
+            return errors.finish_first();
+        }
+    }
+    if backend == Backend::Iptables {
+        for v6 in [false, true] {
+            errors.record(ipt::gc(network, valid, v6));
+        }
+    }
+    errors.finish_first()
+}
+
+/// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
+pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+    match backend {
+        Backend::Nftables => nft::check(&mut Nft::open()?, owner, ifname, addrs),
+        Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
+            ipt_netlink::check(&mut Nft::open()?, owner, addrs)
+        }
+        Backend::Iptables => per_family(addrs, |fam, v6| ipt::check(owner, fam, v6)),
+    }
+}
+
+// ---- node inspection ----------------------------------------------------------
+
+/// The attachments of `network` whose masquerade rules a ledger of ours
+/// records (either backend): container ID, interface (the nftables ledger
+/// names it), ledger path.
+pub fn recorded(network: &str) -> Vec<(String, Option<String>, std::path::PathBuf)> {
+    let mut out = Vec::new();
+    for (l, _) in ledger::list(nft::LEDGER, network) {
+        if let Some((cid, ifname)) = l.name().split_once(':') {
+            out.push((cid.to_string(), Some(ifname.to_string()), l.path()));
+        }
+    }
+    for (l, _) in ledger::list(ipt_netlink::IPT_LEDGER, network) {
+        out.push((l.name().to_string(), None, l.path()));
+    }
+    out
+}
+
+/// The comments of the per-address rules in the Go plugins' nf_tables
+/// masquerade table (ours are the same): one per attachment and address,
+/// [`rule_comment`].
+pub fn nft_rule_comments(nft: &mut Nft) -> Vec<String> {
+    nft.rules(nft::F, TABLE, CHAIN)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|r| r.comment)
+        .collect()
+}
+
+/// The network, interface and container ID a [`rule_comment`] names;
+/// `None` for another comment or one cut short (the ID would be partial).
+pub fn parse_rule_comment(comment: &str) -> Option<(String, String, String)> {
+    if comment.len() >= super::nft::MAX_NFT_COMMENT_CHARS {
+        return None;
+    }
+    let (_, rest) = comment.split_once(", net: ")?;
+    let (network, rest) = rest.split_once(", if: ")?;
+    let (ifname, cid) = rest.split_once(", id: ")?;
+    Some((network.into(), ifname.into(), cid.into()))
+}
