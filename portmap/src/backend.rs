@@ -13,7 +13,7 @@ use libcni::netfilter::{Backend, IptablesPath, Owner};
 use libcni::types::Attachment;
 use libcni::{ErrorList, Result};
 
-use crate::spec::PortMapSpec;
+use crate::spec::{PortMapSpec, RemovedPort};
 use crate::{ipt, nft};
 
 /// ADD's rules on `backend`.
@@ -52,12 +52,12 @@ pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
 /// UDP host ports removed, as `(v6, port)`.
 pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<(bool, u16)> {
     let mut udp_ports = Vec::new();
-    let mut keep_udp = |removed: Vec<(bool, u8, u16)>| {
+    let mut keep_udp = |removed: Vec<RemovedPort>| {
         udp_ports.extend(
             removed
                 .into_iter()
-                .filter(|(_, proto, _)| *proto == IPPROTO_UDP)
-                .map(|(v6, _, port)| (v6, port)),
+                .filter(|r| r.protocol == IPPROTO_UDP)
+                .map(|r| (r.v6, r.port)),
         );
     };
     match Nft::open() {

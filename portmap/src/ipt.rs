@@ -502,7 +502,11 @@ fn rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
     }
     let after = |k: &str| t.iter().position(|x| x == k).and_then(|i| t.get(i + 1));
     let proto = Protocol::parse(after("-p")?)?.number();
-    Some((v6, proto, after("--dport")?.parse().ok()?))
+    Some(RemovedPort {
+        v6,
+        protocol: proto,
+        port: after("--dport")?.parse().ok()?,
+    })
 }
 
 /// iptables DEL on iptables-nft, both families, with no process: the same

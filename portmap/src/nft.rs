@@ -216,7 +216,11 @@ fn port_note(m: &PortMapping) -> String {
 /// The host port of a ledger note (`proto/port`).
 fn note_port(v6: bool, note: &str) -> Option<RemovedPort> {
     let (p, port) = note.split_once('/')?;
-    Some((v6, p.parse().ok()?, port.parse().ok()?))
+    Some(RemovedPort {
+        v6,
+        protocol: p.parse().ok()?,
+        port: port.parse().ok()?,
+    })
 }
 
 /// The host port of a mapping rule read back (`meta l4proto` compared with
@@ -224,7 +228,11 @@ fn note_port(v6: bool, note: &str) -> Option<RemovedPort> {
 fn rule_port(v6: bool, r: &RuleInfo) -> Option<RemovedPort> {
     let i = r.cmp_data.iter().position(|d| d.len() == 1)?;
     let port = r.cmp_data.get(i + 1).filter(|d| d.len() == 2)?;
-    Some((v6, r.cmp_data[i][0], u16::from_be_bytes([port[0], port[1]])))
+    Some(RemovedPort {
+        v6,
+        protocol: r.cmp_data[i][0],
+        port: u16::from_be_bytes([port[0], port[1]]),
+    })
 }
 
 /// The ledger's entries whose rule still exists with `comment`, and
@@ -300,7 +308,11 @@ fn old_teardown(
                 let n = e.key.len();
                 if n >= 8 {
                     let port = u16::from_be_bytes([e.key[n - 4], e.key[n - 3]]);
-                    gone.push((v6, e.key[n - 8], port));
+                    gone.push(RemovedPort {
+                        v6,
+                        protocol: e.key[n - 8],
+                        port,
+                    });
                 }
             }
         }

@@ -113,5 +113,12 @@ impl PortMapSpec {
     }
 }
 
-/// A removed host port: (IPv6, IP protocol number, port).
-pub type RemovedPort = (bool, u8, u16);
+/// A host port whose mapping a teardown removed, for the conntrack flush.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemovedPort {
+    /// Mapped on IPv6 (else IPv4).
+    pub v6: bool,
+    /// The IP protocol number (`IPPROTO_TCP`, ...).
+    pub protocol: u8,
+    pub port: u16,
+}
