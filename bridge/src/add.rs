@@ -162,10 +162,7 @@ fn gateway(
     if conf.vlan == 0 && !gateways.is_empty() {
         node::pin_mac(host, br)?;
     }
-    sysctl::enable_forwarding(
-        gateways.iter().any(IpPrefix::is_ipv4),
-        gateways.iter().any(|g| !g.is_ipv4()),
-    )?;
+    sysctl::enable_forwarding(gateways.iter().map(IpPrefix::addr))?;
     Ok(vlan_gateway)
 }
 

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 use libcni::netlink::link::{Link, BR_STATE_DISABLED};
 use libcni::netlink::notify::Notifications;
-use libcni::netlink::{self, is_exists, Family, Netlink};
+use libcni::netlink::{self, is_exists, Netlink};
 use libcni::sysctl::{self, Key};
 use libcni::types::IpPrefix;
 use libcni::Error;
+use libcni::IpFamily;
 
 use crate::config::Conf;
 
@@ -179,7 +180,7 @@ pub fn ensure_gateway_address(
     gw: IpPrefix,
     force: bool,
 ) -> Result<bool, Error> {
-    let family = Family::of(&gw.addr());
+    let family = IpFamily::of(&gw.addr());
     for a in nl.addresses(Some(index), Some(family))? {
         if a.addr == gw.addr() && a.prefix_len == gw.prefix_len() {
             return Ok(false);
@@ -187,7 +188,7 @@ pub fn ensure_gateway_address(
         let Some(have) = IpPrefix::new(a.addr, a.prefix_len) else {
             continue;
         };
-        let conflict = family == Family::V4 || have.overlaps(&gw);
+        let conflict = family == IpFamily::V4 || have.overlaps(&gw);
         if !conflict {
             continue;
         }

@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 
 use crate::invoke;
 use crate::netlink::notify::{Notifications, RTNLGRP_IPV6_IFADDR};
-use crate::netlink::{self, Family, Link, Netlink};
+use crate::netlink::{self, Link, Netlink};
 use crate::netns::NetNs;
 use crate::sysctl::{self, Key};
 use crate::types::{CniResult, Interface, IpConfig, IpPrefix, Route};
 use crate::version::Version;
+use crate::IpFamily;
 use crate::{Error, ErrorResult, Result};
 
 /// How long IPv6 duplicate address detection may take before ADD fails.
@@ -159,9 +160,14 @@ pub fn configure_interface(
         )
     })?;
     let ips = addresses_for(result, ifname)?;
-    let has_v6 = ips.iter().any(|ip| !ip.address.is_ipv4());
+    let has_v6 = ips.iter().any(|ip| ip.address.family() == IpFamily::V6);
+    let families = if has_v6 {
+        IpFamily::BOTH.as_slice()
+    } else {
+        &[IpFamily::V4]
+    };
 
-    ns.run(|| interface_sysctls(ifname, has_v6, opts.enable_dad))??;
+    ns.run(|| interface_sysctls(ifname, families, opts.enable_dad))??;
 
     // Subscribed before the addresses exist, so no DAD outcome is missed.
     let mut events = if (opts.enable_dad || opts.settle) && has_v6 {
@@ -208,8 +214,10 @@ fn kernel_route(r: &Route, gw: Option<IpAddr>, index: u32) -> netlink::Route {
     route
 }
 
-/// The container-side sysctls, on a thread inside the container namespace.
-fn interface_sysctls(ifname: &str, has_v6: bool, enable_dad: bool) -> Result<()> {
+/// The container-side sysctls for the address `families` it is given, on a
+/// thread inside the container namespace.
+fn interface_sysctls(ifname: &str, families: &[IpFamily], enable_dad: bool) -> Result<()> {
+    let has_v6 = families.contains(&IpFamily::V6);
     // IPv6 knobs are missing when the kernel runs without IPv6; with no
     // IPv6 address to configure that is fine.
     let v6_knob = |knob: &str, value: &str| -> Result<()> {
@@ -250,7 +258,7 @@ pub fn wait_dad(
 ) -> Result<()> {
     let deadline = Instant::now() + timeout;
     loop {
-        let present = nl.addresses(Some(index), Some(Family::V6))?;
+        let present = nl.addresses(Some(index), Some(IpFamily::V6))?;
         let mut pending = Vec::new();
         for want in addrs {
             // An address that is not listed (yet) counts as pending.
@@ -374,8 +382,8 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
         }
         let full = if addr.is_ipv4() { 32 } else { 128 };
         if len < full {
-            let family = Family::of(&addr);
-            let slot = &mut routes[usize::from(family == Family::V6)];
+            let family = IpFamily::of(&addr);
+            let slot = &mut routes[usize::from(family == IpFamily::V6)];
             if slot.is_none() {
                 *slot = Some(nl.routes_in(family, None)?);
             }
@@ -413,9 +421,9 @@ pub fn check_addresses(nl: &mut Netlink, ifname: &str, ips: &[&IpConfig]) -> Res
 /// one, its gateway, as Go's `ValidateExpectedRoute`. Differences are
 /// [`Error::CheckFailed`].
 pub fn check_routes(nl: &mut Netlink, routes: &[Route]) -> Result<()> {
-    let mut cache: Vec<(Family, Vec<netlink::Route>)> = Vec::new();
+    let mut cache: Vec<(IpFamily, Vec<netlink::Route>)> = Vec::new();
     for want in routes {
-        let family = Family::of(&want.dst.addr());
+        let family = IpFamily::of(&want.dst.addr());
         if !cache.iter().any(|(f, _)| *f == family) {
             cache.push((family, nl.routes_in(family, None)?));
         }
@@ -465,7 +473,7 @@ fn vrf_tables(nl: &mut Netlink) -> Result<Vec<u32>> {
 /// The tables that rules `from <addr>` (a host prefix and no other
 /// selector) look up, of any such rule when `addr` is `None`: where
 /// source-based routing moves the routes of the interface holding it.
-fn source_tables(nl: &mut Netlink, family: Family, addr: Option<IpAddr>) -> Result<Vec<u32>> {
+fn source_tables(nl: &mut Netlink, family: IpFamily, addr: Option<IpAddr>) -> Result<Vec<u32>> {
     Ok(nl
         .rules(family)?
         .into_iter()
@@ -665,7 +673,7 @@ mod tests {
         // asynchronously: on a loaded machine that can lag the link-up).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
-            let v6 = c.addresses(Some(link.index), Some(Family::V6)).unwrap();
+            let v6 = c.addresses(Some(link.index), Some(IpFamily::V6)).unwrap();
             let a = v6.iter().find(|a| a.addr.to_string() == "fd77::5").unwrap();
             assert!(!a.is_dad_failed(), "{a:?}");
             if !a.is_tentative() {
@@ -677,13 +685,13 @@ mod tests {
             );
         }
 
-        let v4 = c.routes(Family::V4).unwrap();
+        let v4 = c.routes(IpFamily::V4).unwrap();
         let default = v4.iter().find(|r| r.dst_len == 0).unwrap();
         assert_eq!(default.gateway, Some("10.77.0.1".parse().unwrap()));
         assert_eq!(default.oif, Some(link.index));
         let via = v4.iter().find(|r| r.dst_len == 16).unwrap();
         assert_eq!(via.gateway, Some("10.77.0.254".parse().unwrap()));
-        let v6r = c.routes(Family::V6).unwrap();
+        let v6r = c.routes(IpFamily::V6).unwrap();
         assert!(v6r
             .iter()
             .any(|r| r.dst_len == 0 && r.gateway == Some("fd77::1".parse().unwrap())));
@@ -776,7 +784,7 @@ mod tests {
         };
         configure_interface(&pod, &mut c, "eth0", &r, opts).unwrap();
         let link = c.link_by_name("eth0").unwrap().unwrap();
-        let v6 = c.addresses(Some(link.index), Some(Family::V6)).unwrap();
+        let v6 = c.addresses(Some(link.index), Some(IpFamily::V6)).unwrap();
         let a = v6.iter().find(|a| a.addr.to_string() == "fd77::5").unwrap();
         assert!(!a.is_tentative() && !a.is_dad_failed(), "{a:?}");
         let read = |k: &str| sysctl::read(&pod, &Key::new(k).unwrap()).unwrap();

@@ -12,6 +12,7 @@ pub mod args;
 pub mod attach;
 pub mod calllog;
 pub mod error;
+pub mod family;
 pub mod fault;
 pub mod files;
 pub mod gojson;
@@ -28,4 +29,5 @@ pub mod types;
 pub mod version;
 
 pub use error::{Error, ErrorList, ErrorResult, Result};
+pub use family::IpFamily;
 pub use version::{Version, SUITE_VERSION};

@@ -24,6 +24,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Write};
+use std::net::IpAddr;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
@@ -31,6 +32,7 @@ use nix::fcntl::OFlag;
 use nix::sys::stat::Mode;
 
 use crate::netns::NetNs;
+use crate::IpFamily;
 use crate::{Error, Result};
 
 /// Where sysctls live.
@@ -194,14 +196,17 @@ pub fn ensure_here(key: &Key, value: &str) -> Result<bool> {
     Ok(true)
 }
 
-/// Turns on IPv4 and/or IPv6 forwarding of the calling thread's namespace
-/// (Go's `ip.EnableForward`), writing only what is not already 1.
-pub fn enable_forwarding(v4: bool, v6: bool) -> Result<()> {
-    if v4 {
-        ensure_here(&Key::ipv4_forward(), "1")?;
-    }
-    if v6 {
-        ensure_here(&Key::ipv6_forward(), "1")?;
+/// Turns on forwarding of each family of `addrs` in the calling thread's
+/// namespace (Go's `ip.EnableForward`), writing only what is not already 1.
+pub fn enable_forwarding(addrs: impl IntoIterator<Item = IpAddr>) -> Result<()> {
+    let families: std::collections::BTreeSet<IpFamily> =
+        addrs.into_iter().map(|a| IpFamily::of(&a)).collect();
+    for family in families {
+        let key = match family {
+            IpFamily::V4 => Key::ipv4_forward(),
+            IpFamily::V6 => Key::ipv6_forward(),
+        };
+        ensure_here(&key, "1")?;
     }
     Ok(())
 }

@@ -10,13 +10,14 @@ use std::time::SystemTime;
 
 use cnitool::cache::{CacheEntry, ResultCache};
 use cnitool::conf;
-use libcni::netfilter::iptables::{self, IptFamily, IptTable, SavedTable};
+use libcni::netfilter::iptables::{self, IptTable, SavedTable};
 use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::spoofcheck;
 use libcni::netfilter::{IptablesPath, Owner};
 use libcni::netlink::tc::{Qdisc, INGRESS_PARENT, ROOT};
 use libcni::netlink::{Link, Netlink};
 use libcni::types::IpPrefix;
+use libcni::IpFamily;
 use serde_json::Value;
 use std::net::IpAddr;
 
@@ -760,7 +761,7 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
 /// x_tables node: an operator command may run a program).
 fn saved_tables(table: IptTable, unreadable: &mut Vec<String>) -> SavedTable {
     let mut all = SavedTable::default();
-    for fam in [IptFamily::V4, IptFamily::V6] {
+    for fam in IpFamily::BOTH {
         match iptables::save(fam, table) {
             Ok(saved) => {
                 all.chains.extend(saved.chains);
@@ -783,9 +784,9 @@ fn forward_rules(
     use firewall::rules::chains::FORWARD_CHAIN;
     let mut lines = BTreeSet::new();
     if let Some(n) = nft {
-        for v6 in [false, true] {
+        for family in IpFamily::BOTH {
             // A family without the table has no such rules.
-            let read = libcni::netfilter::iptables_nft::filter::read(n, v6, &[FORWARD_CHAIN]);
+            let read = libcni::netfilter::iptables_nft::filter::read(n, family, &[FORWARD_CHAIN]);
             if let Ok((saved, _)) = read {
                 lines.extend(saved.rules_of(FORWARD_CHAIN).cloned());
             }

@@ -11,6 +11,7 @@ use libcni::netfilter::conntrack::IPPROTO_UDP;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
 use libcni::netfilter::{Backend, IptablesPath, Owner};
 use libcni::types::Attachment;
+use libcni::IpFamily;
 use libcni::{ErrorList, Result};
 
 use crate::spec::{PortMapSpec, RemovedPort};
@@ -22,8 +23,8 @@ pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
         (Backend::Nftables, _) => nft::add(&mut Nft::open()?, spec),
         (Backend::Iptables, IptablesPath::Netlink) => ipt::netlink_add(&mut Nft::open()?, spec),
         (Backend::Iptables, IptablesPath::Programs) => {
-            for v6 in [false, true] {
-                ipt::restore_add(spec, v6)?;
+            for family in IpFamily::BOTH {
+                ipt::restore_add(spec, family)?;
                 fault::point("portmap/between-families");
             }
             Ok(())
@@ -37,8 +38,8 @@ pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
         (Backend::Nftables, _) => nft::check(&mut Nft::open()?, spec),
         (Backend::Iptables, IptablesPath::Netlink) => ipt::netlink_check(&mut Nft::open()?, spec),
         (Backend::Iptables, IptablesPath::Programs) => {
-            for v6 in [false, true] {
-                ipt::restore_check(spec, v6)?;
+            for family in IpFamily::BOTH {
+                ipt::restore_check(spec, family)?;
             }
             Ok(())
         }
@@ -49,16 +50,11 @@ pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
 /// the rules of the container's ledger (or lists the chains once, for
 /// rules the Go plugin wrote); the iptables side runs processes only when
 /// its chain is there, or when `iptables_chosen`. Every step runs; the
-/// UDP host ports removed, as `(v6, port)`.
-pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<(bool, u16)> {
+/// UDP host ports removed.
+pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<RemovedPort> {
     let mut udp_ports = Vec::new();
     let mut keep_udp = |removed: Vec<RemovedPort>| {
-        udp_ports.extend(
-            removed
-                .into_iter()
-                .filter(|r| r.protocol == IPPROTO_UDP)
-                .map(|r| (r.v6, r.port)),
-        );
+        udp_ports.extend(removed.into_iter().filter(|r| r.protocol == IPPROTO_UDP));
     };
     match Nft::open() {
         Ok(mut n) => {
@@ -70,9 +66,9 @@ pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<
                     keep_udp(removed);
                 }
             } else {
-                for v6 in [false, true] {
-                    if iptables_chosen || iptables_has_container(&mut n, owner, v6) {
-                        errors.record(ipt::restore_del(owner, v6));
+                for family in IpFamily::BOTH {
+                    if iptables_chosen || iptables_has_container(&mut n, owner, family) {
+                        errors.record(ipt::restore_del(owner, family));
                     }
                 }
             }
@@ -81,8 +77,8 @@ pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<
             if !iptables_chosen {
                 errors.push(e);
             }
-            for v6 in [false, true] {
-                errors.record(ipt::restore_del(owner, v6));
+            for family in IpFamily::BOTH {
+                errors.record(ipt::restore_del(owner, family));
             }
         }
     }
@@ -101,24 +97,27 @@ pub fn gc(network: &str, valid: &[Attachment], iptables_chosen: bool, errors: &m
             return;
         }
     }
-    for v6 in [false, true] {
-        if iptables_chosen || n.as_mut().map_or(true, |n| iptables_has_hostports(n, v6)) {
-            errors.record(ipt::restore_gc(network, valid, v6));
+    for family in IpFamily::BOTH {
+        if iptables_chosen
+            || n.as_mut()
+                .map_or(true, |n| iptables_has_hostports(n, family))
+        {
+            errors.record(ipt::restore_gc(network, valid, family));
         }
     }
 }
 
 /// Whether iptables-nft holds this container's chain (seen through
 /// nf_tables, without running iptables).
-fn iptables_has_container(nft: &mut Nft, owner: &Owner, v6: bool) -> bool {
-    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
+fn iptables_has_container(nft: &mut Nft, owner: &Owner, family: IpFamily) -> bool {
+    let family = NftFamily::of(family);
     nft.has_chain(family, "nat", &ipt::dnat_chain(owner))
         .unwrap_or(true)
 }
 
 /// Whether iptables-nft holds the host port chains at all.
-fn iptables_has_hostports(nft: &mut Nft, v6: bool) -> bool {
-    let family = if v6 { NftFamily::Ip6 } else { NftFamily::Ip };
+fn iptables_has_hostports(nft: &mut Nft, family: IpFamily) -> bool {
+    let family = NftFamily::of(family);
     nft.has_chain(family, "nat", ipt::IPT_DNAT_CHAIN)
         .unwrap_or(true)
 }

@@ -24,6 +24,7 @@ use libcni::netfilter::nft::expr::{self, CmpOp, Expr, REG_1};
 use libcni::netfilter::nft::{
     types, Batch, Family, SetSpec, ELEM_INTERVAL_END, SET_ANONYMOUS_CONSTANT, SET_INTERVAL,
 };
+use libcni::IpFamily;
 use libcni::{Error, Result};
 
 /// What the parser understands, for the refusal message.
@@ -40,7 +41,7 @@ pub enum Condition {
     /// expressions load the address, then the set is looked up.
     AddrSet {
         source: bool,
-        v6: bool,
+        family: IpFamily,
         invert: bool,
         /// Merged, sorted, inclusive ranges of addresses (big-endian bytes).
         ranges: Vec<(Vec<u8>, Vec<u8>)>,
@@ -50,11 +51,11 @@ pub enum Condition {
 }
 
 /// Parses one family's condition list (`key` names it in errors).
-pub fn parse(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
+pub fn parse(key: &str, conds: &[String], family: IpFamily) -> Result<Vec<Condition>> {
     let text = conds.join(" ");
     let mut p = Parser {
         key,
-        v6,
+        family,
         tokens: tokenize(&text),
         i: 0,
     };
@@ -76,7 +77,7 @@ pub fn parse(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
 /// The tokens of one family's conditions and where the parse is.
 struct Parser<'k> {
     key: &'k str,
-    v6: bool,
+    family: IpFamily,
     tokens: Vec<String>,
     i: usize,
 }
@@ -118,8 +119,8 @@ impl Parser<'_> {
 
     /// `ip|ip6 saddr|daddr [op] ADDR[/LEN]`, or `... { ADDR[/LEN], ... }`.
     fn address(&mut self, t: &str) -> Result<Condition> {
-        let v6 = self.v6;
-        if (t == "ip6") != v6 {
+        let family = self.family;
+        if (t == "ip6") != (family == IpFamily::V6) {
             return Err(self.bad(format!("{t:?} does not match the family of {}", self.key)));
         }
         let source = match self.peek(1) {
@@ -136,7 +137,7 @@ impl Parser<'_> {
             |p: &Parser, v: &str| p.bad(format!("{v:?} is not an address or prefix of the family"));
         if self.peek(0) != Some("{") {
             let v = self.value(&format!("\"{t}\""))?;
-            let (addr, len) = prefix(&v, v6).ok_or_else(|| not_of_family(self, &v))?;
+            let (addr, len) = prefix(&v, family).ok_or_else(|| not_of_family(self, &v))?;
             return Ok(Condition::Exprs(expr::match_prefix_nft(
                 source, op, addr, len,
             )));
@@ -147,8 +148,8 @@ impl Parser<'_> {
         let mut ranges = Vec::new();
         let mut plain = true;
         for m in &members {
-            let (addr, len) = prefix(m, v6).ok_or_else(|| not_of_family(self, m))?;
-            plain &= len == width(v6);
+            let (addr, len) = prefix(m, family).ok_or_else(|| not_of_family(self, m))?;
+            plain &= len == family.max_prefix();
             ranges.push(range_of(addr, len));
         }
         if ranges.is_empty() {
@@ -157,7 +158,7 @@ impl Parser<'_> {
         ranges.sort();
         Ok(Condition::AddrSet {
             source,
-            v6,
+            family,
             invert: op == CmpOp::Neq,
             ranges: merge(ranges),
             plain,
@@ -248,7 +249,7 @@ impl Parser<'_> {
 pub fn emit(
     conds: &[Condition],
     b: &mut Batch,
-    family: Family,
+    nft_family: Family,
     table: &str,
     next_id: &mut u32,
 ) -> Vec<Expr> {
@@ -258,22 +259,25 @@ pub fn emit(
             Condition::Exprs(e) => out.extend(e.iter().cloned()),
             Condition::AddrSet {
                 source,
-                v6,
+                family,
                 invert,
                 ranges,
                 plain,
             } => {
                 *next_id += 1;
                 let id = *next_id;
-                let len = if *v6 { 16 } else { 4 };
+                let len = family.address_len() as u32;
                 b.add_set(
-                    family,
+                    nft_family,
                     table,
                     &SetSpec {
                         name: "__set%d".into(),
                         id,
                         flags: SET_ANONYMOUS_CONSTANT | if *plain { 0 } else { SET_INTERVAL },
-                        key_type: if *v6 { types::IP6ADDR } else { types::IPADDR },
+                        key_type: match family {
+                            IpFamily::V4 => types::IPADDR,
+                            IpFamily::V6 => types::IP6ADDR,
+                        },
                         key_len: len,
                         data: None,
                     },
@@ -295,8 +299,8 @@ pub fn emit(
                     // As nft: the range below the first member is "not in".
                     elems.insert(0, (vec![0; len as usize], ELEM_INTERVAL_END));
                 }
-                b.add_elems_to_new_set(family, table, id, &elems);
-                let (offset, l) = expr::ip_addr_offset(*v6, *source);
+                b.add_elems_to_new_set(nft_family, table, id, &elems);
+                let (offset, l) = expr::ip_addr_offset(*family, *source);
                 out.push(Expr::Payload {
                     base: expr::PayloadBase::Network,
                     offset,
@@ -353,22 +357,14 @@ fn set_members(tokens: &[String], i: usize) -> Option<(Vec<String>, usize)> {
     }
 }
 
-fn width(v6: bool) -> u8 {
-    if v6 {
-        128
-    } else {
-        32
-    }
-}
-
 /// `ADDR` or `ADDR/LEN` of the family.
-fn prefix(s: &str, v6: bool) -> Option<(IpAddr, u8)> {
+fn prefix(s: &str, family: IpFamily) -> Option<(IpAddr, u8)> {
     let (a, l) = match s.split_once('/') {
         Some((a, l)) => (a, l.parse::<u8>().ok()?),
-        None => (s, width(v6)),
+        None => (s, family.max_prefix()),
     };
     let addr: IpAddr = a.parse().ok()?;
-    (addr.is_ipv6() == v6 && l <= width(v6)).then_some((addr, l))
+    (IpFamily::of(&addr) == family && l <= family.max_prefix()).then_some((addr, l))
 }
 
 /// The first and last address of `addr/len`.
@@ -461,12 +457,13 @@ mod tests {
             vec!["meta mark and 0xff == 0x1"],
             vec!["fib daddr type local", "fib saddr type != local"],
         ] {
-            parse("conditionsV4", &strs(&ok), false).unwrap_or_else(|e| panic!("{ok:?}: {e}"));
+            parse("conditionsV4", &strs(&ok), IpFamily::V4)
+                .unwrap_or_else(|e| panic!("{ok:?}: {e}"));
         }
         parse(
             "conditionsV6",
             &strs(&["ip6 saddr { fd00::/64, fd01::1 }"]),
-            true,
+            IpFamily::V6,
         )
         .unwrap();
         for (bad, word) in [
@@ -479,7 +476,7 @@ mod tests {
             (vec!["fib saddr . iif type local"], "prerouting and output"),
             (vec!["ct state new"], "\"ct\""),
         ] {
-            let e = parse("conditionsV4", &strs(&bad), false).unwrap_err();
+            let e = parse("conditionsV4", &strs(&bad), IpFamily::V4).unwrap_err();
             assert_eq!(e.code(), 7);
             let m = e.to_string();
             assert!(

@@ -9,7 +9,7 @@ use crate::spec::{conditions_are_iptables, Conditions, PortMapSpec, PortMapping,
 use libcni::netfilter::{Backend, Owner};
 use libcni::skel::CmdArgs;
 use libcni::types::IpPrefix;
-use libcni::{Error, Result};
+use libcni::{Error, IpFamily, Result};
 use serde::Deserialize;
 
 /// The Go plugin's default mark bit (0x2000).
@@ -156,8 +156,8 @@ fn backend(raw: &RawConf, conditions: &Conditions) -> Result<Backend> {
                     "is an iptables option (or iptables syntax), but the backend is nftables",
                 ));
             }
-            nft::parse_conditions("conditionsV4", &conditions.v4, false)?;
-            nft::parse_conditions("conditionsV6", &conditions.v6, true)?;
+            nft::parse_conditions("conditionsV4", &conditions.v4, IpFamily::V4)?;
+            nft::parse_conditions("conditionsV6", &conditions.v6, IpFamily::V6)?;
         }
         Backend::Iptables => {
             if let Some(k) = nft_only {

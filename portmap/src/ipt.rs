@@ -12,16 +12,17 @@
 
 use std::collections::BTreeSet;
 
-use libcni::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use libcni::netfilter::iptables::{self, IptTable, Restore, SavedTable};
 use libcni::netfilter::iptables_nft::nat;
 use libcni::netfilter::ledger::{self, Entry, Ledger};
 use libcni::netfilter::nft::Nft;
 use libcni::netfilter::Owner;
 use libcni::types::{Attachment, IpPrefix};
+use libcni::IpFamily;
 use libcni::{Error, Result};
 
 use crate::spec::*;
-use libcni::netfilter::iptables_nft::family;
+use libcni::netfilter::nft::Family;
 
 /// `CNI-HOSTPORT-DNAT`: jumped to for local destinations.
 pub const IPT_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
@@ -64,28 +65,28 @@ fn port_lists(ports: &[u16]) -> Vec<String> {
 /// iptables ADD for one family: `CNI-DN-<hash>` rebuilt from scratch, its
 /// entry rules replaced, the shared chains completed where missing. One
 /// `iptables-save` and one `iptables-restore`.
-pub fn restore_add(spec: &PortMapSpec, v6: bool) -> Result<()> {
-    if spec.container(v6).is_none() || spec.mappings.is_empty() {
+pub fn restore_add(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
+    if spec.container(family).is_none() || spec.mappings.is_empty() {
         return Ok(());
     }
-    let fam = IptFamily::of_v6(v6);
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
-    add_changes(spec, v6, &saved, &mut r);
+    add_changes(spec, family, &saved, &mut r);
     iptables::restore(fam, &r)
 }
 
 /// The changes of an iptables ADD for one family against the nat table
 /// `saved` (what [`ipt_add`] restores and [`ipt_add_native`] encodes).
-fn add_changes(spec: &PortMapSpec, v6: bool, saved: &SavedTable, r: &mut Restore) {
-    let Some(container) = spec.container(v6) else {
+fn add_changes(spec: &PortMapSpec, family: IpFamily, saved: &SavedTable, r: &mut Restore) {
+    let Some(container) = spec.container(family) else {
         return;
     };
     if spec.snat && spec.external_set_mark_chain.is_none() {
         masquerade_skeleton(spec, saved, r);
     }
     dnat_skeleton(saved, r);
-    container_rules(spec, v6, container, saved, r);
+    container_rules(spec, family, container, saved, r);
 }
 
 /// The shared chains and rules of `snat` (without an external mark chain):
@@ -167,7 +168,7 @@ fn dnat_skeleton(saved: &SavedTable, r: &mut Restore) {
 /// it each mapping's mark (with `snat`) and DNAT.
 fn container_rules(
     spec: &PortMapSpec,
-    v6: bool,
+    family: IpFamily,
     container: IpPrefix,
     saved: &SavedTable,
     r: &mut Restore,
@@ -183,7 +184,7 @@ fn container_rules(
         r.delete(old);
     }
     let comment = dnat_comment(&spec.owner);
-    let conds = spec.conditions.of(v6);
+    let conds = spec.conditions.of(family);
     let cond_args: Vec<String> = conds
         .iter()
         .flat_map(|c| c.split_whitespace())
@@ -218,7 +219,7 @@ fn container_rules(
         }
     }
     let masq_src = if spec.masq_all {
-        if v6 {
+        if family == IpFamily::V6 {
             "::/0".to_string()
         } else {
             "0.0.0.0/0".to_string()
@@ -226,34 +227,31 @@ fn container_rules(
     } else {
         format!("{}/{}", container.network(), container.prefix_len())
     };
-    for m in spec.family_mappings(v6) {
-        let matched = mapping_match(&m, v6);
+    for m in spec.family_mappings(family) {
+        let matched = mapping_match(&m, family);
         let base: Vec<&str> = matched.iter().map(String::as_str).collect();
         if spec.snat {
             let mut hp: Vec<&str> = vec!["-s", masq_src.as_str()];
             hp.extend(base.iter().copied());
             hp.extend(["-j", setmark.as_str()]);
             r.append(iptables::rule_line(&chain, &hp));
-            if !v6 && !spec.masq_all {
+            if family == IpFamily::V4 && !spec.masq_all {
                 let mut lo: Vec<&str> = vec!["-s", "127.0.0.1/32"];
                 lo.extend(base.iter().copied());
                 lo.extend(["-j", setmark.as_str()]);
                 r.append(iptables::rule_line(&chain, &lo));
             }
         }
-        r.append(dnat_rule(&chain, &m, container, v6));
+        r.append(dnat_rule(&chain, &m, container, family));
     }
 }
 
 /// What selects mapping `m`'s traffic in the container's chain:
 /// `[-d <hostIP>/32|128] -p <proto> -m <proto> --dport <hostPort>`.
-fn mapping_match(m: &PortMapping, v6: bool) -> Vec<String> {
+fn mapping_match(m: &PortMapping, family: IpFamily) -> Vec<String> {
     let mut args = Vec::new();
     if let Some(ip) = m.dst() {
-        args.extend([
-            "-d".to_string(),
-            format!("{ip}/{}", if v6 { 128 } else { 32 }),
-        ]);
+        args.extend(["-d".to_string(), format!("{ip}/{}", family.max_prefix())]);
     }
     let proto = m.protocol.as_str();
     args.extend(["-p", proto, "-m", proto, "--dport"].map(str::to_string));
@@ -263,13 +261,13 @@ fn mapping_match(m: &PortMapping, v6: bool) -> Vec<String> {
 
 /// The DNAT rule of mapping `m` in the container's chain `chain`, to the
 /// container address `container`.
-fn dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, v6: bool) -> String {
-    let to = if v6 {
+fn dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, family: IpFamily) -> String {
+    let to = if family == IpFamily::V6 {
         format!("[{}]:{}", container.addr(), m.container_port)
     } else {
         format!("{}:{}", container.addr(), m.container_port)
     };
-    let mut args = mapping_match(m, v6);
+    let mut args = mapping_match(m, family);
     args.extend(["-j", "DNAT", "--to-destination"].map(str::to_string));
     args.push(to);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -280,8 +278,8 @@ fn dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, v6: bool) -> Str
 /// the old `CNI-SN-<hash>`) removed, the chains flushed and deleted; found
 /// by the hashed name, so no mapping needs to be known. Nothing is run
 /// when nothing is there.
-pub fn restore_del(owner: &Owner, v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+pub fn restore_del(owner: &Owner, family: IpFamily) -> Result<()> {
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
     remove_container(&saved, &mut r, owner);
@@ -310,8 +308,8 @@ fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
 
 /// iptables GC for one family: containers of `network` whose entry rules'
 /// comment names a container not in `valid` lose their chain.
-pub fn restore_gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+pub fn restore_gc(network: &str, valid: &[Attachment], family: IpFamily) -> Result<()> {
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
     gc_changes(network, valid, &saved, &mut r);
@@ -342,25 +340,25 @@ fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut R
 
 /// iptables CHECK for one family: the container's chain exists and holds
 /// the DNAT rule of every mapping.
-pub fn restore_check(spec: &PortMapSpec, v6: bool) -> Result<()> {
-    if spec.container(v6).is_none() {
+pub fn restore_check(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
+    if spec.container(family).is_none() {
         return Ok(());
     }
-    let fam = IptFamily::of_v6(v6);
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
-    check_saved(spec, v6, &saved)
+    check_saved(spec, family, &saved)
 }
 
 /// [`ipt_check`] against the nat table `saved`.
-fn check_saved(spec: &PortMapSpec, v6: bool, saved: &SavedTable) -> Result<()> {
-    let Some(container) = spec.container(v6) else {
+fn check_saved(spec: &PortMapSpec, family: IpFamily, saved: &SavedTable) -> Result<()> {
+    let Some(container) = spec.container(family) else {
         return Ok(());
     };
     let chain = dnat_chain(&spec.owner);
     if !saved.has_chain(&chain) {
         return Err(Error::CheckFailed(format!(
             "portmap: chain {chain} is missing from the {} nat table",
-            if v6 { "ip6tables" } else { "iptables" }
+            iptables::program(family)
         )));
     }
     if saved.jumps_to(IPT_DNAT_CHAIN, &chain).is_empty() {
@@ -368,8 +366,8 @@ fn check_saved(spec: &PortMapSpec, v6: bool, saved: &SavedTable) -> Result<()> {
             "portmap: {IPT_DNAT_CHAIN} has no rule jumping to {chain}"
         )));
     }
-    for m in spec.family_mappings(v6) {
-        if !saved.has_rule(&dnat_rule(&chain, &m, container, v6)) {
+    for m in spec.family_mappings(family) {
+        if !saved.has_rule(&dnat_rule(&chain, &m, container, family)) {
             return Err(Error::CheckFailed(format!(
                 "portmap: mapping {m} has no DNAT rule in {chain}"
             )));
@@ -398,12 +396,12 @@ const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
 pub fn netlink_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let own = dnat_chain(&spec.owner);
     let mut entries = Vec::new();
-    for v6 in [false, true] {
-        if spec.container(v6).is_none() || spec.mappings.is_empty() {
+    for family in IpFamily::BOTH {
+        if spec.container(family).is_none() || spec.mappings.is_empty() {
             continue;
         }
-        if !spec.conditions.of(v6).is_empty() {
-            restore_add(spec, v6)?;
+        if !spec.conditions.of(family).is_empty() {
+            restore_add(spec, family)?;
             continue;
         }
         let mut chains: Vec<String> = [IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN, IPT_DNAT_CHAIN]
@@ -430,13 +428,13 @@ pub fn netlink_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         };
         let added = nat::apply(
             nft,
-            v6,
-            &mut |n| nat::read(n, v6, &plan),
-            &mut |saved, r| add_changes(spec, v6, saved, r),
+            family,
+            &mut |n| nat::read(n, family, &plan),
+            &mut |saved, r| add_changes(spec, family, saved, r),
             &|c| c == IPT_DNAT_CHAIN,
         )?;
         entries.extend(added.into_iter().map(|(_, chain, handle)| Entry {
-            family: family(v6),
+            family: Family::of(family),
             table: nat::TABLE.to_string(),
             chain,
             handle,
@@ -460,7 +458,7 @@ pub fn netlink_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
 /// reads back as such a jump, else by listing `CNI-HOSTPORT-DNAT`.
 fn read_container(
     nft: &mut Nft,
-    v6: bool,
+    family: IpFamily,
     owner: &Owner,
     entries: &[Entry],
 ) -> Result<(SavedTable, nat::Handles)> {
@@ -475,27 +473,27 @@ fn read_container(
         ],
         rules_of: &|_| Vec::new(),
     };
-    let (mut saved, mut handles) = nat::read(nft, v6, &plan)?;
-    let fam = family(v6);
+    let (mut saved, mut handles) = nat::read(nft, family, &plan)?;
+    let fam = Family::of(family);
     if saved.has_chain(&own) {
         for r in nft.rules_raw(fam, nat::TABLE, Some(&own))? {
-            nat::push_rule(&mut saved, &mut handles, &r, v6);
+            nat::push_rule(&mut saved, &mut handles, &r, family);
         }
-        let rules = nat::jumps_by_ledger(nft, v6, entries, &own, IPT_DNAT_CHAIN)?;
+        let rules = nat::jumps_by_ledger(nft, family, entries, &own, IPT_DNAT_CHAIN)?;
         for r in &rules {
-            nat::push_rule(&mut saved, &mut handles, r, v6);
+            nat::push_rule(&mut saved, &mut handles, r, family);
         }
     }
     if saved.has_chain(&old) && saved.has_chain(IPT_OLD_SNAT_CHAIN) {
         for r in nft.rules_raw(fam, nat::TABLE, Some(IPT_OLD_SNAT_CHAIN))? {
-            nat::push_rule(&mut saved, &mut handles, &r, v6);
+            nat::push_rule(&mut saved, &mut handles, &r, family);
         }
     }
     Ok((saved, handles))
 }
 
 /// The host port of a DNAT rule line of a container's chain.
-fn rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
+fn rule_port(family: IpFamily, line: &str) -> Option<RemovedPort> {
     let t = iptables::split_tokens(line);
     if !t.iter().any(|x| x == "DNAT") {
         return None;
@@ -503,7 +501,7 @@ fn rule_port(v6: bool, line: &str) -> Option<RemovedPort> {
     let after = |k: &str| t.iter().position(|x| x == k).and_then(|i| t.get(i + 1));
     let proto = Protocol::parse(after("-p")?)?.number();
     Some(RemovedPort {
-        v6,
+        family,
         protocol: proto,
         port: after("--dport")?.parse().ok()?,
     })
@@ -519,16 +517,16 @@ pub fn netlink_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
     let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
     let own = dnat_chain(owner);
     let mut removed = Vec::new();
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         let mut ports = Vec::new();
         nat::apply(
             nft,
-            v6,
-            &mut |n| read_container(n, v6, owner, &entries),
+            family,
+            &mut |n| read_container(n, family, owner, &entries),
             &mut |saved, r| {
                 ports = saved
                     .rules_of(&own)
-                    .filter_map(|l| rule_port(v6, l))
+                    .filter_map(|l| rule_port(family, l))
                     .collect();
                 remove_container(saved, r, owner)
             },
@@ -545,11 +543,11 @@ pub fn netlink_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
 /// iptables GC on iptables-nft, both families, with no process (lists the
 /// table's chains and `CNI-HOSTPORT-DNAT`, as the Go plugin's GC does).
 pub fn netlink_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         nat::apply(
             nft,
-            v6,
-            &mut |n| nat::read_every_chain(n, v6, &[IPT_DNAT_CHAIN, IPT_OLD_SNAT_CHAIN]),
+            family,
+            &mut |n| nat::read_every_chain(n, family, &[IPT_DNAT_CHAIN, IPT_OLD_SNAT_CHAIN]),
             &mut |saved, r| gc_changes(network, valid, saved, r),
             &|_| false,
         )?;
@@ -563,22 +561,22 @@ pub fn netlink_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<
 /// iptables CHECK on iptables-nft, read over netlink.
 pub fn netlink_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let own = dnat_chain(&spec.owner);
-    for v6 in [false, true] {
-        if spec.container(v6).is_none() {
+    for family in IpFamily::BOTH {
+        if spec.container(family).is_none() {
             continue;
         }
         let plan = nat::ReadPlan {
             chains: vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
             rules_of: &|_| vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
         };
-        let (saved, _) = nat::read(nft, v6, &plan)?;
-        check_saved(spec, v6, &saved)?;
+        let (saved, _) = nat::read(nft, family, &plan)?;
+        check_saved(spec, family, &saved)?;
     }
     Ok(())
 }
 
 /// Whether the nat table of iptables-nft holds the host port chains at
 /// all (seen through nf_tables).
-pub fn netlink_has_hostports(nft: &mut Nft, v6: bool) -> Result<bool> {
-    nft.has_chain(family(v6), nat::TABLE, IPT_DNAT_CHAIN)
+pub fn netlink_has_hostports(nft: &mut Nft, family: IpFamily) -> Result<bool> {
+    nft.has_chain(Family::of(family), nat::TABLE, IPT_DNAT_CHAIN)
 }

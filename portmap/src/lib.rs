@@ -21,12 +21,13 @@ pub mod spec;
 
 use std::net::IpAddr;
 
-use crate::spec::{PortMapSpec, Protocol};
+use crate::spec::{PortMapSpec, Protocol, RemovedPort};
 use libcni::fault;
 use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Owner};
-use libcni::netlink::{Family, Netlink};
+use libcni::netlink::Netlink;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpPrefix};
+use libcni::IpFamily;
 use libcni::{sysctl, ErrorList, Result};
 
 use config::PortMapConf;
@@ -54,7 +55,7 @@ impl Plugin for PortMap {
         fault::point("portmap/after-commit");
         if spec.snat {
             if let Some(c) = v4 {
-                if spec.mappings.iter().any(|m| m.applies_to(false)) {
+                if spec.mappings.iter().any(|m| m.applies_to(IpFamily::V4)) {
                     enable_route_localnet(c.addr())?;
                 }
             }
@@ -62,7 +63,7 @@ impl Plugin for PortMap {
         // New mappings must not be shadowed by conntrack entries of earlier
         // UDP flows to the same host ports. Failures only cost that, as in
         // the Go plugin: they are reported on stderr.
-        if let Err(e) = flush_udp_conntrack(&spec, v4.is_some(), v6.is_some()) {
+        if let Err(e) = flush_udp_conntrack(&spec) {
             eprintln!("portmap: removing stale UDP conntrack entries: {e}");
         }
         Ok(prev)
@@ -76,9 +77,13 @@ impl Plugin for PortMap {
         let mut udp_ports = backend::del(&owner, iptables_chosen, &mut errors);
         let mappings = conf.as_ref().map(|c| c.mappings.as_slice()).unwrap_or(&[]);
         for m in mappings.iter().filter(|m| m.protocol == Protocol::Udp) {
-            for v6 in [false, true] {
-                if m.applies_to(v6) {
-                    udp_ports.push((v6, m.host_port));
+            for family in IpFamily::BOTH {
+                if m.applies_to(family) {
+                    udp_ports.push(RemovedPort {
+                        family,
+                        protocol: conntrack::IPPROTO_UDP,
+                        port: m.host_port,
+                    });
                 }
             }
         }
@@ -160,7 +165,7 @@ fn container_addresses(prev: &CniResult, ifname: &str) -> (Option<IpPrefix>, Opt
 fn enable_route_localnet(container: IpAddr) -> Result<()> {
     let mut nl = Netlink::open()?;
     let best = nl
-        .routes(Family::V4)?
+        .routes(IpFamily::V4)?
         .into_iter()
         .filter(|r| r.oif.is_some())
         .filter(|r| IpPrefix::new(r.dst, r.dst_len).is_some_and(|p| p.contains(container)))
@@ -175,28 +180,40 @@ fn enable_route_localnet(container: IpAddr) -> Result<()> {
     sysctl::ensure_here(&key, "1").map(|_| ())
 }
 
-fn flush_udp_conntrack(spec: &PortMapSpec, v4: bool, v6: bool) -> Result<()> {
+/// Flushes the UDP conntrack entries of `spec`'s UDP host ports in each
+/// family the container has an address in.
+fn flush_udp_conntrack(spec: &PortMapSpec) -> Result<()> {
     let mut ports = Vec::new();
     for m in spec.mappings.iter().filter(|m| m.protocol == Protocol::Udp) {
-        for (family_v6, present) in [(false, v4), (true, v6)] {
-            if present && m.applies_to(family_v6) {
-                ports.push((family_v6, m.host_port));
+        for family in IpFamily::BOTH {
+            if spec.container(family).is_some() && m.applies_to(family) {
+                ports.push(RemovedPort {
+                    family,
+                    protocol: conntrack::IPPROTO_UDP,
+                    port: m.host_port,
+                });
             }
         }
     }
     flush_ports(&ports)
 }
 
-fn flush_ports(ports: &[(bool, u16)]) -> Result<()> {
+/// Deletes the UDP conntrack entries to `ports` (all UDP), one dump per
+/// family.
+fn flush_ports(ports: &[RemovedPort]) -> Result<()> {
     if ports.is_empty() {
         return Ok(());
     }
     let mut nl = NfNetlink::open()?;
-    for v6 in [false, true] {
-        let mut list: Vec<u16> = ports.iter().filter(|p| p.0 == v6).map(|p| p.1).collect();
+    for family in IpFamily::BOTH {
+        let mut list: Vec<u16> = ports
+            .iter()
+            .filter(|p| p.family == family)
+            .map(|p| p.port)
+            .collect();
         list.sort_unstable();
         list.dedup();
-        conntrack::delete_by_dst_port(&mut nl, v6, conntrack::IPPROTO_UDP, &list)?;
+        conntrack::delete_by_dst_port(&mut nl, family, conntrack::IPPROTO_UDP, &list)?;
     }
     Ok(())
 }

@@ -40,6 +40,7 @@ use libcni::netfilter::nft::{
 };
 use libcni::netfilter::Owner;
 use libcni::types::{Attachment, IpPrefix};
+use libcni::IpFamily;
 use libcni::{Error, Result};
 
 use crate::spec::*;
@@ -64,11 +65,11 @@ const OWNED_CHAINS: [&str; 3] = [HOSTPORTS, HOSTIP_HOSTPORTS, MASQUERADING];
 /// The ledger feature name (`/run/cni/portmap/<network>/<container ID>`).
 pub(crate) const LEDGER: &str = "portmap";
 
-fn family(v6: bool) -> Family {
-    if v6 {
-        Family::Ip6
-    } else {
-        Family::Ip
+/// The config key of one family's conditions, for errors.
+fn conditions_key(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "conditionsV4",
+        IpFamily::V6 => "conditionsV6",
     }
 }
 
@@ -103,9 +104,9 @@ fn mapping_rule(m: &PortMapping, container: IpAddr, conds: Vec<Expr>) -> Vec<Exp
 /// reaching the host port need) or from anywhere (`masqAll`), and for IPv4
 /// from the node's 127.0.0.1.
 fn masq_rules(spec: &PortMapSpec, container: IpPrefix) -> Vec<Vec<Expr>> {
-    let v6 = !container.is_ipv4();
+    let family = container.family();
     let cip = container.addr();
-    let width = if v6 { 128 } else { 32 };
+    let width = family.max_prefix();
     let rule = |src: IpAddr, len: u8| {
         let mut r = expr::match_prefix_nft(true, CmpOp::Eq, src, len);
         r.extend(expr::match_prefix_nft(false, CmpOp::Eq, cip, width));
@@ -114,7 +115,7 @@ fn masq_rules(spec: &PortMapSpec, container: IpPrefix) -> Vec<Vec<Expr>> {
     };
     let mut out = Vec::new();
     if spec.masq_all {
-        let any = if v6 {
+        let any = if family == IpFamily::V6 {
             IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED)
         } else {
             IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)
@@ -123,7 +124,7 @@ fn masq_rules(spec: &PortMapSpec, container: IpPrefix) -> Vec<Vec<Expr>> {
     } else {
         let subnet = container.truncate();
         out.push(rule(subnet.addr(), subnet.prefix_len()));
-        if !v6 {
+        if family == IpFamily::V4 {
             out.push(rule(IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 32));
         }
     }
@@ -132,8 +133,8 @@ fn masq_rules(spec: &PortMapSpec, container: IpPrefix) -> Vec<Vec<Expr>> {
 
 /// The Go plugin's table, chains and shared rules of one family, in its
 /// order (so a fresh table lists, and numbers its handles, as Go's does).
-fn skeleton(b: &mut Batch, v6: bool, snat: bool) {
-    let f = family(v6);
+fn skeleton(b: &mut Batch, family: IpFamily, snat: bool) {
+    let f = Family::of(family);
     let nat = |hook, priority| BaseChain {
         hook,
         priority,
@@ -175,8 +176,8 @@ fn skeleton(b: &mut Batch, v6: bool, snat: bool) {
 /// ADD that finds them otherwise rewrites them: flushing is a deletion,
 /// and a commit with deletions makes closing the socket wait for an RCU
 /// grace period.
-fn skeleton_intact(nft: &mut Nft, v6: bool, snat: bool) -> Result<bool> {
-    let f = family(v6);
+fn skeleton_intact(nft: &mut Nft, family: IpFamily, snat: bool) -> Result<bool> {
+    let f = Family::of(family);
     let jump_local = |rules: &[RuleInfo]| {
         rules.len() == 1
             && rules[0].exprs == ["fib", "cmp", "immediate"]
@@ -214,10 +215,10 @@ fn port_note(m: &PortMapping) -> String {
 }
 
 /// The host port of a ledger note (`proto/port`).
-fn note_port(v6: bool, note: &str) -> Option<RemovedPort> {
+fn note_port(family: IpFamily, note: &str) -> Option<RemovedPort> {
     let (p, port) = note.split_once('/')?;
     Some(RemovedPort {
-        v6,
+        family,
         protocol: p.parse().ok()?,
         port: port.parse().ok()?,
     })
@@ -225,11 +226,11 @@ fn note_port(v6: bool, note: &str) -> Option<RemovedPort> {
 
 /// The host port of a mapping rule read back (`meta l4proto` compared with
 /// one byte, then the port with two), for rules found by listing.
-fn rule_port(v6: bool, r: &RuleInfo) -> Option<RemovedPort> {
+fn rule_port(family: IpFamily, r: &RuleInfo) -> Option<RemovedPort> {
     let i = r.cmp_data.iter().position(|d| d.len() == 1)?;
     let port = r.cmp_data.get(i + 1).filter(|d| d.len() == 2)?;
     Some(RemovedPort {
-        v6,
+        family,
         protocol: r.cmp_data[i][0],
         port: u16::from_be_bytes([port[0], port[1]]),
     })
@@ -253,17 +254,17 @@ fn verified(nft: &mut Nft, entries: &[Entry], comment: &str) -> Result<(Vec<Entr
 /// The rules of `comment` in the owned chains of both families, by one
 /// listing of each chain: state the Go plugin wrote, or an ADD killed
 /// before it wrote its ledger.
-fn listed(nft: &mut Nft, comment: &str) -> Result<Vec<(bool, RuleInfo)>> {
+fn listed(nft: &mut Nft, comment: &str) -> Result<Vec<(IpFamily, RuleInfo)>> {
     let mut out = Vec::new();
-    for v6 in [false, true] {
-        let f = family(v6);
+    for family in IpFamily::BOTH {
+        let f = Family::of(family);
         if !nft.has_table(f, TABLE)? {
             continue;
         }
         for chain in OWNED_CHAINS {
             for r in nft.rules(f, TABLE, chain)? {
                 if r.comment.as_deref() == Some(comment) {
-                    out.push((v6, r));
+                    out.push((family, r));
                 }
             }
         }
@@ -303,13 +304,17 @@ fn old_teardown(
         kept += other.len();
         inner.del_elems(f, OLD_TABLE, set, &mine, "elements");
         if set.starts_with("host") {
-            let v6 = set.ends_with('6');
+            let family = if set.ends_with('6') {
+                IpFamily::V6
+            } else {
+                IpFamily::V4
+            };
             for e in &mine {
                 let n = e.key.len();
                 if n >= 8 {
                     let port = u16::from_be_bytes([e.key[n - 4], e.key[n - 3]]);
                     gone.push(RemovedPort {
-                        v6,
+                        family,
                         protocol: e.key[n - 8],
                         port,
                     });
@@ -343,9 +348,10 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let ledger = ledger(&spec.owner);
     // Conditions are checked before anything is read or written.
     let mut conds = [Vec::new(), Vec::new()];
-    for v6 in [false, true] {
-        let key = if v6 { "conditionsV6" } else { "conditionsV4" };
-        conds[usize::from(v6)] = parse_conditions(key, spec.conditions.of(v6), v6)?;
+    for family in IpFamily::BOTH {
+        let key = conditions_key(family);
+        conds[usize::from(family == IpFamily::V6)] =
+            parse_conditions(key, spec.conditions.of(family), family)?;
     }
     ledger::commit_recorded(nft, ledger.as_ref(), &mut |nft, b| {
         if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
@@ -355,13 +361,13 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         }
         let mut echoed = Vec::new();
         let mut set_id = 0;
-        for v6 in [false, true] {
-            let Some(container) = spec.container(v6) else {
+        for family in IpFamily::BOTH {
+            let Some(container) = spec.container(family) else {
                 continue;
             };
-            let f = family(v6);
-            if !skeleton_intact(nft, v6, spec.snat)? {
-                skeleton(b, v6, spec.snat);
+            let f = Family::of(family);
+            if !skeleton_intact(nft, family, spec.snat)? {
+                skeleton(b, family, spec.snat);
             }
             let note = |index, note: String| ledger::Echoed {
                 index,
@@ -369,8 +375,14 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
                 table: TABLE.to_string(),
                 note,
             };
-            for m in spec.family_mappings(v6) {
-                let c = conditions::emit(&conds[usize::from(v6)], b, f, TABLE, &mut set_id);
+            for m in spec.family_mappings(family) {
+                let c = conditions::emit(
+                    &conds[usize::from(family == IpFamily::V6)],
+                    b,
+                    f,
+                    TABLE,
+                    &mut set_id,
+                );
                 let r = mapping_rule(&m, container.addr(), c);
                 let i = b.add_rule_echo(f, TABLE, HOSTPORTS, &r, &comment);
                 echoed.push(note(i, port_note(&m)));
@@ -404,11 +416,16 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
         let (mut doomed, complete) = match ledger.as_ref().and_then(Ledger::load) {
             Some(entries) => {
                 let (ok, all) = verified(nft, &entries, &comment)?;
-                let doomed: Vec<(bool, u64, String, Option<RemovedPort>)> = ok
+                let doomed: Vec<(IpFamily, u64, String, Option<RemovedPort>)> = ok
                     .iter()
                     .map(|e| {
-                        let v6 = e.family == Family::Ip6;
-                        (v6, e.handle, e.chain.clone(), note_port(v6, &e.note))
+                        let family = e.family.ip().unwrap_or(IpFamily::V4);
+                        (
+                            family,
+                            e.handle,
+                            e.chain.clone(),
+                            note_port(family, &e.note),
+                        )
                     })
                     .collect();
                 (doomed, all)
@@ -416,17 +433,17 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
             None => (Vec::new(), false),
         };
         if !complete {
-            for (v6, r) in listed(nft, &comment)? {
-                if !doomed.iter().any(|d| d.0 == v6 && d.1 == r.handle) {
+            for (family, r) in listed(nft, &comment)? {
+                if !doomed.iter().any(|d| d.0 == family && d.1 == r.handle) {
                     let port = (r.chain != MASQUERADING)
-                        .then(|| rule_port(v6, &r))
+                        .then(|| rule_port(family, &r))
                         .flatten();
-                    doomed.push((v6, r.handle, r.chain.clone(), port));
+                    doomed.push((family, r.handle, r.chain.clone(), port));
                 }
             }
         }
-        for (v6, handle, chain, port) in &doomed {
-            b.del_rule(family(*v6), TABLE, chain, *handle);
+        for (family, handle, chain, port) in &doomed {
+            b.del_rule(Family::of(*family), TABLE, chain, *handle);
             removed.extend(*port);
         }
         removed.extend(old_teardown(nft, &mut b, &|c| c == tag)?);
@@ -458,8 +475,8 @@ pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<Vec<Remo
         }
         let comment = rule_comment(&Owner::new(network, &cid));
         for e in verified(nft, &entries, &comment)?.0 {
-            let v6 = e.family == Family::Ip6;
-            removed.extend(note_port(v6, &e.note));
+            let family = e.family.ip().unwrap_or(IpFamily::V4);
+            removed.extend(note_port(family, &e.note));
             b.del_rule(e.family, &e.table, &e.chain, e.handle);
         }
         stale.push(l);
@@ -483,14 +500,14 @@ pub fn check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let failed = |what: String| Error::CheckFailed(format!("portmap: {what}"));
     // The ledger's rules when every one of them is there; otherwise one
     // listing, as the Go plugin's CHECK does.
-    let mut have: Vec<(bool, RuleInfo)> = Vec::new();
+    let mut have: Vec<(IpFamily, RuleInfo)> = Vec::new();
     let mut complete = false;
     if let Some(entries) = ledger(&spec.owner).and_then(|l| l.load()) {
         complete = true;
         for e in &entries {
             match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
                 Some(r) if r.comment.as_deref() == Some(comment.as_str()) => {
-                    have.push((e.family == Family::Ip6, r))
+                    have.push((e.family.ip().unwrap_or(IpFamily::V4), r))
                 }
                 _ => complete = false,
             }
@@ -499,28 +516,29 @@ pub fn check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     if !complete {
         have = listed(nft, &comment)?;
     }
-    let has = |v6: bool, chain: &str, exprs: &[Expr]| {
+    let has = |family: IpFamily, chain: &str, exprs: &[Expr]| {
         let (cmp, imm) = summary(exprs);
-        have.iter()
-            .any(|(f, r)| *f == v6 && r.chain == chain && r.cmp_data == cmp && r.imm_data == imm)
+        have.iter().any(|(f, r)| {
+            *f == family && r.chain == chain && r.cmp_data == cmp && r.imm_data == imm
+        })
     };
-    for v6 in [false, true] {
-        let Some(container) = spec.container(v6) else {
+    for family in IpFamily::BOTH {
+        let Some(container) = spec.container(family) else {
             continue;
         };
-        let f = family(v6);
-        if !skeleton_intact(nft, v6, spec.snat)? {
+        let f = Family::of(family);
+        if !skeleton_intact(nft, family, spec.snat)? {
             return Err(failed(format!(
                 "the shared chains of table {} {TABLE} are missing or changed",
                 f.as_str()
             )));
         }
-        let key = if v6 { "conditionsV6" } else { "conditionsV4" };
-        let conds = parse_conditions(key, spec.conditions.of(v6), v6)?;
-        for m in spec.family_mappings(v6) {
+        let key = conditions_key(family);
+        let conds = parse_conditions(key, spec.conditions.of(family), family)?;
+        for m in spec.family_mappings(family) {
             let mut scratch = Batch::new();
             let c = conditions::emit(&conds, &mut scratch, f, TABLE, &mut 0);
-            if !has(v6, HOSTPORTS, &mapping_rule(&m, container.addr(), c)) {
+            if !has(family, HOSTPORTS, &mapping_rule(&m, container.addr(), c)) {
                 return Err(failed(format!(
                     "mapping {m} has no rule to {} in chain {} {TABLE} {HOSTPORTS}",
                     container.addr(),
@@ -530,7 +548,7 @@ pub fn check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         }
         if spec.snat {
             for r in masq_rules(spec, container) {
-                if !has(v6, MASQUERADING, &r) {
+                if !has(family, MASQUERADING, &r) {
                     return Err(failed(format!(
                         "a masquerade rule of {} is missing from chain {} {TABLE} {MASQUERADING}",
                         container.addr(),
@@ -545,6 +563,6 @@ pub fn check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
 
 /// Parses `conditionsV4`/`conditionsV6` written in nft syntax (see
 /// [`crate::conditions`]): code 7 naming `key` for anything else.
-pub fn parse_conditions(key: &str, conds: &[String], v6: bool) -> Result<Vec<Condition>> {
-    conditions::parse(key, conds, v6)
+pub fn parse_conditions(key: &str, conds: &[String], family: IpFamily) -> Result<Vec<Condition>> {
+    conditions::parse(key, conds, family)
 }

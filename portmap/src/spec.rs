@@ -7,6 +7,7 @@ use std::net::IpAddr;
 
 use libcni::netfilter::Owner;
 use libcni::types::IpPrefix;
+use libcni::IpFamily;
 
 pub use libcni::netfilter::Protocol;
 
@@ -23,8 +24,8 @@ pub struct PortMapping {
 
 impl PortMapping {
     /// Whether the mapping applies to the IPv6 (or IPv4) container address.
-    pub fn applies_to(&self, v6: bool) -> bool {
-        self.host_ip.is_none_or(|ip| ip.is_ipv6() == v6)
+    pub fn applies_to(&self, family: IpFamily) -> bool {
+        self.host_ip.is_none_or(|ip| IpFamily::of(&ip) == family)
     }
 
     /// The destination address to match, if the mapping names one.
@@ -56,11 +57,10 @@ pub struct Conditions {
 
 impl Conditions {
     /// The conditions of one family.
-    pub fn of(&self, v6: bool) -> &[String] {
-        if v6 {
-            &self.v6
-        } else {
-            &self.v4
+    pub fn of(&self, family: IpFamily) -> &[String] {
+        match family {
+            IpFamily::V4 => &self.v4,
+            IpFamily::V6 => &self.v6,
         }
     }
 }
@@ -92,22 +92,21 @@ pub struct PortMapSpec {
 }
 
 impl PortMapSpec {
-    pub(crate) fn container(&self, v6: bool) -> Option<IpPrefix> {
-        if v6 {
-            self.container_v6
-        } else {
-            self.container_v4
+    pub(crate) fn container(&self, family: IpFamily) -> Option<IpPrefix> {
+        match family {
+            IpFamily::V4 => self.container_v4,
+            IpFamily::V6 => self.container_v6,
         }
     }
 
     /// The mappings of one family, when the container has an address there.
-    pub(crate) fn family_mappings(&self, v6: bool) -> Vec<PortMapping> {
-        if self.container(v6).is_none() {
+    pub(crate) fn family_mappings(&self, family: IpFamily) -> Vec<PortMapping> {
+        if self.container(family).is_none() {
             return Vec::new();
         }
         self.mappings
             .iter()
-            .filter(|m| m.applies_to(v6))
+            .filter(|m| m.applies_to(family))
             .copied()
             .collect()
     }
@@ -116,8 +115,8 @@ impl PortMapSpec {
 /// A host port whose mapping a teardown removed, for the conntrack flush.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RemovedPort {
-    /// Mapped on IPv6 (else IPv4).
-    pub v6: bool,
+    /// The family of the mapping.
+    pub family: IpFamily,
     /// The IP protocol number (`IPPROTO_TCP`, ...).
     pub protocol: u8,
     pub port: u16,

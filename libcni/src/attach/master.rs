@@ -4,8 +4,9 @@
 //! or, with `linkInContainer`, in the container's. Every refusal is code 7
 //! naming `master` (or `mtu`).
 
-use crate::netlink::{Family, Link, Netlink};
+use crate::netlink::{Link, Netlink};
 use crate::Error;
+use crate::IpFamily;
 
 /// Where the master is looked up, for messages.
 pub fn place(in_container: bool) -> &'static str {
@@ -19,7 +20,7 @@ pub fn place(in_container: bool) -> &'static str {
 /// The interface of the first default route of the main table (IPv4
 /// first, then IPv6), as the reference picks it; `None` without one.
 pub fn default_route_interface(nl: &mut Netlink) -> Result<Option<Link>, Error> {
-    for family in [Family::V4, Family::V6] {
+    for family in IpFamily::BOTH {
         for r in nl.routes(family)? {
             if r.dst_len != 0 {
                 continue;

@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use super::nfnetlink::{NfNetlink, Request, NFNL_SUBSYS_CTNETLINK, NLM_F_DUMP};
 use super::wire::{Attr, Attrs, NLA_F_NESTED};
 use crate::netlink::is_not_found;
+use crate::IpFamily;
 use crate::Result;
 
 const IPCTNL_MSG_CT_NEW: u16 = 0;
@@ -46,14 +47,6 @@ fn ct_type(t: u16) -> u16 {
     (NFNL_SUBSYS_CTNETLINK << 8) | t
 }
 
-fn family(v6: bool) -> u8 {
-    if v6 {
-        libc::AF_INET6 as u8
-    } else {
-        libc::AF_INET as u8
-    }
-}
-
 fn ip_of(a: &Attr<'_>) -> Option<IpAddr> {
     match a.data.len() {
         4 => Some(IpAddr::from(<[u8; 4]>::try_from(a.data).ok()?)),
@@ -63,11 +56,11 @@ fn ip_of(a: &Attr<'_>) -> Option<IpAddr> {
 }
 
 /// The conntrack entries of one family in the calling thread's namespace.
-pub fn entries(nl: &mut NfNetlink, v6: bool) -> Result<Vec<Entry>> {
+pub fn entries(nl: &mut NfNetlink, family: IpFamily) -> Result<Vec<Entry>> {
     let req = Request {
         ty: ct_type(IPCTNL_MSG_CT_GET),
         flags: NLM_F_DUMP,
-        family: family(v6),
+        family: family.nfproto(),
         attrs: Attrs::new(),
         what: "dump the conntrack table".into(),
     };
@@ -126,12 +119,17 @@ pub fn entries(nl: &mut NfNetlink, v6: bool) -> Result<Vec<Entry>> {
 /// Deletes the entries of protocol `proto` whose original destination port
 /// is one of `ports`; returns how many went. Entries that vanish meanwhile
 /// count as deleted.
-pub fn delete_by_dst_port(nl: &mut NfNetlink, v6: bool, proto: u8, ports: &[u16]) -> Result<usize> {
+pub fn delete_by_dst_port(
+    nl: &mut NfNetlink,
+    family: IpFamily,
+    proto: u8,
+    ports: &[u16],
+) -> Result<usize> {
     if ports.is_empty() {
         return Ok(0);
     }
     let mut n = 0;
-    for e in entries(nl, v6)? {
+    for e in entries(nl, family)? {
         if e.proto != proto || !e.dst_port.is_some_and(|p| ports.contains(&p)) {
             continue;
         }
@@ -143,7 +141,7 @@ pub fn delete_by_dst_port(nl: &mut NfNetlink, v6: bool, proto: u8, ports: &[u16]
         let req = Request {
             ty: ct_type(IPCTNL_MSG_CT_DELETE),
             flags: 0,
-            family: family(v6),
+            family: family.nfproto(),
             attrs: a,
             what: format!(
                 "delete conntrack entry proto {proto} dport {}",

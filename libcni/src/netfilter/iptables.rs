@@ -14,47 +14,40 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::{Error, Result};
+use crate::{Error, IpFamily, Result};
 
 /// Seconds `iptables-restore` waits for the xtables lock (legacy backend).
 const LOCK_WAIT_SECONDS: &str = "5";
 
-/// The address family of an iptables binary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IptFamily {
-    V4,
-    V6,
+/// The `iptables` command of `family`, for messages.
+pub fn program(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "iptables",
+        IpFamily::V6 => "ip6tables",
+    }
 }
 
-impl IptFamily {
-    pub fn of_v6(v6: bool) -> IptFamily {
-        if v6 {
-            IptFamily::V6
-        } else {
-            IptFamily::V4
-        }
+/// The `iptables-save` of `family`.
+fn save_program(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "iptables-save",
+        IpFamily::V6 => "ip6tables-save",
     }
+}
 
-    fn save(self) -> &'static str {
-        match self {
-            IptFamily::V4 => "iptables-save",
-            IptFamily::V6 => "ip6tables-save",
-        }
+/// The `iptables-restore` of `family`.
+fn restore_program(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "iptables-restore",
+        IpFamily::V6 => "ip6tables-restore",
     }
+}
 
-    fn restore(self) -> &'static str {
-        match self {
-            IptFamily::V4 => "iptables-restore",
-            IptFamily::V6 => "ip6tables-restore",
-        }
-    }
-
-    /// The multicast range ipMasq leaves alone.
-    pub fn multicast(self) -> &'static str {
-        match self {
-            IptFamily::V4 => "224.0.0.0/4",
-            IptFamily::V6 => "ff00::/8",
-        }
+/// The multicast range of `family`, which ipMasq leaves alone.
+pub fn multicast(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "224.0.0.0/4",
+        IpFamily::V6 => "ff00::/8",
     }
 }
 
@@ -313,14 +306,14 @@ impl Restore {
 }
 
 /// Reads `table` (`iptables-save -t <table>`).
-pub fn save(family: IptFamily, table: IptTable) -> Result<SavedTable> {
+pub fn save(family: IpFamily, table: IptTable) -> Result<SavedTable> {
     crate::calllog::timed(crate::calllog::Step::Netfilter, || {
         save_untimed(family, table)
     })
 }
 
-fn save_untimed(family: IptFamily, table: IptTable) -> Result<SavedTable> {
-    let cmd = family.save();
+fn save_untimed(family: IpFamily, table: IptTable) -> Result<SavedTable> {
+    let cmd = save_program(family);
     let table = table.as_str();
     let out = Command::new(cmd)
         .args(["-t", table])
@@ -338,17 +331,17 @@ fn save_untimed(family: IptFamily, table: IptTable) -> Result<SavedTable> {
 
 /// Applies `r` with one `iptables-restore --noflush --wait` (nothing is run
 /// when `r` is empty). The restore is atomic: a failing line applies none.
-pub fn restore(family: IptFamily, r: &Restore) -> Result<()> {
+pub fn restore(family: IpFamily, r: &Restore) -> Result<()> {
     crate::calllog::timed(crate::calllog::Step::Netfilter, || {
         restore_untimed(family, r)
     })
 }
 
-fn restore_untimed(family: IptFamily, r: &Restore) -> Result<()> {
+fn restore_untimed(family: IpFamily, r: &Restore) -> Result<()> {
     if r.is_empty() {
         return Ok(());
     }
-    let cmd = family.restore();
+    let cmd = restore_program(family);
     let input = r.render();
     let mut child = Command::new(cmd)
         .args(["--noflush", "--wait", LOCK_WAIT_SECONDS])

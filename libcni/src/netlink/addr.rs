@@ -6,7 +6,8 @@ use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::address::{AddressAttribute, AddressFlags, AddressMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Family, Netlink};
+use super::Netlink;
+use crate::IpFamily;
 use crate::Result;
 
 /// `IFA_F_DADFAILED`: duplicate address detection failed.
@@ -65,10 +66,10 @@ impl Address {
     }
 }
 
-fn address_family(family: Family) -> AddressFamily {
+fn address_family(family: IpFamily) -> AddressFamily {
     match family {
-        Family::V4 => AddressFamily::Inet,
-        Family::V6 => AddressFamily::Inet6,
+        IpFamily::V4 => AddressFamily::Inet,
+        IpFamily::V6 => AddressFamily::Inet6,
     }
 }
 
@@ -77,7 +78,7 @@ fn address_family(family: Family) -> AddressFamily {
 /// prefix shorter than /31, the broadcast address); IPv6 `IFA_ADDRESS`.
 fn address_message(index: u32, ip: IpAddr, prefix_len: u8, broadcast: bool) -> AddressMessage {
     let mut msg = AddressMessage::default();
-    msg.header.family = address_family(Family::of(&ip));
+    msg.header.family = address_family(IpFamily::of(&ip));
     msg.header.prefix_len = prefix_len;
     msg.header.index = index;
     match ip {
@@ -106,7 +107,7 @@ impl Netlink {
     pub fn addresses(
         &mut self,
         index: Option<u32>,
-        family: Option<Family>,
+        family: Option<IpFamily>,
     ) -> Result<Vec<Address>> {
         let mut msg = AddressMessage::default();
         if let Some(f) = family {
@@ -131,7 +132,7 @@ impl Netlink {
                 _ => None,
             })
             .filter(|a| index.is_none_or(|i| a.index == i))
-            .filter(|a| family.is_none_or(|f| Family::of(&a.addr) == f))
+            .filter(|a| family.is_none_or(|f| IpFamily::of(&a.addr) == f))
             .collect())
     }
 
@@ -213,7 +214,7 @@ mod tests {
         nl.add_address(idx, v4, 24).unwrap();
         nl.add_address(idx, v6, 64).unwrap();
 
-        let got4 = nl.addresses(Some(idx), Some(Family::V4)).unwrap();
+        let got4 = nl.addresses(Some(idx), Some(IpFamily::V4)).unwrap();
         assert_eq!(got4.len(), 1, "{got4:?}");
         assert_eq!(
             (got4[0].index, got4[0].addr, got4[0].prefix_len),
@@ -223,7 +224,7 @@ mod tests {
         assert!(!got4[0].is_tentative());
 
         let got6: Vec<Address> = nl
-            .addresses(Some(idx), Some(Family::V6))
+            .addresses(Some(idx), Some(IpFamily::V6))
             .unwrap()
             .into_iter()
             .filter(|a| a.scope == 0)
@@ -250,11 +251,11 @@ mod tests {
         nl.del_address(idx, v4, 24).unwrap();
         nl.del_address(idx, v6, 64).unwrap();
         assert!(nl
-            .addresses(Some(idx), Some(Family::V4))
+            .addresses(Some(idx), Some(IpFamily::V4))
             .unwrap()
             .is_empty());
         assert!(!nl
-            .addresses(Some(idx), Some(Family::V6))
+            .addresses(Some(idx), Some(IpFamily::V6))
             .unwrap()
             .iter()
             .any(|a| a.addr == v6));

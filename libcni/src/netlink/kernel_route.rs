@@ -13,7 +13,8 @@ use netlink_packet_route::route::{
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
 use super::route::Route;
-use super::{Family, Netlink};
+use super::Netlink;
+use crate::IpFamily;
 use crate::Result;
 
 /// A route as listed, with the raw message kept for writing it again.
@@ -112,11 +113,11 @@ impl Netlink {
     /// as the kernel lists them; cache entries left out.
     pub fn link_routes_in(&mut self, index: u32, table: u32) -> Result<Vec<KernelRoute>> {
         let mut out = Vec::new();
-        for family in [Family::V4, Family::V6] {
+        for family in IpFamily::BOTH {
             let mut msg = RouteMessage::default();
             msg.header.address_family = match family {
-                Family::V4 => AddressFamily::Inet,
-                Family::V6 => AddressFamily::Inet6,
+                IpFamily::V4 => AddressFamily::Inet,
+                IpFamily::V6 => AddressFamily::Inet6,
             };
             let replies = self.request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP, || {
                 format!("list the routes of link {index} in table {table}")

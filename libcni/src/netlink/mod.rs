@@ -62,26 +62,6 @@ const DUMP_ATTEMPTS: usize = 5;
 /// `NLMSGERR_ATTR_MSG`: the human-readable extended ACK message.
 const NLMSGERR_ATTR_MSG: u16 = 1;
 
-/// An IP address family, to filter dumps or pick a table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Family {
-    /// IPv4 (`AF_INET`).
-    V4,
-    /// IPv6 (`AF_INET6`).
-    V6,
-}
-
-impl Family {
-    /// The family of `ip`.
-    pub fn of(ip: &std::net::IpAddr) -> Family {
-        if ip.is_ipv4() {
-            Family::V4
-        } else {
-            Family::V6
-        }
-    }
-}
-
 /// A rtnetlink socket bound to one network namespace.
 #[derive(Debug)]
 pub struct Netlink {

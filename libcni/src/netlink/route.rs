@@ -9,7 +9,8 @@ use netlink_packet_route::route::{
 };
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Family, Netlink};
+use super::Netlink;
+use crate::IpFamily;
 use crate::Result;
 
 /// The main routing table (`RT_TABLE_MAIN`).
@@ -78,20 +79,20 @@ impl Route {
         }
     }
 
-    fn family(&self) -> Family {
-        Family::of(&self.dst)
+    fn family(&self) -> IpFamily {
+        IpFamily::of(&self.dst)
     }
 
     pub(super) fn from_message(msg: RouteMessage) -> Option<Route> {
         let family = match msg.header.address_family {
-            AddressFamily::Inet => Family::V4,
-            AddressFamily::Inet6 => Family::V6,
+            AddressFamily::Inet => IpFamily::V4,
+            AddressFamily::Inet6 => IpFamily::V6,
             _ => return None,
         };
         let mut route = Route {
             dst: match family {
-                Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-                Family::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+                IpFamily::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+                IpFamily::V6 => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
             },
             dst_len: msg.header.destination_prefix_length,
             gateway: None,
@@ -136,8 +137,8 @@ impl Route {
     pub(super) fn to_message(&self, for_delete: bool) -> RouteMessage {
         let mut msg = RouteMessage::default();
         msg.header.address_family = match self.family() {
-            Family::V4 => AddressFamily::Inet,
-            Family::V6 => AddressFamily::Inet6,
+            IpFamily::V4 => AddressFamily::Inet,
+            IpFamily::V6 => AddressFamily::Inet6,
         };
         msg.header.destination_prefix_length = self.dst_len;
         msg.header.table = u8::try_from(self.table).unwrap_or(RouteHeader::RT_TABLE_UNSPEC);
@@ -215,22 +216,22 @@ fn ip_of(a: RouteAddress) -> Option<IpAddr> {
 
 impl Netlink {
     /// The routes of `family` in the main table.
-    pub fn routes(&mut self, family: Family) -> Result<Vec<Route>> {
+    pub fn routes(&mut self, family: IpFamily) -> Result<Vec<Route>> {
         self.routes_in(family, Some(RT_TABLE_MAIN))
     }
 
     /// The routes of `family` in `table`, or in all tables when `None`
     /// (including the kernel's `local` table).
-    pub fn routes_in(&mut self, family: Family, table: Option<u32>) -> Result<Vec<Route>> {
+    pub fn routes_in(&mut self, family: IpFamily, table: Option<u32>) -> Result<Vec<Route>> {
         let mut msg = RouteMessage::default();
         msg.header.address_family = match family {
-            Family::V4 => AddressFamily::Inet,
-            Family::V6 => AddressFamily::Inet6,
+            IpFamily::V4 => AddressFamily::Inet,
+            IpFamily::V6 => AddressFamily::Inet6,
         };
         let replies = self.request(RouteNetlinkMessage::GetRoute(msg), NLM_F_DUMP, || {
             let v = match family {
-                Family::V4 => "IPv4",
-                Family::V6 => "IPv6",
+                IpFamily::V4 => "IPv4",
+                IpFamily::V6 => "IPv6",
             };
             format!("list {v} routes")
         })?;
@@ -345,7 +346,7 @@ mod tests {
         nl.add_address(idx, ip("fd00:30::1"), 64).unwrap();
 
         // The kernel's prefix route of the address.
-        let v4 = nl.routes(Family::V4).unwrap();
+        let v4 = nl.routes(IpFamily::V4).unwrap();
         assert_eq!(v4.len(), 1, "{v4:?}");
         assert_eq!(
             (v4[0].dst, v4[0].dst_len, v4[0].gateway, v4[0].oif),
@@ -365,7 +366,7 @@ mod tests {
         for r in [&via, &on_link, &default] {
             nl.add_route(r).unwrap();
         }
-        let v4 = nl.routes(Family::V4).unwrap();
+        let v4 = nl.routes(IpFamily::V4).unwrap();
         for r in [&via, &on_link] {
             assert!(v4.contains(r), "{r:?} not in {v4:?}");
         }
@@ -383,7 +384,7 @@ mod tests {
         );
 
         // All tables: the local table holds the address itself.
-        let all = nl.routes_in(Family::V4, None).unwrap();
+        let all = nl.routes_in(IpFamily::V4, None).unwrap();
         assert!(all
             .iter()
             .any(|r| r.table == 255 && r.dst == ip("10.30.0.1") && r.dst_len == 32));
@@ -391,7 +392,7 @@ mod tests {
         // IPv6.
         let v6_route = Route::new(ip("fd00:40::"), 48, Some(ip("fd00:30::fe")), Some(idx));
         nl.add_route(&v6_route).unwrap();
-        let v6 = nl.routes(Family::V6).unwrap();
+        let v6 = nl.routes(IpFamily::V6).unwrap();
         let got: Vec<&Route> = v6.iter().filter(|r| r.dst == ip("fd00:40::")).collect();
         assert_eq!(got.len(), 1, "{v6:?}");
         assert_eq!(
@@ -403,10 +404,10 @@ mod tests {
         for r in [&via, &on_link, &default, &v6_route] {
             nl.del_route(r).unwrap();
         }
-        let v4 = nl.routes(Family::V4).unwrap();
+        let v4 = nl.routes(IpFamily::V4).unwrap();
         assert_eq!(v4.len(), 1, "{v4:?}");
         assert!(!nl
-            .routes(Family::V6)
+            .routes(IpFamily::V6)
             .unwrap()
             .iter()
             .any(|r| r.dst == ip("fd00:40::")));

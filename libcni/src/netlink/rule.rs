@@ -13,7 +13,8 @@ use netlink_packet_core::{NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL};
 use netlink_packet_route::rule::{RuleAction, RuleAttribute, RuleHeader, RuleMessage};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 
-use super::{Family, Netlink};
+use super::Netlink;
+use crate::IpFamily;
 use crate::Result;
 
 /// `RT_TABLE_DEFAULT`, `RT_TABLE_MAIN`, `RT_TABLE_LOCAL`: the tables the
@@ -32,7 +33,7 @@ pub enum Action {
 /// A policy routing rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
-    pub family: Family,
+    pub family: IpFamily,
     /// `from <src>/<src_len>`; `None` is "from all".
     pub src: Option<(IpAddr, u8)>,
     /// `to <dst>/<dst_len>`; `None` is "to all".
@@ -58,10 +59,10 @@ impl Rule {
     /// `from <src>/<full length> lookup <table>`, priority left to the
     /// kernel.
     pub fn from_source(src: IpAddr, table: u32) -> Rule {
-        let family = Family::of(&src);
+        let family = IpFamily::of(&src);
         let len = match family {
-            Family::V4 => 32,
-            Family::V6 => 128,
+            IpFamily::V4 => 32,
+            IpFamily::V6 => 128,
         };
         Rule {
             family,
@@ -81,8 +82,8 @@ impl Rule {
     /// other selector, looking a table up.
     pub fn is_source_lookup_of(&self, ip: IpAddr) -> bool {
         let full = match self.family {
-            Family::V4 => 32,
-            Family::V6 => 128,
+            IpFamily::V4 => 32,
+            IpFamily::V6 => 128,
         };
         self.src == Some((ip, full))
             && self.dst.is_none()
@@ -95,8 +96,8 @@ impl Rule {
 
     fn from_message(msg: RuleMessage) -> Option<Rule> {
         let family = match msg.header.family {
-            AddressFamily::Inet => Family::V4,
-            AddressFamily::Inet6 => Family::V6,
+            AddressFamily::Inet => IpFamily::V4,
+            AddressFamily::Inet6 => IpFamily::V6,
             _ => return None,
         };
         let mut rule = Rule {
@@ -206,16 +207,16 @@ impl Rule {
     }
 }
 
-fn family_of(f: Family) -> AddressFamily {
+fn family_of(f: IpFamily) -> AddressFamily {
     match f {
-        Family::V4 => AddressFamily::Inet,
-        Family::V6 => AddressFamily::Inet6,
+        IpFamily::V4 => AddressFamily::Inet,
+        IpFamily::V6 => AddressFamily::Inet6,
     }
 }
 
 impl Netlink {
     /// The rules of `family`, in the kernel's order (by priority).
-    pub fn rules(&mut self, family: Family) -> Result<Vec<Rule>> {
+    pub fn rules(&mut self, family: IpFamily) -> Result<Vec<Rule>> {
         let mut msg = RuleMessage::default();
         msg.header.family = family_of(family);
         let replies = self.request(RouteNetlinkMessage::GetRule(msg), NLM_F_DUMP, || {
@@ -253,10 +254,10 @@ impl Netlink {
     }
 }
 
-fn family_name(f: Family) -> &'static str {
+fn family_name(f: IpFamily) -> &'static str {
     match f {
-        Family::V4 => "IPv4",
-        Family::V6 => "IPv6",
+        IpFamily::V4 => "IPv4",
+        IpFamily::V6 => "IPv6",
     }
 }
 
@@ -292,7 +293,7 @@ mod tests {
         let ns = new_netns();
         let mut nl = Netlink::open_in(&ns).unwrap();
         // A fresh namespace: local, main, default (IPv6 has no default).
-        let v4 = nl.rules(Family::V4).unwrap();
+        let v4 = nl.rules(IpFamily::V4).unwrap();
         let prios: Vec<(Option<u32>, u32)> = v4.iter().map(|r| (r.priority, r.table)).collect();
         assert_eq!(
             prios,
@@ -308,7 +309,7 @@ mod tests {
         nl.add_rule(&b).unwrap();
         let v6 = Rule::from_source(ip("fd00::5"), 101);
         nl.add_rule(&v6).unwrap();
-        let v4 = nl.rules(Family::V4).unwrap();
+        let v4 = nl.rules(IpFamily::V4).unwrap();
         let ours: Vec<&Rule> = v4.iter().filter(|r| r.src.is_some()).collect();
         assert_eq!(ours.len(), 2, "{v4:?}");
         assert_eq!(
@@ -321,7 +322,7 @@ mod tests {
         );
         assert!(ours[1].is_source_lookup_of(ip("10.1.0.5")));
         let got6: Vec<Rule> = nl
-            .rules(Family::V6)
+            .rules(IpFamily::V6)
             .unwrap()
             .into_iter()
             .filter(|r| r.src.is_some())
@@ -348,7 +349,7 @@ mod tests {
             Some("delete rule from 10.1.0.5/32 lookup 100 pref 32765")
         );
         let left: Vec<String> = nl
-            .rules(Family::V4)
+            .rules(IpFamily::V4)
             .unwrap()
             .iter()
             .filter(|r| r.src.is_some())
@@ -363,7 +364,7 @@ mod tests {
         );
         nl.del_rule(&got6[0]).unwrap();
         assert!(nl
-            .rules(Family::V6)
+            .rules(IpFamily::V6)
             .unwrap()
             .iter()
             .all(|r| r.src.is_none()));

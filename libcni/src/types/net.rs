@@ -40,6 +40,11 @@ impl IpPrefix {
         self.addr.is_ipv4()
     }
 
+    /// The family of the address.
+    pub fn family(&self) -> crate::IpFamily {
+        crate::IpFamily::of(&self.addr)
+    }
+
     /// The network address (host bits cleared).
     pub fn network(&self) -> IpAddr {
         from_bits(self.addr, to_bits(self.addr) & self.mask_bits())

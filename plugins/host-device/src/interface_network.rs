@@ -18,9 +18,10 @@ use std::net::IpAddr;
 
 use libcni::netlink::link::Link;
 use libcni::netlink::route::{Route, RTPROT_KERNEL};
-use libcni::netlink::{is_exists, Family, Netlink};
+use libcni::netlink::{is_exists, Netlink};
 use libcni::types::{IpConfig, IpPrefix, Route as CniRoute};
 use libcni::Error;
+use libcni::IpFamily;
 
 /// `IFA_F_PERMANENT`: an address without a lifetime.
 const IFA_F_PERMANENT: u32 = 0x80;
@@ -45,7 +46,7 @@ pub fn capture(nl: &mut Netlink, dev: &Link) -> Result<InterfaceNetwork, Error> 
         .filter_map(|a| IpPrefix::new(a.addr, a.prefix_len))
         .collect();
     let mut routes = Vec::new();
-    for family in [Family::V4, Family::V6] {
+    for family in IpFamily::BOTH {
         routes.extend(nl.routes_in(family, None)?.into_iter().filter(|r| {
             r.oif == Some(dev.index)
                 && r.table != RT_TABLE_LOCAL

@@ -11,6 +11,7 @@ use libcni::netns::NetNs;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, Interface, IpConfig, IpPrefix};
 use libcni::Error;
+use libcni::IpFamily;
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -25,7 +26,7 @@ pub struct Loopback;
 fn is_loopback(a: IpAddr) -> bool {
     match a {
         IpAddr::V4(v4) => v4.is_loopback(),
-        IpAddr::V6(v6) => v6.is_loopback(),
+        IpAddr::V6(family) => family.is_loopback(),
     }
 }
 
@@ -45,8 +46,9 @@ impl Plugin for Loopback {
         if let Some(prev) = args.prev_result()? {
             return Ok(prev);
         }
-        let first = |v6: bool| addrs.iter().find(|a| a.is_ipv4() != v6).copied();
-        let ips = [first(false), first(true)]
+        let first = |family: IpFamily| addrs.iter().find(|a| a.family() == family).copied();
+        let ips = IpFamily::BOTH
+            .map(first)
             .into_iter()
             .flatten()
             .map(|address| IpConfig {

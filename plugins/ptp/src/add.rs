@@ -77,10 +77,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     let allocated = a.ipam_add(&conf.ipam)?;
     fault::point("ptp/ipam");
     let gws = gateways(&allocated.ips)?;
-    sysctl::enable_forwarding(
-        allocated.ips.iter().any(|ip| ip.address.is_ipv4()),
-        allocated.ips.iter().any(|ip| !ip.address.is_ipv4()),
-    )?;
+    sysctl::enable_forwarding(allocated.ips.iter().map(|ip| ip.address.addr()))?;
 
     let pair = a.create_veth(conf.mtu, None)?;
     fault::point("ptp/veth");

@@ -10,10 +10,11 @@
 use libcni::attach::Check;
 use libcni::ipam;
 use libcni::netfilter::masq;
-use libcni::netlink::{Family, Link, Netlink};
+use libcni::netlink::{Link, Netlink};
 use libcni::skel::CmdArgs;
 use libcni::types::IpConfig;
 use libcni::Error;
+use libcni::IpFamily;
 
 use crate::add::full_len;
 use crate::config::{self, Conf};
@@ -79,7 +80,7 @@ fn point_to_point(
     let gw = ip
         .gateway
         .ok_or_else(|| failed(format!("prevResult gives {} no gateway", ip.address)))?;
-    let family = Family::of(&addr);
+    let family = IpFamily::of(&addr);
     let full = full_len(&addr);
     let routes = container.routes(family)?;
     if !routes.iter().any(|r| {

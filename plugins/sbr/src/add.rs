@@ -17,10 +17,11 @@ use libcni::ipam;
 use libcni::netlink::notify::{Notifications, RTNLGRP_IPV6_IFADDR};
 use libcni::netlink::route::{RT_SCOPE_LINK, RT_TABLE_MAIN};
 use libcni::netlink::rule::RESERVED_TABLES;
-use libcni::netlink::{is_not_found, Family, KernelRoute, Netlink, Route, Rule};
+use libcni::netlink::{is_not_found, KernelRoute, Netlink, Route, Rule};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
 use libcni::types::{CniResult, IpConfig, IpPrefix};
+use libcni::IpFamily;
 use libcni::{fault, Error};
 
 use crate::config::{Conf, FIRST_TABLE};
@@ -239,7 +240,7 @@ fn apply(
 /// is in the address's subnet, or it has neither (a route of the link).
 fn belongs_to(r: &KernelRoute, addr: &IpPrefix) -> bool {
     let in_subnet = |ip: Option<IpAddr>| ip.is_some_and(|ip| addr.contains(ip));
-    Family::of(&r.route.dst) == Family::of(&addr.addr())
+    IpFamily::of(&r.route.dst) == IpFamily::of(&addr.addr())
         && (in_subnet(r.prefsrc)
             || in_subnet(r.route.gateway)
             || (r.prefsrc.is_none() && r.route.gateway.is_none()))
@@ -256,7 +257,7 @@ fn unspecified(addr: &IpPrefix) -> IpAddr {
 /// Every table a rule looks up or a route is in, of either family.
 fn used_tables(nl: &mut Netlink) -> Result<BTreeSet<u32>, Error> {
     let mut used = BTreeSet::new();
-    for family in [Family::V4, Family::V6] {
+    for family in IpFamily::BOTH {
         used.extend(nl.rules(family)?.iter().map(|r| r.table));
         used.extend(nl.routes_in(family, None)?.iter().map(|r| r.table));
     }

@@ -9,9 +9,10 @@
 
 use libcni::netlink::route::RT_TABLE_MAIN;
 use libcni::netlink::rule::RESERVED_TABLES;
-use libcni::netlink::{Family, Netlink, Rule};
+use libcni::netlink::{Netlink, Rule};
 use libcni::skel::CmdArgs;
 use libcni::Error;
+use libcni::IpFamily;
 
 use crate::add::addresses_to_route;
 use crate::config::Conf;
@@ -27,10 +28,10 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let Some(link) = nl.link_by_name(ifname)? else {
         return failed(format!("container interface {ifname:?} not found"));
     };
-    let mut rules: Vec<(Family, Vec<Rule>)> = Vec::new();
+    let mut rules: Vec<(IpFamily, Vec<Rule>)> = Vec::new();
     for ip in ips {
         let addr = ip.address.addr();
-        let family = Family::of(&addr);
+        let family = IpFamily::of(&addr);
         if !rules.iter().any(|(f, _)| *f == family) {
             rules.push((family, nl.rules(family)?));
         }
@@ -59,7 +60,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
         let routes: Vec<_> = nl
             .link_routes_in(link.index, table)?
             .into_iter()
-            .filter(|r| Family::of(&r.route.dst) == family)
+            .filter(|r| IpFamily::of(&r.route.dst) == family)
             .collect();
         match conf.gateway_for(addr).or(ip.gateway) {
             Some(gw) => {

@@ -24,9 +24,10 @@ use std::net::IpAddr;
 use std::path::Path;
 
 use libcni::netlink::rule::RESERVED_TABLES;
-use libcni::netlink::{is_not_found, Family, Netlink, Rule};
+use libcni::netlink::{is_not_found, Netlink, Rule};
 use libcni::netns::NetNs;
 use libcni::skel::CmdArgs;
+use libcni::IpFamily;
 use libcni::{Error, ErrorList};
 
 use crate::config::Conf;
@@ -62,7 +63,7 @@ pub fn del(args: &CmdArgs) -> Result<(), Error> {
     let mut errors = ErrorList::new();
     // Tables a removed rule looked up.
     let mut emptied: BTreeSet<u32> = BTreeSet::new();
-    for family in [Family::V4, Family::V6] {
+    for family in IpFamily::BOTH {
         let Some(rules) = errors.record(nl.rules(family)) else {
             continue;
         };
@@ -100,7 +101,7 @@ pub fn del(args: &CmdArgs) -> Result<(), Error> {
 
     if let (None, Some(index)) = (table, link) {
         // A table another rule still looks up is still in use.
-        let still_used = [Family::V4, Family::V6]
+        let still_used = IpFamily::BOTH
             .into_iter()
             .map(|f| nl.rules(f))
             .collect::<Result<Vec<_>, _>>()

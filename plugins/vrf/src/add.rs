@@ -26,11 +26,12 @@ use std::time::{Duration, Instant};
 use libcni::netlink::addr::IFA_F_NODAD;
 use libcni::netlink::notify::Notifications;
 use libcni::netlink::route::{RTNLGRP_IPV6_ROUTE, RT_SCOPE_UNIVERSE, RT_TABLE_MAIN};
-use libcni::netlink::{is_exists, is_not_found, Address, Family, KernelRoute, Link, Netlink};
+use libcni::netlink::{is_exists, is_not_found, Address, KernelRoute, Link, Netlink};
 use libcni::netns::{NetNs, NetnsLock};
 use libcni::skel::CmdArgs;
 use libcni::types::CniResult;
 use libcni::Error;
+use libcni::IpFamily;
 
 use crate::config::Conf;
 use crate::device::{self, Found, Vrf};
@@ -118,7 +119,7 @@ impl Joined {
         };
         say("leaving the VRF", nl.set_master(link.index, 0));
         let now = nl
-            .addresses(Some(link.index), Some(Family::V6))
+            .addresses(Some(link.index), Some(IpFamily::V6))
             .unwrap_or_default();
         for a in self.addresses.iter().filter(|a| !has(&now, a)) {
             say("restoring an address", add_like(nl, link.index, a));
@@ -158,7 +159,7 @@ fn join(
         return Ok(()); // joined by an earlier ADD of this attachment
     }
     joined.addresses = nl
-        .addresses(Some(link.index), Some(Family::V6))?
+        .addresses(Some(link.index), Some(IpFamily::V6))?
         .into_iter()
         .filter(|a| a.scope == RT_SCOPE_UNIVERSE)
         .collect();
@@ -172,7 +173,7 @@ fn join(
     joined.enslaved = true;
     nl.set_master(link.index, vrf.link.index)?;
 
-    let now = nl.addresses(Some(link.index), Some(Family::V6))?;
+    let now = nl.addresses(Some(link.index), Some(IpFamily::V6))?;
     let mut back: Vec<IpAddr> = Vec::new();
     for a in joined.addresses.iter().filter(|a| !has(&now, a)) {
         match add_like(nl, link.index, a) {
@@ -201,7 +202,7 @@ fn wait_local_route(
 ) -> Result<(), Error> {
     loop {
         let there = nl
-            .routes_in(Family::V6, Some(table))?
+            .routes_in(IpFamily::V6, Some(table))?
             .iter()
             .any(|r| r.dst == addr && r.dst_len == 128 && r.oif == Some(link.index));
         if there {

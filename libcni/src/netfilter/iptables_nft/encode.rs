@@ -17,6 +17,7 @@ use std::net::IpAddr;
 use super::comment_info;
 use crate::netfilter::iptables;
 use crate::netfilter::nft::expr::{self, CmpOp, Expr, MetaKey, Verdict, REG_1};
+use crate::IpFamily;
 
 /// `XT_CONNTRACK_STATE`: `match_flags` of `--ctstate`.
 const XT_CONNTRACK_STATE: u16 = 1;
@@ -65,8 +66,8 @@ const NAT_MAP_IPS_PROTO: u32 = 1 | 2;
 const MASQ_V4_LEN: usize = 24;
 const MASQ_V6_LEN: usize = 40;
 
-pub(super) fn addr_field(v6: bool, source: bool) -> (u32, u32) {
-    crate::netfilter::nft::expr::ip_addr_offset(v6, source)
+pub(super) fn addr_field(family: IpFamily, source: bool) -> (u32, u32) {
+    crate::netfilter::nft::expr::ip_addr_offset(family, source)
 }
 
 pub(super) fn proto_number(name: &str) -> Option<u8> {
@@ -120,8 +121,8 @@ pub(super) fn dnat_info(addr: IpAddr, port: u16) -> Vec<u8> {
     info
 }
 
-pub(super) fn masq_info(v6: bool) -> Vec<u8> {
-    if v6 {
+pub(super) fn masq_info(family: IpFamily) -> Vec<u8> {
+    if family == IpFamily::V6 {
         vec![0u8; MASQ_V6_LEN]
     } else {
         let mut info = vec![0u8; MASQ_V4_LEN];
@@ -158,7 +159,7 @@ pub struct Encoded {
 /// The expressions of a rule line (`-A CHAIN ...`) of the shapes our
 /// plugins write, in iptables-nft's order (interfaces, `-p`, addresses,
 /// matches, the counter, the target); `None` for anything else.
-pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
+pub fn encode(line: &str, family: IpFamily) -> Option<Encoded> {
     let tokens = iptables::split_tokens(line);
     let mut it = tokens.iter().map(String::as_str);
     if it.next()? != "-A" {
@@ -176,7 +177,7 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
         match t {
             "!" => negate = true,
             "-s" | "-d" => {
-                addrs.extend(encode_address(t == "-s", negate, it.next()?, v6)?);
+                addrs.extend(encode_address(t == "-s", negate, it.next()?, family)?);
                 negate = false;
             }
             "-i" | "-o" => {
@@ -185,7 +186,7 @@ pub fn encode(line: &str, v6: bool) -> Option<Encoded> {
             }
             "-p" => proto = proto_number(it.next()?)?,
             "-m" => matches.extend(encode_match(&mut it, proto)?),
-            "-j" => target = Some(encode_target(&mut it, v6)?),
+            "-j" => target = Some(encode_target(&mut it, family)?),
             _ => return None,
         }
     }
@@ -232,11 +233,11 @@ fn encode_iface(input: bool, negate: bool, name: &str) -> Option<Vec<Expr>> {
 /// `[!] -s|-d ADDR/LEN` (`source` for `-s`): a prefix match, or nothing
 /// for `/0` (which iptables-nft does not encode); `! .../0` matches
 /// nothing and is refused.
-fn encode_address(source: bool, negate: bool, cidr: &str, v6: bool) -> Option<Vec<Expr>> {
+fn encode_address(source: bool, negate: bool, cidr: &str, family: IpFamily) -> Option<Vec<Expr>> {
     let (host, len) = cidr.split_once('/')?;
     let a: IpAddr = host.parse().ok()?;
     let len: u8 = len.parse().ok()?;
-    if a.is_ipv6() != v6 || u32::from(len) > addr_field(v6, true).1 * 8 {
+    if IpFamily::of(&a) != family || u32::from(len) > addr_field(family, true).1 * 8 {
         return None;
     }
     if len == 0 {
@@ -317,7 +318,7 @@ fn encode_match<'a>(it: &mut impl Iterator<Item = &'a str>, proto: u8) -> Option
 
 /// The target after `-j`: a verdict, a jump to a chain, or the xtables
 /// `MASQUERADE`, `DNAT` and `MARK` targets with their options.
-fn encode_target<'a>(it: &mut impl Iterator<Item = &'a str>, v6: bool) -> Option<Expr> {
+fn encode_target<'a>(it: &mut impl Iterator<Item = &'a str>, family: IpFamily) -> Option<Expr> {
     let xt = |name: &str, rev: u32, info: Vec<u8>| Expr::Target {
         name: name.into(),
         rev,
@@ -327,19 +328,19 @@ fn encode_target<'a>(it: &mut impl Iterator<Item = &'a str>, v6: bool) -> Option
         "ACCEPT" => Expr::Immediate(Verdict::Accept),
         "DROP" => Expr::Immediate(Verdict::Drop),
         "RETURN" => Expr::Immediate(Verdict::Return),
-        "MASQUERADE" => xt("MASQUERADE", 0, masq_info(v6)),
+        "MASQUERADE" => xt("MASQUERADE", 0, masq_info(family)),
         "DNAT" => {
             if it.next()? != "--to-destination" {
                 return None;
             }
             let (host, port) = it.next()?.rsplit_once(':')?;
-            let host = if v6 {
+            let host = if family == IpFamily::V6 {
                 host.strip_prefix('[')?.strip_suffix(']')?
             } else {
                 host
             };
             let a: IpAddr = host.parse().ok()?;
-            if a.is_ipv6() != v6 {
+            if IpFamily::of(&a) != family {
                 return None;
             }
             xt("DNAT", 2, dnat_info(a, port.parse().ok()?))

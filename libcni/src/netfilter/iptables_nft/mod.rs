@@ -23,6 +23,7 @@ pub use self::render::render;
 use super::iptables::{self, IptTable, Restore, SavedTable};
 use super::nft::{BaseChain, Batch, Family, Hook, Nft, RawRule, XtPlacement};
 use super::wire::AttrIter;
+use crate::IpFamily;
 use crate::{Error, Result};
 
 /// The table of iptables-nft a flow writes.
@@ -73,15 +74,6 @@ pub const ATTEMPTS: usize = 3;
 /// `sizeof(struct xt_comment_info)`: `char comment[256]`.
 const COMMENT_INFO_LEN: usize = 256;
 
-/// iptables-nft's table family: `ip` or `ip6`.
-pub fn family(v6: bool) -> Family {
-    if v6 {
-        Family::Ip6
-    } else {
-        Family::Ip
-    }
-}
-
 /// `-m comment --comment <c>`'s info (NUL-terminated, cut at 255 bytes).
 pub fn comment_info(c: &str) -> Vec<u8> {
     let mut info = vec![0u8; COMMENT_INFO_LEN];
@@ -115,7 +107,7 @@ pub type Handles = HashMap<String, Vec<(String, u64)>>;
 fn read_rules(
     nft: &mut Nft,
     table: Table,
-    v6: bool,
+    family: IpFamily,
     chains: impl IntoIterator<Item = String>,
     saved: &mut SavedTable,
 ) -> Result<Handles> {
@@ -124,16 +116,16 @@ fn read_rules(
         if !saved.chains.contains(&chain) {
             continue;
         }
-        for rule in nft.rules_raw(family(v6), table.name(), Some(&chain))? {
-            push_rule(saved, &mut handles, &rule, v6);
+        for rule in nft.rules_raw(Family::of(family), table.name(), Some(&chain))? {
+            push_rule(saved, &mut handles, &rule, family);
         }
     }
     Ok(handles)
 }
 
 /// Adds a rule read back to `saved` and `handles`.
-pub fn push_rule(saved: &mut SavedTable, handles: &mut Handles, rule: &RawRule, v6: bool) {
-    let line = render(rule, v6);
+pub fn push_rule(saved: &mut SavedTable, handles: &mut Handles, rule: &RawRule, family: IpFamily) {
+    let line = render(rule, family);
     handles
         .entry(line.clone())
         .or_default()
@@ -149,12 +141,12 @@ pub fn push_rule(saved: &mut SavedTable, handles: &mut Handles, rule: &RawRule, 
 pub fn translate(
     table: Table,
     r: &Restore,
-    v6: bool,
+    family: IpFamily,
     saved: &SavedTable,
     handles: &mut Handles,
     echo: &dyn Fn(&str) -> bool,
 ) -> Result<(Batch, Vec<(usize, String)>)> {
-    let fam = family(v6);
+    let fam = Family::of(family);
     let name = table.name();
     let mut b = Batch::new();
     let mut echoed = Vec::new();
@@ -202,7 +194,7 @@ pub fn translate(
             "-F" => b.flush_chain(fam, name, rest),
             "-X" => b.del_chain(fam, name, rest),
             "-A" => {
-                let e = encode(l, v6).ok_or_else(|| unsupported(l))?;
+                let e = encode(l, family).ok_or_else(|| unsupported(l))?;
                 let place = if echo(&e.chain) {
                     XtPlacement::AppendEcho
                 } else {
@@ -216,7 +208,8 @@ pub fn translate(
             "-I" => {
                 let (chain, args) = rest.split_once(' ').ok_or_else(|| unsupported(l))?;
                 let args = args.strip_prefix("1 ").ok_or_else(|| unsupported(l))?;
-                let e = encode(&format!("-A {chain} {args}"), v6).ok_or_else(|| unsupported(l))?;
+                let e =
+                    encode(&format!("-A {chain} {args}"), family).ok_or_else(|| unsupported(l))?;
                 b.add_rule_xt(fam, name, chain, &e.exprs, e.proto, XtPlacement::First);
             }
             "-D" => {
@@ -241,7 +234,7 @@ pub type Reader<'a> = dyn FnMut(&mut Nft) -> Result<(SavedTable, Handles)> + 'a;
 pub fn apply(
     table: Table,
     nft: &mut Nft,
-    v6: bool,
+    family: IpFamily,
     read: &mut Reader,
     build: &mut dyn FnMut(&SavedTable, &mut Restore),
     echo: &dyn Fn(&str) -> bool,
@@ -251,7 +244,7 @@ pub fn apply(
         let (saved, mut handles) = read(nft)?;
         let mut r = Restore::new(table.ipt());
         build(&saved, &mut r);
-        let (b, echoed) = translate(table, &r, v6, &saved, &mut handles, echo)?;
+        let (b, echoed) = translate(table, &r, family, &saved, &mut handles, echo)?;
         if b.is_empty() {
             return Ok(Vec::new());
         }

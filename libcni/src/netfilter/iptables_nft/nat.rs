@@ -5,11 +5,12 @@
 
 use std::collections::BTreeSet;
 
-use super::{family, read_rules, render, Reader, Table};
 pub use super::{push_rule, Handles};
+use super::{read_rules, render, Reader, Table};
 use crate::netfilter::iptables::{self, Restore, SavedTable};
 use crate::netfilter::ledger::Entry;
-use crate::netfilter::nft::{Nft, RawRule};
+use crate::netfilter::nft::{Family, Nft, RawRule};
+use crate::IpFamily;
 use crate::Result;
 
 /// iptables-nft's table.
@@ -25,8 +26,8 @@ pub struct ReadPlan<'a> {
 /// The family's nat table, as far as `plan` asks: a [`SavedTable`] of the
 /// chains found (among those asked) and the rule lines of the chains
 /// whose rules were asked, with the handle of each line.
-pub fn read(nft: &mut Nft, v6: bool, plan: &ReadPlan) -> Result<(SavedTable, Handles)> {
-    let fam = family(v6);
+pub fn read(nft: &mut Nft, family: IpFamily, plan: &ReadPlan) -> Result<(SavedTable, Handles)> {
+    let fam = Family::of(family);
     let mut saved = SavedTable::default();
     if !nft.has_table(fam, TABLE)? {
         return Ok((saved, Handles::new()));
@@ -39,7 +40,7 @@ pub fn read(nft: &mut Nft, v6: bool, plan: &ReadPlan) -> Result<(SavedTable, Han
     let handles = read_rules(
         nft,
         Table::Nat,
-        v6,
+        family,
         (plan.rules_of)(&saved.chains),
         &mut saved,
     )?;
@@ -51,17 +52,20 @@ pub fn read(nft: &mut Nft, v6: bool, plan: &ReadPlan) -> Result<(SavedTable, Han
 /// of `rules_of` among them.
 pub fn read_every_chain(
     nft: &mut Nft,
-    v6: bool,
+    family: IpFamily,
     rules_of: &[&str],
 ) -> Result<(SavedTable, Handles)> {
     let mut saved = SavedTable {
-        chains: nft.chain_names(family(v6), TABLE)?.into_iter().collect(),
+        chains: nft
+            .chain_names(Family::of(family), TABLE)?
+            .into_iter()
+            .collect(),
         ..SavedTable::default()
     };
     let handles = read_rules(
         nft,
         Table::Nat,
-        v6,
+        family,
         rules_of.iter().map(|c| c.to_string()),
         &mut saved,
     )?;
@@ -75,17 +79,17 @@ pub fn read_every_chain(
 /// (rules the Go plugin wrote, an ADD killed before its ledger).
 pub fn jumps_by_ledger(
     nft: &mut Nft,
-    v6: bool,
+    family: IpFamily,
     entries: &[Entry],
     target: &str,
     shared: &str,
 ) -> Result<Vec<RawRule>> {
-    let fam = family(v6);
+    let fam = Family::of(family);
     let mine: Vec<&Entry> = entries.iter().filter(|e| e.family == fam).collect();
     let mut found = Vec::new();
     for e in &mine {
         match nft.get_rule_raw(fam, TABLE, &e.chain, e.handle)? {
-            Some(r) if iptables::rule_target(&render(&r, v6)).as_deref() == Some(target) => {
+            Some(r) if iptables::rule_target(&render(&r, family)).as_deref() == Some(target) => {
                 found.push(r)
             }
             _ => break,
@@ -101,10 +105,10 @@ pub fn jumps_by_ledger(
 /// [`super::apply`] on the nat table.
 pub fn apply(
     nft: &mut Nft,
-    v6: bool,
+    family: IpFamily,
     read: &mut Reader,
     build: &mut dyn FnMut(&SavedTable, &mut Restore),
     echo: &dyn Fn(&str) -> bool,
 ) -> Result<Vec<(String, String, u64)>> {
-    super::apply(Table::Nat, nft, v6, read, build, echo)
+    super::apply(Table::Nat, nft, family, read, build, echo)
 }

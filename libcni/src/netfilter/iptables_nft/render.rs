@@ -13,6 +13,7 @@ use crate::netfilter::iptables;
 use crate::netfilter::nft::expr::{CmpOp, MetaKey, PayloadBase};
 use crate::netfilter::nft::{RawExpr, RawRule};
 use crate::netfilter::wire::AttrIter;
+use crate::IpFamily;
 
 fn ne_u16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_ne_bytes(b.get(at..at + 2)?.try_into().ok()?))
@@ -22,8 +23,8 @@ fn ne_u32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_ne_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
-fn ip_of(b: &[u8], v6: bool) -> Option<IpAddr> {
-    Some(if v6 {
+fn ip_of(b: &[u8], family: IpFamily) -> Option<IpAddr> {
+    Some(if family == IpFamily::V6 {
         <[u8; 16]>::try_from(b.get(..16)?).ok()?.into()
     } else {
         <[u8; 4]>::try_from(b.get(..4)?).ok()?.into()
@@ -38,8 +39,8 @@ fn ip_of(b: &[u8], v6: bool) -> Option<IpAddr> {
 /// CHAIN #unrecognised-rule-<handle> -j TARGET`), so that removing a
 /// container's chain also removes the jumps to it of shapes we do not
 /// write (the Go plugin's with iptables `conditionsV4`), as its DEL does.
-pub fn render(rule: &RawRule, v6: bool) -> String {
-    render_known(rule, v6).unwrap_or_else(|| {
+pub fn render(rule: &RawRule, family: IpFamily) -> String {
+    render_known(rule, family).unwrap_or_else(|| {
         let jump = rule.exprs.last().and_then(|e| {
             if e.name != "immediate" {
                 return None;
@@ -101,17 +102,17 @@ type Exprs<'a> = std::iter::Peekable<std::slice::Iter<'a, RawExpr>>;
 
 /// A rule of the shapes [`super::encode`] writes, as its `iptables-save` line;
 /// `None` for anything else.
-fn render_known(rule: &RawRule, v6: bool) -> Option<String> {
+fn render_known(rule: &RawRule, family: IpFamily) -> Option<String> {
     let mut parts = Parts::default();
     let mut exprs = rule.exprs.iter().peekable();
     while let Some(RawExpr { name, data }) = exprs.next() {
         match name.as_str() {
             "meta" => render_meta(data, &mut exprs, &mut parts)?,
-            "payload" => render_payload(data, &mut exprs, &mut parts, v6)?,
+            "payload" => render_payload(data, &mut exprs, &mut parts, family)?,
             "match" => parts.matches.push(render_xt_match(data)?),
             "counter" => {}
             "immediate" => parts.target = Some(render_verdict(data)?),
-            "target" => parts.target = Some(render_xt_target(data, v6)?),
+            "target" => parts.target = Some(render_xt_target(data, family)?),
             _ => return None,
         }
     }
@@ -191,7 +192,12 @@ fn render_iface(cmp: &RawExpr) -> Option<(bool, String)> {
 
 /// A payload load: the tcp/udp destination port (`-m tcp --dport`), or
 /// the source or destination address with its prefix (`[!] -s|-d`).
-fn render_payload(data: &[u8], exprs: &mut Exprs<'_>, parts: &mut Parts, v6: bool) -> Option<()> {
+fn render_payload(
+    data: &[u8],
+    exprs: &mut Exprs<'_>,
+    parts: &mut Parts,
+    family: IpFamily,
+) -> Option<()> {
     let (base, offset, len) = (be32(data, 2)?, be32(data, 3)?, be32(data, 4)?);
     let mut next = exprs.next()?;
     if base == PayloadBase::Transport as u32 {
@@ -206,14 +212,14 @@ fn render_payload(data: &[u8], exprs: &mut Exprs<'_>, parts: &mut Parts, v6: boo
     if base != PayloadBase::Network as u32 {
         return None;
     }
-    let source = if (offset, addr_field(v6, true).1) == addr_field(v6, true) {
+    let source = if (offset, addr_field(family, true).1) == addr_field(family, true) {
         true
-    } else if (offset, addr_field(v6, false).1) == addr_field(v6, false) {
+    } else if (offset, addr_field(family, false).1) == addr_field(family, false) {
         false
     } else {
         return None;
     };
-    let full = addr_field(v6, true).1;
+    let full = addr_field(family, true).1;
     let mut mask_len = len * 8;
     if next.name == "bitwise" {
         mask_len = data_value(&next.data, 4)?
@@ -232,7 +238,7 @@ fn render_payload(data: &[u8], exprs: &mut Exprs<'_>, parts: &mut Parts, v6: boo
     };
     let mut v = data_value(&next.data, 3)?;
     v.resize(full as usize, 0);
-    let a = ip_of(&v, v6)?;
+    let a = ip_of(&v, family)?;
     let s = format!("{neg}{} {a}/{mask_len}", if source { "-s" } else { "-d" });
     if source {
         parts.src = Some(s);
@@ -300,25 +306,25 @@ fn render_verdict(data: &[u8]) -> Option<String> {
 }
 
 /// An xtables target kept through `nft_compat`, as its `-j` text.
-fn render_xt_target(data: &[u8], v6: bool) -> Option<String> {
+fn render_xt_target(data: &[u8], family: IpFamily) -> Option<String> {
     let a = AttrIter::new(data);
     let name = a.clone().find(1)?.str();
     let rev = a.clone().find(2)?.be32()?;
     let info = a.clone().find(3)?.data;
     Some(match (name.as_str(), rev) {
-        ("MASQUERADE", 0) if info == masq_info(v6).as_slice() => "MASQUERADE".into(),
+        ("MASQUERADE", 0) if info == masq_info(family).as_slice() => "MASQUERADE".into(),
         ("MARK", 2) if info.len() == 8 => format!(
             "MARK --set-xmark {:#x}/{:#x}",
             ne_u32(info, 0)?,
             ne_u32(info, 4)?
         ),
         ("DNAT", 2) => {
-            let addr = ip_of(info.get(4..)?, v6)?;
+            let addr = ip_of(info.get(4..)?, family)?;
             let port = u16::from_be_bytes(info.get(36..38)?.try_into().ok()?);
             if info != dnat_info(addr, port).as_slice() {
                 return None;
             }
-            if v6 {
+            if family == IpFamily::V6 {
                 format!("DNAT --to-destination [{addr}]:{port}")
             } else {
                 format!("DNAT --to-destination {addr}:{port}")

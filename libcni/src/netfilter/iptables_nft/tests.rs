@@ -78,10 +78,10 @@ const FILTER_V6: [&str; 3] = [
 #[test]
 fn netfilter_iptables_nft_encodes_our_shapes() {
     for l in NAT_V4.iter().chain(&FILTER_V4) {
-        assert!(encode(l, false).is_some(), "{l}");
+        assert!(encode(l, IpFamily::V4).is_some(), "{l}");
     }
     for l in NAT_V6.iter().chain(&FILTER_V6) {
-        assert!(encode(l, true).is_some(), "{l}");
+        assert!(encode(l, IpFamily::V6).is_some(), "{l}");
     }
 }
 
@@ -100,20 +100,23 @@ fn netfilter_iptables_nft_refuses_other_shapes() {
         "-A X -j SNAT --to-source 1.2.3.4",
         "-N X",
     ] {
-        assert!(encode(bad, false).is_none(), "{bad}");
+        assert!(encode(bad, IpFamily::V4).is_none(), "{bad}");
     }
 }
 
 /// A rule read back: its chain and its expressions (name, data).
 type Raw = (String, Vec<(String, Vec<u8>)>);
 
-fn raw(nft: &mut Nft, table: Table, v6: bool, chains: &[String]) -> Vec<Raw> {
+fn raw(nft: &mut Nft, table: Table, family: IpFamily, chains: &[String]) -> Vec<Raw> {
     let mut out = Vec::new();
     for c in chains {
-        if !nft.has_chain(family(v6), table.name(), c).unwrap() {
+        if !nft.has_chain(Family::of(family), table.name(), c).unwrap() {
             continue;
         }
-        for r in nft.rules_raw(family(v6), table.name(), Some(c)).unwrap() {
+        for r in nft
+            .rules_raw(Family::of(family), table.name(), Some(c))
+            .unwrap()
+        {
             let e = r.exprs.into_iter().map(|e| (e.name, e.data)).collect();
             out.push((r.chain, e));
         }
@@ -123,28 +126,28 @@ fn raw(nft: &mut Nft, table: Table, v6: bool, chains: &[String]) -> Vec<Raw> {
 
 /// Runs `iptables -t <table>` with a rule line's arguments, `verb`
 /// replacing its `-A`.
-fn iptables_line(ns: &NetNs, table: Table, v6: bool, line: &str, verb: &str) {
+fn iptables_line(ns: &NetNs, table: Table, family: IpFamily, line: &str, verb: &str) {
     let mut args = vec!["-t".to_string(), table.name().to_string()];
     args.extend(iptables::split_tokens(line));
     args[2] = verb.into();
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    run_in(ns, if v6 { "ip6tables" } else { "iptables" }, &args);
+    run_in(ns, crate::netfilter::iptables::program(family), &args);
 }
 
 /// The comparison of the module comment for one table and family.
-fn same_as_iptables(table: Table, v6: bool, chains: &[&str], lines: &[&str]) {
-    let cmd = if v6 { "ip6tables" } else { "iptables" };
+fn same_as_iptables(table: Table, family: IpFamily, chains: &[&str], lines: &[&str]) {
+    let cmd = crate::netfilter::iptables::program(family);
     let save = format!("{cmd}-save");
     let base = table.base_chains().iter().map(|(c, _, _)| c.to_string());
     let all: Vec<String> = base.chain(chains.iter().map(|c| c.to_string())).collect();
     let read_all = |nft: &mut Nft| -> Result<(SavedTable, Handles)> {
         let mut saved = SavedTable::default();
         for c in &all {
-            if nft.has_chain(family(v6), table.name(), c)? {
+            if nft.has_chain(Family::of(family), table.name(), c)? {
                 saved.chains.insert(c.clone());
             }
         }
-        let handles = read_rules(nft, table, v6, all.clone(), &mut saved)?;
+        let handles = read_rules(nft, table, family, all.clone(), &mut saved)?;
         Ok((saved, handles))
     };
 
@@ -153,21 +156,21 @@ fn same_as_iptables(table: Table, v6: bool, chains: &[&str], lines: &[&str]) {
         run_in(&theirs, cmd, &["-t", table.name(), "-N", c]);
     }
     for l in lines {
-        iptables_line(&theirs, table, v6, l, "-A");
+        iptables_line(&theirs, table, family, l, "-A");
     }
     let (saved, _) = theirs.run(|| read_all(&mut Nft::open()?)).unwrap().unwrap();
     let mut got = saved.rules.clone();
     got.sort();
     let mut want: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
     want.sort();
-    assert_eq!(got, want, "{table:?} v6={v6}");
+    assert_eq!(got, want, "{table:?} {family:?}");
 
     let ours = new_netns();
     ours.run(|| {
         apply(
             table,
             &mut Nft::open()?,
-            v6,
+            family,
             &mut |nft| read_all(nft),
             &mut |saved, r| {
                 for c in chains {
@@ -185,21 +188,21 @@ fn same_as_iptables(table: Table, v6: bool, chains: &[&str], lines: &[&str]) {
     .unwrap()
     .unwrap();
     let a = theirs
-        .run(|| raw(&mut Nft::open().unwrap(), table, v6, &all))
+        .run(|| raw(&mut Nft::open().unwrap(), table, family, &all))
         .unwrap();
     let b = ours
-        .run(|| raw(&mut Nft::open().unwrap(), table, v6, &all))
+        .run(|| raw(&mut Nft::open().unwrap(), table, family, &all))
         .unwrap();
-    assert_eq!(a.len(), b.len(), "{table:?} v6={v6}");
+    assert_eq!(a.len(), b.len(), "{table:?} {family:?}");
     for (x, y) in a.iter().zip(&b) {
-        assert_eq!(x, y, "{table:?} v6={v6}");
+        assert_eq!(x, y, "{table:?} {family:?}");
     }
     let text = run_in(&ours, &save, &["-t", table.name()]);
     for l in lines {
         assert!(text.lines().any(|t| t == *l), "{l:?} not in\n{text}");
     }
     for l in lines {
-        iptables_line(&ours, table, v6, l, "-D");
+        iptables_line(&ours, table, family, l, "-D");
     }
     let text = run_in(&ours, &save, &["-t", table.name()]);
     assert!(!text.contains("-A "), "{text}");
@@ -210,8 +213,8 @@ fn netfilter_iptables_nft_nat_matches_iptables() {
     if !privileged("netfilter_iptables_nft_nat_matches_iptables") {
         return;
     }
-    same_as_iptables(Table::Nat, false, &NAT_CHAINS, &NAT_V4);
-    same_as_iptables(Table::Nat, true, &NAT_CHAINS, &NAT_V6);
+    same_as_iptables(Table::Nat, IpFamily::V4, &NAT_CHAINS, &NAT_V4);
+    same_as_iptables(Table::Nat, IpFamily::V6, &NAT_CHAINS, &NAT_V6);
 }
 
 #[test]
@@ -219,6 +222,6 @@ fn netfilter_iptables_nft_filter_matches_iptables() {
     if !privileged("netfilter_iptables_nft_filter_matches_iptables") {
         return;
     }
-    same_as_iptables(Table::Filter, false, &FILTER_CHAINS, &FILTER_V4);
-    same_as_iptables(Table::Filter, true, &FILTER_CHAINS, &FILTER_V6);
+    same_as_iptables(Table::Filter, IpFamily::V4, &FILTER_CHAINS, &FILTER_V4);
+    same_as_iptables(Table::Filter, IpFamily::V6, &FILTER_CHAINS, &FILTER_V6);
 }

@@ -3,9 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use crate::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use crate::netfilter::iptables::{self, IptTable, Restore, SavedTable};
 use crate::netfilter::{go_chain_name, parse_go_comment, Owner};
 use crate::types::{Attachment, IpPrefix};
+use crate::IpFamily;
 use crate::{Error, Result};
 
 /// The Go plugin's masquerade chain `CNI-<24 hex>`.
@@ -17,7 +18,7 @@ pub(super) fn comment(owner: &Owner) -> String {
     format!("name: \"{}\" id: \"{}\"", owner.network, owner.container_id)
 }
 
-pub(super) fn rules(owner: &Owner, a: &IpPrefix, fam: IptFamily) -> (String, String, String) {
+pub(super) fn rules(owner: &Owner, a: &IpPrefix, fam: IpFamily) -> (String, String, String) {
     let chain = chain(owner);
     let comment = comment(owner);
     let subnet = format!("{}/{}", a.network(), a.prefix_len());
@@ -40,7 +41,7 @@ pub(super) fn rules(owner: &Owner, a: &IpPrefix, fam: IptFamily) -> (String, Str
         &[
             "!",
             "-d",
-            fam.multicast(),
+            iptables::multicast(fam),
             "-m",
             "comment",
             "--comment",
@@ -71,7 +72,7 @@ pub(super) fn rules(owner: &Owner, a: &IpPrefix, fam: IptFamily) -> (String, Str
 pub(super) fn setup_changes(
     owner: &Owner,
     addrs: &[IpPrefix],
-    fam: IptFamily,
+    fam: IpFamily,
     saved: &SavedTable,
     r: &mut Restore,
 ) {
@@ -91,8 +92,8 @@ pub(super) fn setup_changes(
 }
 
 /// iptables setup for the addresses of one family: one save, one restore.
-pub fn setup(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+pub fn setup(owner: &Owner, addrs: &[IpPrefix], family: IpFamily) -> Result<()> {
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
     setup_changes(owner, addrs, fam, &saved, &mut r);
@@ -113,8 +114,8 @@ pub(super) fn remove(saved: &SavedTable, r: &mut Restore, chain: &str) {
 }
 
 /// iptables teardown for one family, by the hashed chain name.
-pub fn teardown(owner: &Owner, v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+pub fn teardown(owner: &Owner, family: IpFamily) -> Result<()> {
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
     remove(&saved, &mut r, &chain(owner));
@@ -146,8 +147,8 @@ pub(super) fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable
 }
 
 /// iptables GC for one family (one save, one restore).
-pub fn gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+pub fn gc(network: &str, valid: &[Attachment], family: IpFamily) -> Result<()> {
+    let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
     gc_changes(network, valid, &saved, &mut r);
@@ -158,10 +159,10 @@ pub fn gc(network: &str, valid: &[Attachment], v6: bool) -> Result<()> {
 pub(super) fn check_saved(
     owner: &Owner,
     addrs: &[IpPrefix],
-    v6: bool,
+    family: IpFamily,
     saved: &SavedTable,
 ) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+    let fam = family;
     for a in addrs {
         let (accept, masq, entry) = rules(owner, a, fam);
         for line in [accept, masq, entry] {
@@ -177,7 +178,7 @@ pub(super) fn check_saved(
 }
 
 /// iptables CHECK for the addresses of one family.
-pub fn check(owner: &Owner, addrs: &[IpPrefix], v6: bool) -> Result<()> {
-    let saved = iptables::save(IptFamily::of_v6(v6), IptTable::Nat)?;
-    check_saved(owner, addrs, v6, &saved)
+pub fn check(owner: &Owner, addrs: &[IpPrefix], family: IpFamily) -> Result<()> {
+    let saved = iptables::save(family, IptTable::Nat)?;
+    check_saved(owner, addrs, family, &saved)
 }

@@ -5,11 +5,12 @@
 use super::*;
 use std::collections::BTreeSet;
 
-use crate::netfilter::iptables::{IptFamily, SavedTable};
+use crate::netfilter::iptables::SavedTable;
 use crate::netfilter::ledger::{self, Entry, Ledger};
 use crate::netfilter::nft::{Family, Nft};
 use crate::netfilter::{iptables_nft::nat, Owner};
 use crate::types::{Attachment, IpPrefix};
+use crate::IpFamily;
 use crate::Result;
 
 /// The ledger feature of the iptables rules written over netlink: the
@@ -19,14 +20,6 @@ pub(super) const POSTROUTING: &str = "POSTROUTING";
 
 pub(super) fn ipt_ledger(owner: &Owner) -> Option<Ledger> {
     Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
-}
-
-fn ipt_family(v6: bool) -> Family {
-    if v6 {
-        Family::Ip6
-    } else {
-        Family::Ip
-    }
 }
 
 /// iptables setup on iptables-nft with no process: the same changes as
@@ -39,10 +32,10 @@ pub fn setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let chain = ipt::chain(owner);
     let mut entries = Vec::new();
     let mut fresh = true;
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         let fam: Vec<IpPrefix> = addrs
             .iter()
-            .filter(|a| a.is_ipv4() != v6)
+            .filter(|a| a.family() == family)
             .copied()
             .collect();
         if fam.is_empty() {
@@ -61,18 +54,18 @@ pub fn setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
         };
         let added = nat::apply(
             nft,
-            v6,
-            &mut |n| nat::read(n, v6, &plan),
+            family,
+            &mut |n| nat::read(n, family, &plan),
             &mut |saved, r| {
                 if saved.has_chain(&chain) {
                     fresh = false;
                 }
-                ipt::setup_changes(owner, &fam, IptFamily::of_v6(v6), saved, r)
+                ipt::setup_changes(owner, &fam, family, saved, r)
             },
             &|c| c == POSTROUTING,
         )?;
         entries.extend(added.into_iter().map(|(_, c, handle)| Entry {
-            family: ipt_family(v6),
+            family: Family::of(family),
             table: nat::TABLE.to_string(),
             chain: c,
             handle,
@@ -101,7 +94,7 @@ pub fn setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
 /// `POSTROUTING`. One lookup when the family has no such chain.
 fn ipt_read_container(
     nft: &mut Nft,
-    v6: bool,
+    family: IpFamily,
     owner: &Owner,
     entries: &[Entry],
 ) -> Result<(SavedTable, nat::Handles)> {
@@ -110,13 +103,13 @@ fn ipt_read_container(
         chains: vec![own.clone()],
         rules_of: &|found| found.iter().cloned().collect(),
     };
-    let (mut saved, mut handles) = nat::read(nft, v6, &plan)?;
+    let (mut saved, mut handles) = nat::read(nft, family, &plan)?;
     if !saved.has_chain(&own) {
         return Ok((saved, handles));
     }
-    let rules = nat::jumps_by_ledger(nft, v6, entries, &own, POSTROUTING)?;
+    let rules = nat::jumps_by_ledger(nft, family, entries, &own, POSTROUTING)?;
     for r in &rules {
-        nat::push_rule(&mut saved, &mut handles, r, v6);
+        nat::push_rule(&mut saved, &mut handles, r, family);
     }
     Ok((saved, handles))
 }
@@ -127,11 +120,11 @@ pub fn teardown(nft: &mut Nft, owner: &Owner) -> Result<()> {
     let ledger = ipt_ledger(owner);
     let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
     let own = ipt::chain(owner);
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         nat::apply(
             nft,
-            v6,
-            &mut |n| ipt_read_container(n, v6, owner, &entries),
+            family,
+            &mut |n| ipt_read_container(n, family, owner, &entries),
             &mut |saved, r| ipt::remove(saved, r, &own),
             &|_| false,
         )?;
@@ -145,11 +138,11 @@ pub fn teardown(nft: &mut Nft, owner: &Owner) -> Result<()> {
 /// iptables GC on iptables-nft, both families, with no process (lists the
 /// table's chains and `POSTROUTING`, as the Go plugins' GC does).
 pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         nat::apply(
             nft,
-            v6,
-            &mut |n| nat::read_every_chain(n, v6, &[POSTROUTING]),
+            family,
+            &mut |n| nat::read_every_chain(n, family, &[POSTROUTING]),
             &mut |saved, r| ipt::gc_changes(network, valid, saved, r),
             &|_| false,
         )?;
@@ -163,10 +156,10 @@ pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
 /// iptables CHECK on iptables-nft, read over netlink.
 pub fn check(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let own = ipt::chain(owner);
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         let fam: Vec<IpPrefix> = addrs
             .iter()
-            .filter(|a| a.is_ipv4() != v6)
+            .filter(|a| a.family() == family)
             .copied()
             .collect();
         if fam.is_empty() {
@@ -176,8 +169,8 @@ pub fn check(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
             chains: vec![own.clone(), POSTROUTING.to_string()],
             rules_of: &|found| found.iter().cloned().collect(),
         };
-        let (saved, _) = nat::read(nft, v6, &plan)?;
-        ipt::check_saved(owner, &fam, v6, &saved)?;
+        let (saved, _) = nat::read(nft, family, &plan)?;
+        ipt::check_saved(owner, &fam, family, &saved)?;
     }
     Ok(())
 }

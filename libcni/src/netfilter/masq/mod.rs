@@ -60,6 +60,7 @@ use super::ledger;
 use super::nft::{Family, Nft};
 use super::{open_nft_for_teardown, Backend, IptablesPath, Owner};
 use crate::types::{Attachment, IpPrefix};
+use crate::IpFamily;
 use crate::{ErrorList, Result};
 
 /// The Go plugins' nf_tables table of ipMasq.
@@ -81,21 +82,21 @@ pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) 
         Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
             ipt_netlink::setup(&mut Nft::open()?, owner, addrs)
         }
-        Backend::Iptables => per_family(addrs, |fam, v6| ipt::setup(owner, fam, v6)),
+        Backend::Iptables => per_family(addrs, |fam, family| ipt::setup(owner, fam, family)),
     }
 }
 
 /// Calls `f` with the addresses of each family that has any (IPv4 first),
 /// stopping at the first error.
-fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], bool) -> Result<()>) -> Result<()> {
-    for v6 in [false, true] {
+fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], IpFamily) -> Result<()>) -> Result<()> {
+    for family in IpFamily::BOTH {
         let fam: Vec<IpPrefix> = addrs
             .iter()
-            .filter(|a| a.is_ipv4() != v6)
+            .filter(|a| a.family() == family)
             .copied()
             .collect();
         if !fam.is_empty() {
-            f(&fam, v6)?;
+            f(&fam, family)?;
         }
     }
     Ok(())
@@ -118,13 +119,13 @@ pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
         }
     }
     let chain = ipt::chain(owner);
-    for v6 in [false, true] {
+    for family in IpFamily::BOTH {
         let visible = nft.as_mut().is_none_or(|n| {
-            let family = if v6 { Family::Ip6 } else { Family::Ip };
-            n.has_chain(family, "nat", &chain).unwrap_or(true)
+            n.has_chain(Family::of(family), "nat", &chain)
+                .unwrap_or(true)
         });
         if backend == Backend::Iptables || visible {
-            errors.record(ipt::teardown(owner, v6));
+            errors.record(ipt::teardown(owner, family));
         }
     }
     errors.finish_first()
@@ -144,8 +145,8 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
         }
     }
     if backend == Backend::Iptables {
-        for v6 in [false, true] {
-            errors.record(ipt::gc(network, valid, v6));
+        for family in IpFamily::BOTH {
+            errors.record(ipt::gc(network, valid, family));
         }
     }
     errors.finish_first()
@@ -158,7 +159,7 @@ pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) 
         Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
             ipt_netlink::check(&mut Nft::open()?, owner, addrs)
         }
-        Backend::Iptables => per_family(addrs, |fam, v6| ipt::check(owner, fam, v6)),
+        Backend::Iptables => per_family(addrs, |fam, family| ipt::check(owner, fam, family)),
     }
 }
 

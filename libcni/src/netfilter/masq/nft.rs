@@ -68,11 +68,15 @@ pub(super) fn ledger_of(owner: &Owner, ifname: &str) -> Option<Ledger> {
 
 /// The rule of one container address in `masq_checks`.
 fn address_rule(a: &IpPrefix) -> Vec<Expr> {
-    let v6 = !a.is_ipv4();
-    let width = if v6 { 128 } else { 32 };
+    let family = a.family();
     let net = a.truncate();
-    let mut r = expr::match_nfproto(v6);
-    r.extend(expr::match_prefix_nft(true, CmpOp::Eq, a.addr(), width));
+    let mut r = expr::match_nfproto(family);
+    r.extend(expr::match_prefix_nft(
+        true,
+        CmpOp::Eq,
+        a.addr(),
+        family.max_prefix(),
+    ));
     r.extend(expr::match_prefix_nft(
         false,
         CmpOp::Neq,
@@ -86,11 +90,14 @@ fn address_rule(a: &IpPrefix) -> Vec<Expr> {
 /// The three rules of `postrouting`.
 fn postrouting_rules() -> Vec<Vec<Expr>> {
     let mut out = Vec::new();
-    for (v6, mcast, len) in [(false, "224.0.0.0", 4u8), (true, "ff00::", 8)] {
+    for (family, mcast, len) in [
+        (IpFamily::V4, "224.0.0.0", 4u8),
+        (IpFamily::V6, "ff00::", 8),
+    ] {
         let addr: IpAddr = mcast
             .parse()
             .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
-        let mut r = expr::match_nfproto(v6);
+        let mut r = expr::match_nfproto(family);
         r.extend(expr::match_prefix_nft(false, CmpOp::Eq, addr, len));
         r.push(Expr::Immediate(Verdict::Return));
         out.push(r);

@@ -229,7 +229,7 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
         .unwrap()
         .unwrap();
     process
-        .run(|| per_family(&addrs, |fam, v6| ipt::setup(&owner, fam, v6)))
+        .run(|| per_family(&addrs, |fam, family| ipt::setup(&owner, fam, family)))
         .unwrap()
         .unwrap();
     for save in ["iptables-save", "ip6tables-save"] {
@@ -246,7 +246,7 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
     assert!(entries.iter().all(|e| e.chain == POSTROUTING));
     // Each side's teardown removes the other's rules.
     native
-        .run(|| per_family(&addrs, |_, v6| ipt::teardown(&owner, v6)))
+        .run(|| per_family(&addrs, |_, family| ipt::teardown(&owner, family)))
         .unwrap()
         .unwrap();
     process

@@ -8,6 +8,7 @@
 use std::net::IpAddr;
 
 use crate::netfilter::wire::Attrs;
+use crate::IpFamily;
 
 const NFTA_LIST_ELEM: u16 = 1;
 const NFTA_EXPR_NAME: u16 = 1;
@@ -350,7 +351,7 @@ pub const NFPROTO_IPV6: u8 = 10;
 
 /// `meta nfproto ipv4|ipv6`: the guard an `inet` table needs before it
 /// reads an IP header field.
-pub fn match_nfproto(v6: bool) -> Vec<Expr> {
+pub fn match_nfproto(family: IpFamily) -> Vec<Expr> {
     vec![
         Expr::Meta {
             key: MetaKey::NfProto,
@@ -359,25 +360,24 @@ pub fn match_nfproto(v6: bool) -> Vec<Expr> {
         Expr::Cmp {
             sreg: REG_1,
             op: CmpOp::Eq,
-            data: vec![if v6 { NFPROTO_IPV6 } else { NFPROTO_IPV4 }],
+            data: vec![family.nfproto()],
         },
     ]
 }
 
 /// Offset of the source (or destination) address in the IPv4/IPv6 header.
-pub fn ip_addr_offset(v6: bool, source: bool) -> (u32, u32) {
-    match (v6, source) {
-        (false, true) => (12, 4),
-        (false, false) => (16, 4),
-        (true, true) => (8, 16),
-        (true, false) => (24, 16),
+pub fn ip_addr_offset(family: IpFamily, source: bool) -> (u32, u32) {
+    match (family, source) {
+        (IpFamily::V4, true) => (12, 4),
+        (IpFamily::V4, false) => (16, 4),
+        (IpFamily::V6, true) => (8, 16),
+        (IpFamily::V6, false) => (24, 16),
     }
 }
 
 /// `ip saddr|daddr [!=] addr/len` (`ip6` for IPv6 addresses).
 pub fn match_ip(source: bool, op: CmpOp, addr: IpAddr, prefix_len: u8) -> Vec<Expr> {
-    let v6 = addr.is_ipv6();
-    let (offset, len) = ip_addr_offset(v6, source);
+    let (offset, len) = ip_addr_offset(IpFamily::of(&addr), source);
     let bytes = ip_bytes(addr);
     let width = bytes.len() as u32 * 8;
     let mut out = vec![Expr::Payload {
@@ -442,10 +442,10 @@ fn match_ct_bits(key: u32, mask: u32) -> Vec<Expr> {
     ]
 }
 
-/// `ip saddr|daddr @set` (`ip6` with `v6`): the address looked up in the
+/// `ip saddr|daddr @set` (`ip6` for [`IpFamily::V6`]): the address looked up in the
 /// set `set`, whose `set_id` names it when the same batch creates it.
-pub fn match_ip_in_set(v6: bool, source: bool, set: &str, set_id: u32) -> Vec<Expr> {
-    let (offset, len) = ip_addr_offset(v6, source);
+pub fn match_ip_in_set(family: IpFamily, source: bool, set: &str, set_id: u32) -> Vec<Expr> {
+    let (offset, len) = ip_addr_offset(family, source);
     vec![
         Expr::Payload {
             base: PayloadBase::Network,
@@ -506,8 +506,7 @@ pub fn match_ifname(input: bool, op: CmpOp, name: &str) -> Vec<Expr> {
 /// prefix (and `/0`) loads the address and masks it. No `meta nfproto`
 /// guard: an `inet` table's caller puts [`match_nfproto`] first.
 pub fn match_prefix_nft(source: bool, op: CmpOp, addr: IpAddr, prefix_len: u8) -> Vec<Expr> {
-    let v6 = addr.is_ipv6();
-    let (offset, len) = ip_addr_offset(v6, source);
+    let (offset, len) = ip_addr_offset(IpFamily::of(&addr), source);
     let bytes = ip_bytes(addr);
     let width = len * 8;
     let plen = u32::from(prefix_len).min(width);

@@ -143,6 +143,23 @@ pub enum Family {
 }
 
 impl Family {
+    /// The table family of one IP family: `ip` or `ip6`.
+    pub fn of(family: crate::IpFamily) -> Family {
+        match family {
+            crate::IpFamily::V4 => Family::Ip,
+            crate::IpFamily::V6 => Family::Ip6,
+        }
+    }
+
+    /// The IP family of an `ip` or `ip6` table; `None` for the others.
+    pub fn ip(self) -> Option<crate::IpFamily> {
+        match self {
+            Family::Ip => Some(crate::IpFamily::V4),
+            Family::Ip6 => Some(crate::IpFamily::V6),
+            Family::Inet | Family::Bridge => None,
+        }
+    }
+
     /// `NFPROTO_*`.
     pub fn proto(self) -> u8 {
         match self {
@@ -1197,7 +1214,7 @@ pub(crate) mod kernel_tests {
         let mut r = match_fib_daddr_local();
         r.push(Expr::Immediate(Verdict::Jump("ports".into())));
         b.add_rule(f, "t", "pre", &r, Some("skeleton"));
-        let mut r = match_nfproto(false);
+        let mut r = match_nfproto(crate::IpFamily::V4);
         r.extend([
             Expr::Meta {
                 key: MetaKey::L4Proto,

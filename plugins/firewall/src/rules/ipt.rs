@@ -43,10 +43,11 @@ use std::net::IpAddr;
 
 pub use super::chains::*;
 use super::{FirewallSpec, Policy};
-use libcni::netfilter::iptables::{self, IptFamily, IptTable, Restore, SavedTable};
+use libcni::netfilter::iptables::{self, IptTable, Restore, SavedTable};
 use libcni::netfilter::iptables_nft::filter;
 use libcni::netfilter::nft::Nft;
 use libcni::netfilter::{parse_go_comment, IptablesPath, Owner};
+use libcni::IpFamily;
 use libcni::{Error, Result};
 
 const FORWARD_COMMENT: &str = "CNI firewall plugin rules";
@@ -314,13 +315,9 @@ fn is_conflict(e: &Error) -> bool {
 /// One read of the filter table, the changes `build` derives from it, one
 /// write (none when there is nothing to change); retried on a fresh read
 /// when another process changed the chains in between.
-fn apply(
-    fam: IptFamily,
-    via: &mut Filter,
-    build: &dyn Fn(&SavedTable, &mut Restore),
-) -> Result<()> {
+fn apply(fam: IpFamily, via: &mut Filter, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
     if let Filter::Netlink(slot) = via {
-        return filter::apply(socket(slot)?, fam == IptFamily::V6, &READ_CHAINS, build);
+        return filter::apply(socket(slot)?, fam, &READ_CHAINS, build);
     }
     let mut attempt = 1;
     loop {
@@ -342,11 +339,11 @@ fn apply(
 pub fn add(
     spec: &FirewallSpec,
     addrs: &[IpAddr],
-    v6: bool,
+    family: IpFamily,
     isolate_only: bool,
     via: &mut Filter,
 ) -> Result<()> {
-    apply(IptFamily::of_v6(v6), via, &|saved, r| {
+    apply(family, via, &|saved, r| {
         if !isolate_only {
             for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {
                 if !saved.has_chain(c) {
@@ -400,10 +397,10 @@ pub fn remove(
     remove: &[IpAddr],
     held: &[IpAddr],
     doomed: &dyn Fn(&LegacyRecord) -> bool,
-    v6: bool,
+    family: IpFamily,
     via: &mut Filter,
 ) -> Result<()> {
-    apply(IptFamily::of_v6(v6), via, &|saved, r| {
+    apply(family, via, &|saved, r| {
         let (gone, kept): (Vec<LegacyRecord>, Vec<LegacyRecord>) = legacy_records(saved)
             .into_iter()
             .partition(|rec| doomed(rec));
@@ -416,7 +413,7 @@ pub fn remove(
             .iter()
             .copied()
             .chain(gone.iter().map(|rec| rec.addr))
-            .filter(|a| a.is_ipv6() == v6 && !held.contains(a))
+            .filter(|a| IpFamily::of(a) == family && !held.contains(a))
             .collect();
         for a in addrs {
             let accept = accept_rules(a);
@@ -435,16 +432,16 @@ pub fn remove(
 pub fn check(
     spec: &FirewallSpec,
     addrs: &[IpAddr],
-    v6: bool,
+    family: IpFamily,
     isolate_only: bool,
     via: &mut Filter,
 ) -> Result<()> {
-    let fam = IptFamily::of_v6(v6);
+    let fam = family;
     let saved = match via {
         Filter::Programs => iptables::save(fam, IptTable::Filter)?,
-        Filter::Netlink(slot) => filter::read(socket(slot)?, v6, &READ_CHAINS)?.0,
+        Filter::Netlink(slot) => filter::read(socket(slot)?, family, &READ_CHAINS)?.0,
     };
-    let tool = if v6 { "ip6tables" } else { "iptables" };
+    let tool = iptables::program(family);
     let failed = |what: String| Error::CheckFailed(format!("firewall: {what}"));
     if !isolate_only {
         for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {

@@ -39,6 +39,7 @@ use self::records::{Record, Records};
 use libcni::fault;
 use libcni::netfilter::{open_nft_for_teardown, Backend, IptablesPath, Owner};
 use libcni::types::Attachment;
+use libcni::IpFamily;
 use libcni::{Error, ErrorList, Result};
 
 pub use self::chains::DEFAULT_ADMIN_CHAIN as IPT_DEFAULT_ADMIN_CHAIN;
@@ -138,15 +139,15 @@ pub struct FirewallSpec {
 }
 
 impl FirewallSpec {
-    fn family_addrs(&self, v6: bool) -> Vec<IpAddr> {
-        of_family(&self.addrs, v6)
+    fn family_addrs(&self, family: IpFamily) -> Vec<IpAddr> {
+        of_family(&self.addrs, family)
     }
 }
 
-fn of_family(addrs: &[IpAddr], v6: bool) -> Vec<IpAddr> {
+fn of_family(addrs: &[IpAddr], family: IpFamily) -> Vec<IpAddr> {
     addrs
         .iter()
-        .filter(|a| a.is_ipv6() == v6)
+        .filter(|a| IpFamily::of(a) == family)
         .copied()
         .collect()
 }
@@ -271,15 +272,15 @@ fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: IptablesPath) -> Result
     }
     let mut via = ipt::Filter::new(via);
     let mut first = true;
-    for v6 in [false, true] {
-        let addrs = spec.family_addrs(v6);
+    for family in IpFamily::BOTH {
+        let addrs = spec.family_addrs(family);
         if addrs.is_empty() {
             continue;
         }
         if !first && !isolate_only {
             fault::point("firewall/add-between-families");
         }
-        ipt::add(spec, &addrs, v6, isolate_only, &mut via)?;
+        ipt::add(spec, &addrs, family, isolate_only, &mut via)?;
         first = false;
     }
     Ok(())
@@ -323,10 +324,10 @@ fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: IptablesPath) -> Resu
         return Ok(());
     }
     let mut via = ipt::Filter::new(via);
-    for v6 in [false, true] {
-        let addrs = spec.family_addrs(v6);
+    for family in IpFamily::BOTH {
+        let addrs = spec.family_addrs(family);
         if !addrs.is_empty() {
-            ipt::check(spec, &addrs, v6, isolate_only, &mut via)?;
+            ipt::check(spec, &addrs, family, isolate_only, &mut via)?;
         }
     }
     Ok(())
@@ -364,9 +365,9 @@ fn ipt_teardown(
     errors: &mut ErrorList,
 ) {
     let mut via = ipt::Filter::new(hint.transport());
-    for v6 in [false, true] {
-        let addrs = of_family(remove, v6);
-        errors.record(ipt::remove(&addrs, held, doomed, v6, &mut via));
+    for family in IpFamily::BOTH {
+        let addrs = of_family(remove, family);
+        errors.record(ipt::remove(&addrs, held, doomed, family, &mut via));
     }
 }
 

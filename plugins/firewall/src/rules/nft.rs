@@ -24,6 +24,7 @@ use std::net::IpAddr;
 use libcni::netfilter::nft::{addr_field, Batch, Family, Nft};
 use libcni::netfilter::Owner;
 use libcni::types::Attachment;
+use libcni::IpFamily;
 use libcni::Result;
 
 /// Our previous release's nf_tables table.
@@ -34,11 +35,10 @@ const F: Family = Family::Inet;
 const ATTEMPTS: usize = 3;
 
 /// The set of allowed addresses of one family.
-pub fn nft_set_name(v6: bool) -> &'static str {
-    if v6 {
-        "allowed6"
-    } else {
-        "allowed4"
+pub fn nft_set_name(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "allowed4",
+        IpFamily::V6 => "allowed6",
     }
 }
 
@@ -47,7 +47,7 @@ pub fn nft_set_name(v6: bool) -> &'static str {
 pub fn del(nft: &mut Nft, owner: &Owner, known: &[IpAddr]) -> Result<()> {
     let tag = owner.tag();
     if known.is_empty() {
-        let sets = [nft_set_name(false), nft_set_name(true)];
+        let sets = IpFamily::BOTH.map(nft_set_name);
         return nft
             .delete_tagged(F, TABLE, &sets, &[], &|c| c == tag)
             .map(|_| ());
@@ -56,7 +56,7 @@ pub fn del(nft: &mut Nft, owner: &Owner, known: &[IpAddr]) -> Result<()> {
     loop {
         let mut b = Batch::new();
         for addr in known {
-            let set = nft_set_name(addr.is_ipv6());
+            let set = nft_set_name(IpFamily::of(addr));
             if let Some(e) = nft.get_elem(F, TABLE, set, &addr_field(*addr))? {
                 if e.comment.as_deref() == Some(tag.as_str()) {
                     b.del_elems(F, TABLE, set, &[e], &format!("address {addr}"));
@@ -77,7 +77,7 @@ pub fn del(nft: &mut Nft, owner: &Owner, known: &[IpAddr]) -> Result<()> {
 
 /// GC: elements of containers of `network` not in `valid`.
 pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    let sets = [nft_set_name(false), nft_set_name(true)];
+    let sets = IpFamily::BOTH.map(nft_set_name);
     nft.delete_tagged(F, TABLE, &sets, &[], &|c| {
         Owner::is_stale_tag(c, network, valid)
     })
