@@ -1,7 +1,7 @@
 //! The backend facade: one attachment's host ports added, checked, removed
 //! and collected on the backend the config chose, nftables ([`crate::nft`])
 //! or iptables ([`crate::ipt`]), and on iptables by the node's
-//! [`IptablesPath`]: over netlink in iptables-nft's encoding, or by
+//! [`Route`]: over netlink in iptables-nft's encoding, or by
 //! `iptables-restore` on legacy iptables. DEL and GC look at both backends,
 //! as the Go plugins' teardown does, and report the UDP host ports they
 //! removed (for the conntrack flush).
@@ -9,7 +9,7 @@
 use libcni::fault;
 use libcni::netfilter::conntrack::IPPROTO_UDP;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::{Backend, IptablesPath, Owner};
+use libcni::netfilter::{Backend, IptablesPath, Owner, Route};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{ErrorList, Result};
@@ -19,10 +19,10 @@ use crate::{ipt, nft};
 
 /// ADD's rules on `backend`.
 pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
-    match (backend, IptablesPath::of_node()) {
-        (Backend::Nftables, _) => nft::add(&mut Nft::open()?, spec),
-        (Backend::Iptables, IptablesPath::Netlink) => ipt::netlink_add(&mut Nft::open()?, spec),
-        (Backend::Iptables, IptablesPath::Programs) => {
+    match Route::of(backend) {
+        Route::Nftables => nft::add(&mut Nft::open()?, spec),
+        Route::Iptables(IptablesPath::Netlink) => ipt::netlink_add(&mut Nft::open()?, spec),
+        Route::Iptables(IptablesPath::Programs) => {
             for family in IpFamily::BOTH {
                 ipt::restore_add(spec, family)?;
                 fault::point("portmap/between-families");
@@ -34,10 +34,10 @@ pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
 
 /// CHECK on `backend`: code 102 naming what is missing.
 pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
-    match (backend, IptablesPath::of_node()) {
-        (Backend::Nftables, _) => nft::check(&mut Nft::open()?, spec),
-        (Backend::Iptables, IptablesPath::Netlink) => ipt::netlink_check(&mut Nft::open()?, spec),
-        (Backend::Iptables, IptablesPath::Programs) => {
+    match Route::of(backend) {
+        Route::Nftables => nft::check(&mut Nft::open()?, spec),
+        Route::Iptables(IptablesPath::Netlink) => ipt::netlink_check(&mut Nft::open()?, spec),
+        Route::Iptables(IptablesPath::Programs) => {
             for family in IpFamily::BOTH {
                 ipt::restore_check(spec, family)?;
             }
@@ -61,7 +61,7 @@ pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<
             if let Some(removed) = errors.record(nft::del(&mut n, owner)) {
                 keep_udp(removed);
             }
-            if IptablesPath::of_node() == IptablesPath::Netlink {
+            if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
                 if let Some(removed) = errors.record(ipt::netlink_del(&mut n, owner)) {
                     keep_udp(removed);
                 }
@@ -92,7 +92,7 @@ pub fn gc(network: &str, valid: &[Attachment], iptables_chosen: bool, errors: &m
     let mut n = Nft::open();
     if let Ok(n) = n.as_mut() {
         errors.record(nft::gc(n, network, valid));
-        if IptablesPath::of_node() == IptablesPath::Netlink {
+        if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
             errors.record(ipt::netlink_gc(n, network, valid));
             return;
         }

@@ -199,6 +199,35 @@ impl IptablesPath {
     }
 }
 
+/// Where one operation's rules go: the one dispatch over [`Backend`] ×
+/// [`IptablesPath`] that masq, portmap and the firewall make, so a
+/// backend's reach is decided in one place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// nf_tables, in the feature's own table.
+    Nftables,
+    /// iptables rules, reaching the kernel by the node's path.
+    Iptables(IptablesPath),
+}
+
+impl Route {
+    /// The route of `backend` on this node: nftables as it is, iptables
+    /// by [`IptablesPath::of_node`].
+    pub fn of(backend: Backend) -> Route {
+        match backend {
+            Backend::Nftables => Route::Nftables,
+            Backend::Iptables => Route::iptables(),
+        }
+    }
+
+    /// The iptables side of this node. A teardown (DEL, GC) visits it
+    /// after the nftables side whatever the config chose: an attachment's
+    /// rules are found wherever they were put.
+    pub fn iptables() -> Route {
+        Route::Iptables(IptablesPath::of_node())
+    }
+}
+
 /// Whether legacy x_tables (`ip_tables`, `ip6_tables`) has a table in this
 /// network namespace: what `iptables-legacy` writes, and nf_tables cannot
 /// show.

@@ -58,7 +58,7 @@ pub use nft::rule_comment;
 
 use super::ledger;
 use super::nft::{Family, Nft};
-use super::{open_nft_for_teardown, Backend, IptablesPath, Owner};
+use super::{open_nft_for_teardown, Backend, IptablesPath, Owner, Route};
 use crate::types::{Attachment, IpPrefix};
 use crate::IpFamily;
 use crate::{ErrorList, Result};
@@ -77,12 +77,14 @@ pub const OLD_TABLE: &str = "cni_rs_masq";
 /// iptables is iptables-nft ([`ipt_netlink::setup`]), by `iptables-restore`
 /// elsewhere.
 pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    match backend {
-        Backend::Nftables => nft::setup(&mut Nft::open()?, owner, ifname, addrs),
-        Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
+    match Route::of(backend) {
+        Route::Nftables => nft::setup(&mut Nft::open()?, owner, ifname, addrs),
+        Route::Iptables(IptablesPath::Netlink) => {
             ipt_netlink::setup(&mut Nft::open()?, owner, addrs)
         }
-        Backend::Iptables => per_family(addrs, |fam, family| ipt::setup(owner, fam, family)),
+        Route::Iptables(IptablesPath::Programs) => {
+            per_family(addrs, |fam, family| ipt::setup(owner, fam, family))
+        }
     }
 }
 
@@ -113,7 +115,7 @@ pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
         errors.record(nft::teardown(n, owner, ifname));
-        if IptablesPath::of_node() == IptablesPath::Netlink {
+        if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
             errors.record(ipt_netlink::teardown(n, owner));
             return errors.finish_first();
         }
@@ -139,7 +141,7 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
     let mut nft = open_nft_for_teardown(backend, &mut errors);
     if let Some(n) = nft.as_mut() {
         errors.record(nft::gc(n, network, valid));
-        if IptablesPath::of_node() == IptablesPath::Netlink {
+        if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
             errors.record(ipt_netlink::gc(n, network, valid));
             return errors.finish_first();
         }
@@ -154,12 +156,14 @@ pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
 
 /// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
 pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    match backend {
-        Backend::Nftables => nft::check(&mut Nft::open()?, owner, ifname, addrs),
-        Backend::Iptables if IptablesPath::of_node() == IptablesPath::Netlink => {
+    match Route::of(backend) {
+        Route::Nftables => nft::check(&mut Nft::open()?, owner, ifname, addrs),
+        Route::Iptables(IptablesPath::Netlink) => {
             ipt_netlink::check(&mut Nft::open()?, owner, addrs)
         }
-        Backend::Iptables => per_family(addrs, |fam, family| ipt::check(owner, fam, family)),
+        Route::Iptables(IptablesPath::Programs) => {
+            per_family(addrs, |fam, family| ipt::check(owner, fam, family))
+        }
     }
 }
 

@@ -46,7 +46,7 @@ use super::{FirewallSpec, Policy};
 use libcni::netfilter::iptables::{self, IptTable, Restore, SavedTable};
 use libcni::netfilter::iptables_nft::filter;
 use libcni::netfilter::nft::Nft;
-use libcni::netfilter::{parse_go_comment, IptablesPath, Owner};
+use libcni::netfilter::{parse_go_comment, IptablesPath, Owner, Route};
 use libcni::IpFamily;
 use libcni::{Error, Result};
 
@@ -279,10 +279,12 @@ pub enum Filter {
 }
 
 impl Filter {
-    pub fn new(path: IptablesPath) -> Filter {
-        match path {
-            IptablesPath::Programs => Filter::Programs,
-            IptablesPath::Netlink => Filter::Netlink(None),
+    /// The filter of `route`. The firewall's nftables rules are the
+    /// iptables rules in iptables-nft's encoding, so both go over netlink.
+    pub fn new(route: Route) -> Filter {
+        match route {
+            Route::Iptables(IptablesPath::Programs) => Filter::Programs,
+            Route::Nftables | Route::Iptables(IptablesPath::Netlink) => Filter::Netlink(None),
         }
     }
 }

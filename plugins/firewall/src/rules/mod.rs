@@ -37,7 +37,7 @@ use std::net::IpAddr;
 
 use self::records::{Record, Records};
 use libcni::fault;
-use libcni::netfilter::{open_nft_for_teardown, Backend, IptablesPath, Owner};
+use libcni::netfilter::{open_nft_for_teardown, Backend, Owner, Route};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{Error, ErrorList, Result};
@@ -108,12 +108,9 @@ pub enum TeardownHint {
 impl TeardownHint {
     /// How the iptables rules are removed: over netlink for `nftables`
     /// (iptables-nft's tables, no process), else as the iptables backend
-    /// reaches the node's iptables ([`IptablesPath::of_node`]).
-    fn transport(&self) -> IptablesPath {
-        match self {
-            TeardownHint::Nftables => IptablesPath::Netlink,
-            _ => IptablesPath::of_node(),
-        }
+    /// reaches the node's iptables ([`Route::iptables`]).
+    fn transport(&self) -> Route {
+        Route::of(self.netfilter())
     }
 
     fn netfilter(&self) -> Backend {
@@ -248,8 +245,8 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
         records.put(*a, &rec)?;
     }
     let done = match backend {
-        FwBackend::Nftables => ipt_add(spec, false, IptablesPath::Netlink),
-        FwBackend::Iptables => ipt_add(spec, false, IptablesPath::of_node()),
+        FwBackend::Nftables => ipt_add(spec, false, Route::Nftables),
+        FwBackend::Iptables => ipt_add(spec, false, Route::iptables()),
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
     };
     if let Err(e) = done {
@@ -266,7 +263,7 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
     Ok(())
 }
 
-fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: IptablesPath) -> Result<()> {
+fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Route) -> Result<()> {
     if !isolate_only {
         fault::point("firewall/add-before-commit");
     }
@@ -293,7 +290,7 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
         fw.add_source(zone, *a)?;
     }
     if spec.isolate.is_some() {
-        ipt_add(spec, true, IptablesPath::of_node())?;
+        ipt_add(spec, true, Route::iptables())?;
     }
     Ok(())
 }
@@ -302,8 +299,8 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
 /// missing otherwise. Only reads.
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
-        FwBackend::Nftables => ipt_check(spec, false, IptablesPath::Netlink),
-        FwBackend::Iptables => ipt_check(spec, false, IptablesPath::of_node()),
+        FwBackend::Nftables => ipt_check(spec, false, Route::Nftables),
+        FwBackend::Iptables => ipt_check(spec, false, Route::iptables()),
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
             for a in &spec.addrs {
@@ -314,12 +311,12 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
                     )));
                 }
             }
-            ipt_check(spec, true, IptablesPath::of_node())
+            ipt_check(spec, true, Route::iptables())
         }
     }
 }
 
-fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: IptablesPath) -> Result<()> {
+fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: Route) -> Result<()> {
     if isolate_only && spec.isolate.is_none() {
         return Ok(());
     }
