@@ -7,6 +7,7 @@
 use crate::chains::Chain;
 use crate::measure::{self, ChainOutcome, Setting};
 use crate::namespaces::Namespaces;
+use crate::report::{fine_ratio as x, megabytes as mb, p50_cell as ms};
 use crate::stats::{ratio, Samples};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -149,20 +150,6 @@ pub fn measure(
         .iter()
         .map(|c| measure::chain(&set, ns, pod, c))
         .collect()
-}
-
-fn ms(s: &Samples) -> String {
-    s.p50()
-        .map(|v| format!("{v:.2}"))
-        .unwrap_or_else(|| "–".into())
-}
-
-fn x(r: Option<f64>) -> String {
-    r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "–".into())
-}
-
-fn mb(b: u64) -> String {
-    format!("{:.2} MB", b as f64 / 1e6)
 }
 
 /// Which numbers of a plugin's runs a ratio compares.

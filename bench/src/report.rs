@@ -99,6 +99,57 @@ fn x(r: Option<f64>) -> String {
     }
 }
 
+/// The p50 of `s` in ms with two decimals, for tables of close numbers.
+pub fn p50_cell(s: &Samples) -> String {
+    s.p50()
+        .map(|v| format!("{v:.2}"))
+        .unwrap_or_else(|| "–".into())
+}
+
+/// A ratio with three decimals, for comparisons of near-equal forms.
+pub fn fine_ratio(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "–".into())
+}
+
+/// Bytes as megabytes (10^6).
+pub fn megabytes(b: u64) -> String {
+    format!("{:.2} MB", b as f64 / 1e6)
+}
+
+/// The lease sweep's DEL without `prevResult` and STATUS, per level.
+fn lease_verbs_table(s: &mut String, sw: &Sweep) {
+    if sw.levels.iter().all(|l| l.lease_verbs.is_none()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "DEL without `prevResult` (the plugin must find the container's leases in the \
+         `dataDir`, as after a lost result cache; Go's host-local always does this) and \
+         STATUS (ours; Go 1.1.1 has none), called plugin by plugin on the filled node \
+         (p50 / p90, ms):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| {} present | DEL by walk ours | DEL by walk ref | ratio | STATUS ours |\n|---|---|---|---|---|",
+        sw.unit
+    );
+    for l in &sw.levels {
+        let Some(v) = &l.lease_verbs else { continue };
+        let ours = v.walk_del(Side::Ours);
+        let reference = v.walk_del(Side::Reference);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} |",
+            thousands(l.present as u64),
+            pair(ours),
+            pair(reference),
+            x(ratio(ours.p50(), reference.p50())),
+            pair(&v.ours_status),
+        );
+    }
+    let _ = writeln!(s);
+}
+
 fn kib(v: Option<u64>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "–".into())
 }
@@ -734,6 +785,7 @@ impl Report<'_> {
                 );
             }
             let _ = writeln!(s);
+            lease_verbs_table(s, sw);
         }
         for e in self.sweep_errors {
             let _ = writeln!(s, "- Sweep stopped: {e}");

@@ -9,6 +9,7 @@
 use crate::chains::{self, Chain, Side};
 use crate::measure::{self, ChainOutcome, Setting};
 use crate::namespaces::Namespaces;
+use crate::report::{fine_ratio as x, megabytes as mb, p50_cell as ms};
 use crate::runner::{runtime_conf, SideSetup};
 use crate::stats::{ratio, Samples};
 use cnitool::RuntimeConf;
@@ -205,20 +206,6 @@ fn at_once(side: &SideSetup, rts: &[RuntimeConf], verb: Verb) -> (f64, Vec<Strin
             .collect()
     });
     (start.elapsed().as_secs_f64() * 1e3, errors)
-}
-
-fn ms(s: &Samples) -> String {
-    s.p50()
-        .map(|v| format!("{v:.2}"))
-        .unwrap_or_else(|| "–".into())
-}
-
-fn x(r: Option<f64>) -> String {
-    r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "–".into())
-}
-
-fn mb(b: u64) -> String {
-    format!("{:.2} MB", b as f64 / 1e6)
 }
 
 /// The RESULTS.md section.

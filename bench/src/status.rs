@@ -23,29 +23,17 @@ pub struct StatusCost {
 /// Times STATUS of every plugin of `chain` (ours), `iterations` calls each.
 pub fn chain_costs(ours_dir: &Path, chain: &Chain, iterations: usize) -> Vec<StatusCost> {
     let list = &chain.ours;
-    let name = list.get("name").cloned().unwrap_or(Value::Null);
     let plugins = list
         .get("plugins")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
     let types = plugin_types(list);
-    let cni_path = ours_dir.to_string_lossy().into_owned();
     plugins
         .iter()
         .zip(types)
         .map(|(plugin, ty)| {
-            let mut stdin = Map::new();
-            stdin.insert("cniVersion".into(), "1.1.0".into());
-            stdin.insert("name".into(), name.clone());
-            if let Some(keys) = plugin.as_object() {
-                for (k, v) in keys {
-                    if k != "cniVersion" && k != "name" {
-                        stdin.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            let stdin = Value::Object(stdin).to_string().into_bytes();
+            let stdin = stdin_at_1_1_0(list, plugin);
             let program = ours_dir.join(&ty);
             let mut cost = StatusCost {
                 chain: chain.title,
@@ -54,24 +42,10 @@ pub fn chain_costs(ours_dir: &Path, chain: &Chain, iterations: usize) -> Vec<Sta
                 error: None,
             };
             for _ in 0..iterations {
-                let inv = Invocation {
-                    wrapper: &[],
-                    program: &program,
-                    command: "STATUS",
-                    container_id: "",
-                    netns: "",
-                    ifname: "",
-                    cni_path: &cni_path,
-                    stdin: &stdin,
-                };
-                match process::run_timed(&inv) {
-                    Ok(exit) if exit.success => cost.wall_ms.push(exit.wall_ms),
-                    Ok(exit) => {
-                        cost.error = Some(exit.error_text());
-                        break;
-                    }
+                match call(&program, ours_dir, &stdin) {
+                    Ok(ms) => cost.wall_ms.push(ms),
                     Err(e) => {
-                        cost.error = Some(format!("running {}: {e}", program.display()));
+                        cost.error = Some(e);
                         break;
                     }
                 }
@@ -79,4 +53,44 @@ pub fn chain_costs(ours_dir: &Path, chain: &Chain, iterations: usize) -> Vec<Sta
             cost
         })
         .collect()
+}
+
+/// The STATUS stdin of one `plugin` of the conflist `list`: its keys, with
+/// the list's name and `cniVersion` 1.1.0, as libcni builds it.
+pub fn stdin_at_1_1_0(list: &Value, plugin: &Value) -> Vec<u8> {
+    let mut stdin = Map::new();
+    stdin.insert("cniVersion".into(), "1.1.0".into());
+    stdin.insert(
+        "name".into(),
+        list.get("name").cloned().unwrap_or(Value::Null),
+    );
+    if let Some(keys) = plugin.as_object() {
+        for (k, v) in keys {
+            if k != "cniVersion" && k != "name" {
+                stdin.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(stdin).to_string().into_bytes()
+}
+
+/// One timed STATUS call of `program` (`CNI_PATH` is `plugin_dir`): its
+/// wall time in ms, or why it failed.
+pub fn call(program: &Path, plugin_dir: &Path, stdin: &[u8]) -> Result<f64, String> {
+    let cni_path = plugin_dir.to_string_lossy();
+    let inv = Invocation {
+        wrapper: &[],
+        program,
+        command: "STATUS",
+        container_id: "",
+        netns: "",
+        ifname: "",
+        cni_path: &cni_path,
+        stdin,
+    };
+    match process::run_timed(&inv) {
+        Ok(exit) if exit.success => Ok(exit.wall_ms),
+        Ok(exit) => Err(exit.error_text()),
+        Err(e) => Err(format!("running {}: {e}", program.display())),
+    }
 }

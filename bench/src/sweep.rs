@@ -29,7 +29,8 @@
 //! `last_reserved_ip.0` at the last one, as the Go plugin leaves it; 10,000
 //! real Go ADDs would take many minutes as each reads every lease). Measured
 //! through the runtime, alternating with the same config on an empty
-//! `dataDir`.
+//! `dataDir`; then, on the filled node, DEL without `prevResult` and STATUS
+//! ([`LeaseVerbs`]), plugin by plugin.
 
 use crate::chains::{self, Side};
 use crate::diagnose;
@@ -38,6 +39,7 @@ use crate::measure::{self, Setting};
 use crate::namespaces::{self, Namespaces};
 use crate::runner::{runtime_conf, Mode, SideSetup};
 use crate::stats::{ratio, Samples};
+use crate::status;
 use serde_json::{json, Map, Value};
 use std::fs::File;
 use std::net::Ipv4Addr;
@@ -59,6 +61,36 @@ pub struct Level {
     pub empty_ref_del: Samples,
     /// The kernel's own veth create and delete at this level (pod sweep).
     pub floor: Option<diagnose::KernelFloor>,
+    /// The verbs that find a lease without the cache (lease sweep).
+    pub lease_verbs: Option<LeaseVerbs>,
+}
+
+/// host-local's verbs that do not go through the runtime's cached result,
+/// on the filled node (lease sweep): DEL without `prevResult`, which must
+/// find the container's leases by walking the `dataDir` (how a runtime that
+/// lost its cache, or Go's host-local every time, releases), and STATUS,
+/// which containerd 2.x calls every 5 s (ours only: Go 1.1.1 has none).
+#[derive(Debug, Clone, Default)]
+pub struct LeaseVerbs {
+    pub ours_walk_del: Samples,
+    pub ref_walk_del: Samples,
+    pub ours_status: Samples,
+}
+
+impl LeaseVerbs {
+    pub fn walk_del(&self, side: Side) -> &Samples {
+        match side {
+            Side::Ours => &self.ours_walk_del,
+            Side::Reference => &self.ref_walk_del,
+        }
+    }
+
+    fn walk_del_mut(&mut self, side: Side) -> &mut Samples {
+        match side {
+            Side::Ours => &mut self.ours_walk_del,
+            Side::Reference => &mut self.ref_walk_del,
+        }
+    }
 }
 
 impl Level {
@@ -659,6 +691,8 @@ pub fn leases(
         .ok_or("no pod")?;
     let dir = reference_dir.join("bench-hl");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let ours_list = host_local_list(&ours_dir);
+    let status_stdin = status::stdin_at_1_1_0(&ours_list, &ours_list["plugins"][0]);
     let mut sweep = Sweep::new(HOST_LOCAL_TITLE, "leases");
     let mut present = 0;
     for &level in levels {
@@ -689,6 +723,28 @@ pub fn leases(
                     l.push(on, s.side, add, del);
                 }
             }
+            let verbs = l.lease_verbs.get_or_insert_with(LeaseVerbs::default);
+            for &k in &order {
+                interrupt::check()?;
+                let s = &filled[k];
+                let rt = runtime_conf(
+                    format!("hl-walk-{}-{present}-{i}", s.side.tag()),
+                    &pod,
+                    "eth0",
+                    &Map::new(),
+                );
+                let del = walk_del(s, &rt).map_err(|e| {
+                    format!("{} host-local with {present} leases: {e}", s.side.label())
+                })?;
+                verbs.walk_del_mut(s.side).push(del);
+            }
+            let ms = status::call(
+                &filled[0].dir.join("host-local"),
+                &filled[0].dir,
+                &status_stdin,
+            )
+            .map_err(|e| format!("STATUS of our host-local with {present} leases: {e}"))?;
+            verbs.ours_status.push(ms);
         }
         sweep.levels.push(l);
     }
@@ -705,6 +761,13 @@ pub fn leases(
         }
     }
     Ok((sweep, traced))
+}
+
+/// ADD (untimed) then DEL without `prevResult` of host-local alone, plugin
+/// by plugin: the DEL's wall time in ms.
+fn walk_del(s: &SideSetup, rt: &cnitool::RuntimeConf) -> Result<f64, String> {
+    s.run_plugin(0, "ADD", None, rt)?;
+    Ok(s.run_plugin(0, "DEL", None, rt)?.wall_ms)
 }
 
 /// The `n`th filled address: 10.220.0.2 onwards.

@@ -1175,63 +1175,6 @@ fn the_lock_excludes_go_and_rust_alike() {
     assert_eq!(got, expected);
 }
 
-/// Not a test: `cargo test -p tests --test host_local -- --ignored --nocapture
-/// bench_` prints how long each verb takes with 10,000 leases in the
-/// directory, for ours and (when installed) the Go plugin.
-#[test]
-#[ignore]
-fn bench_verbs_with_ten_thousand_leases() {
-    let mut plugins = vec![("ours", ours())];
-    if let Some(go) = go_plugin("host-local") {
-        plugins.push(("go", go));
-    }
-    for (name, plugin) in plugins {
-        let net = Net::new("bench", json!({"ranges": [[{"subnet": "10.34.0.0/16"}]]}));
-        std::fs::create_dir_all(net.dir()).unwrap();
-        for i in 0..10_000u32 {
-            let a = std::net::Ipv4Addr::from(0x0a22_0002 + i).to_string();
-            std::fs::write(net.dir().join(a), format!("pre-{i}\r\neth0")).unwrap();
-        }
-        let rounds = 20;
-        let mut t = BTreeMap::<&str, Vec<std::time::Duration>>::new();
-        for i in 0..rounds {
-            let id = format!("bench-{i}");
-            let start = std::time::Instant::now();
-            let r = add_ok(&plugin, &id, &net.conf(), &[]);
-            t.entry("ADD").or_default().push(start.elapsed());
-            let start = std::time::Instant::now();
-            ok(call(
-                &plugin,
-                "DEL",
-                &id,
-                "eth0",
-                &with_prev(&net.conf(), &r),
-                &[],
-            ));
-            t.entry("DEL with prevResult")
-                .or_default()
-                .push(start.elapsed());
-            add_ok(&plugin, &id, &net.conf(), &[]);
-            let start = std::time::Instant::now();
-            ok(call(&plugin, "DEL", &id, "eth0", &net.conf(), &[]));
-            t.entry("DEL by walk").or_default().push(start.elapsed());
-            if name == "ours" {
-                let start = std::time::Instant::now();
-                ok(call(&plugin, "STATUS", "", "", &net.conf_v("1.1.0"), &[]));
-                t.entry("STATUS").or_default().push(start.elapsed());
-            }
-        }
-        for (verb, mut d) in t {
-            d.sort();
-            println!(
-                "{name:>4} {verb:<20} median {:>8.2?}  max {:>8.2?}",
-                d[d.len() / 2],
-                d[d.len() - 1]
-            );
-        }
-    }
-}
-
 /// Go's `IPAMConfig` has an untagged `Name` string field: `Name` or `name`
 /// in the ipam object goes there (and is then overwritten by the network's
 /// name), so a string is accepted and anything else refused, by both.
