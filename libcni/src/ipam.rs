@@ -160,14 +160,9 @@ pub fn configure_interface(
         )
     })?;
     let ips = addresses_for(result, ifname)?;
-    let has_v6 = ips.iter().any(|ip| ip.address.family() == IpFamily::V6);
-    let families = if has_v6 {
-        IpFamily::BOTH.as_slice()
-    } else {
-        &[IpFamily::V4]
-    };
+    let has_v6 = holds_v6(&ips);
 
-    ns.run(|| interface_sysctls(ifname, families, opts.enable_dad))??;
+    ns.run(|| interface_sysctls(ifname, &ips, opts.enable_dad))??;
 
     // Subscribed before the addresses exist, so no DAD outcome is missed.
     let mut events = if (opts.enable_dad || opts.settle) && has_v6 {
@@ -214,10 +209,15 @@ fn kernel_route(r: &Route, gw: Option<IpAddr>, index: u32) -> netlink::Route {
     route
 }
 
-/// The container-side sysctls for the address `families` it is given, on a
-/// thread inside the container namespace.
-fn interface_sysctls(ifname: &str, families: &[IpFamily], enable_dad: bool) -> Result<()> {
-    let has_v6 = families.contains(&IpFamily::V6);
+/// Whether any of `ips` is an IPv6 address.
+fn holds_v6(ips: &[&IpConfig]) -> bool {
+    ips.iter().any(|ip| ip.address.family() == IpFamily::V6)
+}
+
+/// The container-side sysctls for the addresses `ips` that `ifname` is
+/// about to get, on a thread inside the container namespace.
+fn interface_sysctls(ifname: &str, ips: &[&IpConfig], enable_dad: bool) -> Result<()> {
+    let has_v6 = holds_v6(ips);
     // IPv6 knobs are missing when the kernel runs without IPv6; with no
     // IPv6 address to configure that is fine.
     let v6_knob = |knob: &str, value: &str| -> Result<()> {
