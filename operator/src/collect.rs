@@ -13,7 +13,7 @@ use cnitool::conf;
 use libcni::netfilter::iptables::{self, IptTable, SavedTable};
 use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::spoofcheck;
-use libcni::netfilter::{IptablesPath, Owner, Route};
+use libcni::netfilter::{IptablesPath, Owner};
 use libcni::netlink::tc::{Qdisc, INGRESS_PARENT, ROOT};
 use libcni::netlink::{Link, Netlink};
 use libcni::types::IpPrefix;
@@ -743,7 +743,7 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
         };
         kernel.spoof_checks = spoofcheck::attachments(n).into_iter().collect();
     }
-    let legacy = Route::iptables() == Route::Iptables(IptablesPath::Programs);
+    let legacy = IptablesPath::of_node() == IptablesPath::Programs;
     if legacy {
         // The Go plugins' per-container chains live in x_tables here.
         kernel

@@ -9,7 +9,7 @@
 use libcni::fault;
 use libcni::netfilter::conntrack::IPPROTO_UDP;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::{Backend, IptablesPath, Owner, Route};
+use libcni::netfilter::{teardown_both, Backend, BothBackends, IptablesPath, Owner, Route};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{ErrorList, Result};
@@ -46,64 +46,86 @@ pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
     }
 }
 
-/// DEL of `owner`'s rules on both backends: the nftables side reads back
-/// the rules of the container's ledger (or lists the chains once, for
-/// rules the Go plugin wrote); the iptables side runs processes only when
-/// its chain is there, or when `iptables_chosen`. Every step runs; the
-/// UDP host ports removed.
-pub fn del(owner: &Owner, iptables_chosen: bool, errors: &mut ErrorList) -> Vec<RemovedPort> {
-    let mut udp_ports = Vec::new();
-    let mut keep_udp = |removed: Vec<RemovedPort>| {
-        udp_ports.extend(removed.into_iter().filter(|r| r.protocol == IPPROTO_UDP));
+/// DEL of `owner`'s rules on both backends ([`teardown_both`]): the
+/// nftables side reads back the rules of the container's ledger (or lists
+/// the chains once, for rules the Go plugin wrote); on legacy iptables a
+/// process runs only when iptables-nft shows the container's chain, or
+/// when `backend` (the config's, if it could be read) is iptables. Every
+/// step runs; the UDP host ports removed.
+pub fn del(owner: &Owner, backend: Backend, errors: &mut ErrorList) -> Vec<RemovedPort> {
+    let mut state = Del {
+        owner,
+        udp_ports: Vec::new(),
     };
-    match Nft::open() {
-        Ok(mut n) => {
-            if let Some(removed) = errors.record(nft::del(&mut n, owner)) {
-                keep_udp(removed);
-            }
-            if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
-                if let Some(removed) = errors.record(ipt::netlink_del(&mut n, owner)) {
-                    keep_udp(removed);
-                }
-            } else {
-                for family in IpFamily::BOTH {
-                    if iptables_chosen || iptables_has_container(&mut n, owner, family) {
-                        errors.record(ipt::restore_del(owner, family));
-                    }
-                }
-            }
-        }
-        Err(e) => {
-            if !iptables_chosen {
-                errors.push(e);
-            }
-            for family in IpFamily::BOTH {
-                errors.record(ipt::restore_del(owner, family));
-            }
-        }
+    teardown_both(backend, &mut state, errors);
+    state.udp_ports
+}
+
+/// One attachment's host ports, for [`del`].
+struct Del<'a> {
+    owner: &'a Owner,
+    /// The UDP host ports removed so far.
+    udp_ports: Vec<RemovedPort>,
+}
+
+impl Del<'_> {
+    fn keep_udp(&mut self, removed: Vec<RemovedPort>) {
+        let udp = removed.into_iter().filter(|r| r.protocol == IPPROTO_UDP);
+        self.udp_ports.extend(udp);
     }
-    udp_ports
+}
+
+impl BothBackends for Del<'_> {
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        let removed = nft::del(n, self.owner)?;
+        self.keep_udp(removed);
+        Ok(())
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        let removed = ipt::netlink_del(n, self.owner)?;
+        self.keep_udp(removed);
+        Ok(())
+    }
+
+    fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
+        n.is_none_or(|n| iptables_has_container(n, self.owner, family))
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        ipt::restore_del(self.owner, family)
+    }
 }
 
 /// GC of `network`'s attachments not in `valid`, on both backends (on
-/// iptables by processes only when the host port chains are there, or
-/// when `iptables_chosen`).
-pub fn gc(network: &str, valid: &[Attachment], iptables_chosen: bool, errors: &mut ErrorList) {
-    let mut n = Nft::open();
-    if let Ok(n) = n.as_mut() {
-        errors.record(nft::gc(n, network, valid));
-        if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
-            errors.record(ipt::netlink_gc(n, network, valid));
-            return;
-        }
+/// legacy iptables by processes only when the host port chains are there,
+/// or when `backend` is iptables).
+pub fn gc(network: &str, valid: &[Attachment], backend: Backend, errors: &mut ErrorList) {
+    teardown_both(backend, &mut Gc { network, valid }, errors);
+}
+
+/// A network's stale host ports, for [`gc`].
+struct Gc<'a> {
+    network: &'a str,
+    valid: &'a [Attachment],
+}
+
+impl BothBackends for Gc<'_> {
+    /// The UDP ports it removes are not flushed, as Go's GC does not.
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        nft::gc(n, self.network, self.valid).map(drop)
     }
-    for family in IpFamily::BOTH {
-        if iptables_chosen
-            || n.as_mut()
-                .map_or(true, |n| iptables_has_hostports(n, family))
-        {
-            errors.record(ipt::restore_gc(network, valid, family));
-        }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        ipt::netlink_gc(n, self.network, self.valid)
+    }
+
+    fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
+        n.is_none_or(|n| iptables_has_hostports(n, family))
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        ipt::restore_gc(self.network, self.valid, family)
     }
 }
 

@@ -219,12 +219,6 @@ impl PortMapConf {
         self.backend
     }
 
-    /// Whether the backend is iptables (chosen by `backend`, by an
-    /// iptables-only option, or because the kernel lacks nf_tables).
-    pub fn backend_is_iptables(&self) -> bool {
-        self.backend == Backend::Iptables
-    }
-
     /// Refuses a `hostIP` of a family the container has no address of
     /// (the Go plugin silently skips it).
     pub fn check_families(&self, v4: Option<IpPrefix>, v6: Option<IpPrefix>) -> Result<()> {

@@ -23,7 +23,7 @@ use std::net::IpAddr;
 
 use crate::spec::{PortMapSpec, Protocol, RemovedPort};
 use libcni::fault;
-use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Owner};
+use libcni::netfilter::{conntrack, nfnetlink::NfNetlink, Backend, Owner};
 use libcni::netlink::Netlink;
 use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpPrefix};
@@ -73,8 +73,7 @@ impl Plugin for PortMap {
         let conf = teardown_conf(args);
         let owner = Owner::new(&args.conf.name, &args.container_id);
         let mut errors = ErrorList::new();
-        let iptables_chosen = conf.as_ref().is_some_and(PortMapConf::backend_is_iptables);
-        let mut udp_ports = backend::del(&owner, iptables_chosen, &mut errors);
+        let mut udp_ports = backend::del(&owner, teardown_backend(conf.as_ref()), &mut errors);
         let mappings = conf.as_ref().map(|c| c.mappings.as_slice()).unwrap_or(&[]);
         for m in mappings.iter().filter(|m| m.protocol == Protocol::Udp) {
             for family in IpFamily::BOTH {
@@ -105,14 +104,12 @@ impl Plugin for PortMap {
     }
 
     fn gc(&self, args: &CmdArgs) -> Result<()> {
-        let iptables_chosen = teardown_conf(args)
-            .as_ref()
-            .is_some_and(PortMapConf::backend_is_iptables);
+        let backend = teardown_backend(teardown_conf(args).as_ref());
         let Some(valid) = args.gc_valid_attachments("portmap")? else {
             return Ok(());
         };
         let mut errors = ErrorList::new();
-        backend::gc(&args.conf.name, &valid, iptables_chosen, &mut errors);
+        backend::gc(&args.conf.name, &valid, backend, &mut errors);
         errors.finish_kernel("portmap GC")
     }
 }
@@ -131,6 +128,13 @@ fn teardown_conf(args: &CmdArgs) -> Option<PortMapConf> {
             None
         }
     }
+}
+
+/// The backend a teardown treats as chosen: the config's, or nftables when
+/// the config cannot be read, so that legacy iptables is visited only where
+/// iptables-nft shows that it may hold the container's rules.
+fn teardown_backend(conf: Option<&PortMapConf>) -> Backend {
+    conf.map_or(Backend::Nftables, PortMapConf::backend)
 }
 
 /// The first IPv4 and IPv6 address of the container interface `ifname`, as

@@ -38,6 +38,7 @@ pub mod wire;
 use sha2::{Digest, Sha512};
 
 use crate::types::Attachment;
+use crate::IpFamily;
 use crate::{Error, ErrorList, Result};
 
 /// A transport protocol of a mapping.
@@ -246,6 +247,46 @@ pub fn default_backend() -> Backend {
         Backend::Nftables
     } else {
         Backend::Iptables
+    }
+}
+
+/// One feature's state (masquerade, host ports) on both backends, as a
+/// teardown (DEL, GC) visits it: [`teardown_both`] runs the steps in the
+/// one order every feature shares.
+pub trait BothBackends {
+    /// The nf_tables side, in the feature's own table.
+    fn nftables(&mut self, nft: &mut nft::Nft) -> Result<()>;
+    /// The iptables side where the node's iptables is iptables-nft: read
+    /// and written over netlink, no process.
+    fn iptables_over_netlink(&mut self, nft: &mut nft::Nft) -> Result<()>;
+    /// Whether iptables of `family` may hold something to remove, judged
+    /// without a process (from iptables-nft's tables in `nft`, or with
+    /// `None` when nf_tables could not be opened); only asked when the
+    /// config did not choose iptables.
+    fn iptables_may_hold(&mut self, nft: Option<&mut nft::Nft>, family: IpFamily) -> bool;
+    /// The iptables side of `family` by `iptables-save`/`-restore`.
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()>;
+}
+
+/// Tears `state` down on both backends, whichever `backend` the config
+/// chose, as the Go plugins' teardown does: nf_tables first; then on an
+/// iptables-nft node the iptables side over netlink; elsewhere the
+/// iptables programs of each family, where the config chose iptables or
+/// the family [may hold](BothBackends::iptables_may_hold) something. Every
+/// step runs; their errors are kept in `errors`.
+pub fn teardown_both(backend: Backend, state: &mut impl BothBackends, errors: &mut ErrorList) {
+    let mut nft = open_nft_for_teardown(backend, errors);
+    if let Some(n) = nft.as_mut() {
+        errors.record(state.nftables(n));
+        if IptablesPath::of_node() == IptablesPath::Netlink {
+            errors.record(state.iptables_over_netlink(n));
+            return;
+        }
+    }
+    for family in IpFamily::BOTH {
+        if backend == Backend::Iptables || state.iptables_may_hold(nft.as_mut(), family) {
+            errors.record(state.iptables_programs(family));
+        }
     }
 }
 

@@ -58,7 +58,7 @@ pub use nft::rule_comment;
 
 use super::ledger;
 use super::nft::{Family, Nft};
-use super::{open_nft_for_teardown, Backend, IptablesPath, Owner, Route};
+use super::{teardown_both, Backend, BothBackends, IptablesPath, Owner, Route};
 use crate::types::{Attachment, IpPrefix};
 use crate::IpFamily;
 use crate::{ErrorList, Result};
@@ -105,53 +105,83 @@ fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], IpFamily) -> Result<()
 }
 
 /// Removes `owner`'s masquerade on `ifname` on both backends, as the Go
-/// plugins do: on iptables-nft the iptables side is read and written over
-/// netlink; elsewhere it runs a process only when iptables-nft shows the
-/// container's chain, or when `backend` is iptables. Needs no address:
-/// DEL works after the namespace is gone. Best effort: every step runs,
-/// the first error is returned.
+/// plugins do ([`teardown_both`]): on legacy iptables a process runs only
+/// when iptables-nft shows the container's chain, or when `backend` is
+/// iptables. Needs no address: DEL works after the namespace is gone.
+/// Best effort: every step runs, the first error is returned.
 pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut errors = ErrorList::new();
-    let mut nft = open_nft_for_teardown(backend, &mut errors);
-    if let Some(n) = nft.as_mut() {
-        errors.record(nft::teardown(n, owner, ifname));
-        if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
-            errors.record(ipt_netlink::teardown(n, owner));
-            return errors.finish_first();
-        }
-    }
-    let chain = ipt::chain(owner);
-    for family in IpFamily::BOTH {
-        let visible = nft.as_mut().is_none_or(|n| {
-            n.has_chain(Family::of(family), "nat", &chain)
-                .unwrap_or(true)
-        });
-        if backend == Backend::Iptables || visible {
-            errors.record(ipt::teardown(owner, family));
-        }
-    }
+    let mut state = Teardown {
+        owner,
+        ifname,
+        chain: ipt::chain(owner),
+    };
+    teardown_both(backend, &mut state, &mut errors);
     errors.finish_first()
+}
+
+/// One attachment's masquerade, for [`teardown`].
+struct Teardown<'a> {
+    owner: &'a Owner,
+    ifname: &'a str,
+    /// Its iptables chain.
+    chain: String,
+}
+
+impl BothBackends for Teardown<'_> {
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        nft::teardown(n, self.owner, self.ifname)
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        ipt_netlink::teardown(n, self.owner)
+    }
+
+    fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
+        n.is_none_or(|n| {
+            n.has_chain(Family::of(family), "nat", &self.chain)
+                .unwrap_or(true)
+        })
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        ipt::teardown(self.owner, family)
+    }
 }
 
 /// Removes the masquerade of attachments of `network` that are not in
 /// `valid` (GC): on nf_tables always (the Go plugins' rules and ours look
-/// alike), on iptables when `backend` is iptables.
+/// alike), on legacy iptables only when `backend` is iptables.
 pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
     let mut errors = ErrorList::new();
-    let mut nft = open_nft_for_teardown(backend, &mut errors);
-    if let Some(n) = nft.as_mut() {
-        errors.record(nft::gc(n, network, valid));
-        if Route::iptables() == Route::Iptables(IptablesPath::Netlink) {
-            errors.record(ipt_netlink::gc(n, network, valid));
-            return errors.finish_first();
-        }
-    }
-    if backend == Backend::Iptables {
-        for family in IpFamily::BOTH {
-            errors.record(ipt::gc(network, valid, family));
-        }
-    }
+    teardown_both(backend, &mut Gc { network, valid }, &mut errors);
     errors.finish_first()
+}
+
+/// A network's stale masquerade, for [`gc`].
+struct Gc<'a> {
+    network: &'a str,
+    valid: &'a [Attachment],
+}
+
+impl BothBackends for Gc<'_> {
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        nft::gc(n, self.network, self.valid)
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        ipt_netlink::gc(n, self.network, self.valid)
+    }
+
+    /// The rules of every container hang off `POSTROUTING`: no chain
+    /// tells, so legacy iptables is read only when the config chose it.
+    fn iptables_may_hold(&mut self, _: Option<&mut Nft>, _: IpFamily) -> bool {
+        false
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        ipt::gc(self.network, self.valid, family)
+    }
 }
 
 /// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
