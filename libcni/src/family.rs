@@ -1,6 +1,6 @@
 //! The IP address family: the one type every feature that works per
 //! family (routes, addresses, netfilter tables, conntrack, sysctls) takes,
-//! in place of a `family: IpFamily`.
+//! in place of a `v6: bool`; and [`PerFamily`], a value for each.
 
 use std::net::IpAddr;
 
@@ -61,6 +61,32 @@ impl IpFamily {
             IpFamily::V4 => "IPv4",
             IpFamily::V6 => "IPv6",
         }
+    }
+}
+
+/// One value for each family, looked up by [`IpFamily`] rather than by
+/// an index or a flag.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PerFamily<T> {
+    pub v4: T,
+    pub v6: T,
+}
+
+impl<T> PerFamily<T> {
+    /// The value of `family`.
+    pub fn of(&self, family: IpFamily) -> &T {
+        match family {
+            IpFamily::V4 => &self.v4,
+            IpFamily::V6 => &self.v6,
+        }
+    }
+
+    /// Both values made by `f`, IPv4 first, stopping at the first error.
+    pub fn try_from_fn<E>(mut f: impl FnMut(IpFamily) -> Result<T, E>) -> Result<Self, E> {
+        Ok(PerFamily {
+            v4: f(IpFamily::V4)?,
+            v6: f(IpFamily::V6)?,
+        })
     }
 }
 

@@ -29,5 +29,5 @@ pub mod types;
 pub mod version;
 
 pub use error::{Error, ErrorList, ErrorResult, Result};
-pub use family::IpFamily;
+pub use family::{IpFamily, PerFamily};
 pub use version::{Version, SUITE_VERSION};

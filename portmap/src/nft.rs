@@ -40,8 +40,8 @@ use libcni::netfilter::nft::{
 };
 use libcni::netfilter::Owner;
 use libcni::types::{Attachment, IpPrefix};
-use libcni::IpFamily;
 use libcni::{Error, Result};
+use libcni::{IpFamily, PerFamily};
 
 use crate::spec::*;
 
@@ -347,12 +347,9 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let comment = rule_comment(&spec.owner);
     let ledger = ledger(&spec.owner);
     // Conditions are checked before anything is read or written.
-    let mut conds = [Vec::new(), Vec::new()];
-    for family in IpFamily::BOTH {
-        let key = conditions_key(family);
-        conds[usize::from(family == IpFamily::V6)] =
-            parse_conditions(key, spec.conditions.of(family), family)?;
-    }
+    let conds = PerFamily::try_from_fn(|family| {
+        parse_conditions(conditions_key(family), spec.conditions.of(family), family)
+    })?;
     ledger::commit_recorded(nft, ledger.as_ref(), &mut |nft, b| {
         if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
             for e in verified(nft, &old, &comment)?.0 {
@@ -376,13 +373,7 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
                 note,
             };
             for m in spec.family_mappings(family) {
-                let c = conditions::emit(
-                    &conds[usize::from(family == IpFamily::V6)],
-                    b,
-                    f,
-                    TABLE,
-                    &mut set_id,
-                );
+                let c = conditions::emit(conds.of(family), b, f, TABLE, &mut set_id);
                 let r = mapping_rule(&m, container.addr(), c);
                 let i = b.add_rule_echo(f, TABLE, HOSTPORTS, &r, &comment);
                 echoed.push(note(i, port_note(&m)));

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 
 use libcni::netfilter::Owner;
 use libcni::types::IpPrefix;
-use libcni::IpFamily;
+use libcni::{IpFamily, PerFamily};
 
 pub use libcni::netfilter::Protocol;
 
@@ -49,21 +49,7 @@ impl fmt::Display for PortMapping {
 
 /// Extra match conditions on the DNAT entry, per family (the config's
 /// `conditionsV4` / `conditionsV6`), in the syntax of the backend.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Conditions {
-    pub v4: Vec<String>,
-    pub v6: Vec<String>,
-}
-
-impl Conditions {
-    /// The conditions of one family.
-    pub fn of(&self, family: IpFamily) -> &[String] {
-        match family {
-            IpFamily::V4 => &self.v4,
-            IpFamily::V6 => &self.v6,
-        }
-    }
-}
+pub type Conditions = PerFamily<Vec<String>>;
 
 /// Which syntax a condition list is written in: the Go plugin's rule (a
 /// first token starting with `-` or `!` is iptables syntax).
