@@ -37,10 +37,10 @@ cargo test --workspace --no-fail-fast "${args[@]}" || status=$?
 # against `cni-rs` and a link per plugin. The whole black-box suite runs the
 # same way: CNI_TEST_BIN_DIR=target/multicall-test cargo test -p tests.
 scripts/multicall-bin.sh "$(build_dir debug)" target/multicall-test
-multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p tests --no-fail-fast)
-"${multicall[@]}" --test clients --test containerd --test podman --test ptp || status=$?
-"${multicall[@]}" --test release -- every_binary go_libcni || status=$?
-"${multicall[@]}" --test empty_root || status=$?
+multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p tests --test suite --no-fail-fast)
+"${multicall[@]}" -- clients:: containerd:: podman:: ptp:: || status=$?
+"${multicall[@]}" -- release::every_binary release::go_libcni || status=$?
+"${multicall[@]}" -- empty_root:: || status=$?
 
 # The release form: the tarball's binaries and the multicall tarball's
 # cni-rs, as scripts/release.sh ships them, in the empty root and through
@@ -51,8 +51,8 @@ if scripts/release.sh --out "$release_out/dist"; then
   mkdir -p "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-linux-*.tgz -C "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
-  env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 cargo test -p tests --no-fail-fast \
-    --test empty_root --test daemonset || status=$?
+  env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 cargo test -p tests --test suite --no-fail-fast \
+    -- empty_root:: daemonset:: || status=$?
 else
   echo "error: scripts/release.sh failed: the release form is not tested" >&2
   status=1

@@ -65,6 +65,16 @@ pub fn bin(name: &str) -> PathBuf {
     p
 }
 
+/// The name the test harness gives test `name` of module `module` (its
+/// `module_path!()`): the path without the crate, as `--exact` wants it.
+/// Every file of `tests/tests/` is a module of the one `suite` binary.
+pub fn test_name(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::{name}"),
+        None => name.to_string(),
+    }
+}
+
 /// Where the Go reference plugins are (Debian's containernetworking-plugins).
 pub const GO_PLUGIN_DIR: &str = "/usr/lib/cni";
 

@@ -86,14 +86,16 @@ pub fn fullkernel_runner() -> Option<PathBuf> {
     Some(workspace_root().join("scripts/vm/run.sh"))
 }
 
-/// Runs the test `name` of this test binary again, alone, inside the VM
-/// (where [`in_vm`] is true), with `env` added; returns its output.
-pub fn rerun_in_vm(runner: &Path, name: &str, env: &[(&str, &str)]) -> Output {
+/// Runs the test `name` of module `module` (its `module_path!()`) of this
+/// test binary again, alone, inside the VM (where [`in_vm`] is true), with
+/// `env` added; returns its output.
+pub fn rerun_in_vm(runner: &Path, module: &str, name: &str, env: &[(&str, &str)]) -> Output {
     let exe = std::env::current_exe().expect("current_exe");
     let mut cmd = Command::new(runner);
     cmd.arg("--")
         .arg(exe)
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &crate::test_name(module, name)])
+        .args(["--nocapture", "--test-threads=1"])
         .envs(env.iter().copied())
         .stdin(std::process::Stdio::null());
     cmd.output().expect("run the VM")

@@ -1637,7 +1637,8 @@ fn a_usb_nic_under_debians_full_kernel() {
     };
     let out = std::process::Command::new(run)
         .arg(std::env::current_exe().expect("current_exe"))
-        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .args(["--exact", &test_name(module_path!(), NAME)])
+        .args(["--nocapture", "--test-threads=1"])
         .env("CNI_TEST_BIN_DIR", bin_dir())
         .output()
         .expect("scripts/vm/run.sh");

@@ -3,7 +3,7 @@
 //! and DEL of one container still do exactly their own work: the others'
 //! rules are untouched, and the container's own are found from its ledger.
 //! Timings are printed for the record (never asserted: these machines are
-//! shared); `cargo test -p tests --test netfilter -- --nocapture` shows them.
+//! shared); `cargo test -p tests --test suite -- netfilter:: --nocapture` shows them.
 
 use serde_json::json;
 use std::time::{Duration, Instant};

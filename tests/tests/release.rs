@@ -624,6 +624,7 @@ fn the_package_replaces_go_plugins_and_goes_on_remove_and_purge_keeping_node_sta
     let stage_s = stage.display().to_string();
     let out = rerun_in_vm(
         &runner,
+        module_path!(),
         PACKAGE_TEST,
         &[("CNIT_DEB", &deb), ("CNIT_STAGE", &stage_s)],
     );
