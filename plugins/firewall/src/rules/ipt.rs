@@ -334,19 +334,27 @@ fn apply(fam: IpFamily, via: &mut Filter, build: &dyn Fn(&SavedTable, &mut Resto
     }
 }
 
-/// ADD for the addresses of one family: the accept rules (unless only
-/// `isolate_only`, for the firewalld backend, which leaves forwarding to
-/// firewalld but isolates through iptables as Go does) and the
-/// isolation rules of `spec`.
+/// Which of the plugin's iptables rules an ADD or CHECK covers.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Rules {
+    /// The accept rules and the isolation rules: the nftables and
+    /// iptables backends.
+    AcceptAndIsolation,
+    /// Only the isolation rules: the firewalld backend, which leaves
+    /// forwarding to firewalld but isolates through iptables as Go does.
+    IsolationOnly,
+}
+
+/// ADD for the addresses of one family: the `rules` of `spec`.
 pub fn add(
     spec: &FirewallSpec,
     addrs: &[IpAddr],
     family: IpFamily,
-    isolate_only: bool,
+    rules: Rules,
     via: &mut Filter,
 ) -> Result<()> {
     apply(family, via, &|saved, r| {
-        if !isolate_only {
+        if rules == Rules::AcceptAndIsolation {
             for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {
                 if !saved.has_chain(c) {
                     r.create_chain(c);
@@ -429,13 +437,12 @@ pub fn remove(
     })
 }
 
-/// CHECK for the addresses of one family (accept rules unless
-/// `isolate_only`, and the isolation rules).
+/// CHECK for the addresses of one family: the `rules` of `spec`.
 pub fn check(
     spec: &FirewallSpec,
     addrs: &[IpAddr],
     family: IpFamily,
-    isolate_only: bool,
+    rules: Rules,
     via: &mut Filter,
 ) -> Result<()> {
     let fam = family;
@@ -445,7 +452,7 @@ pub fn check(
     };
     let tool = iptables::program(family);
     let failed = |what: String| Error::CheckFailed(format!("firewall: {what}"));
-    if !isolate_only {
+    if rules == Rules::AcceptAndIsolation {
         for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {
             if !saved.has_chain(c) {
                 return Err(failed(format!(

@@ -35,6 +35,7 @@ pub mod records;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use self::ipt::Rules;
 use self::records::{Record, Records};
 use libcni::fault;
 use libcni::netfilter::{open_nft_for_teardown, Backend, Owner, Route};
@@ -245,8 +246,8 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
         records.put(*a, &rec)?;
     }
     let done = match backend {
-        FwBackend::Nftables => ipt_add(spec, false, Route::Nftables),
-        FwBackend::Iptables => ipt_add(spec, false, Route::iptables()),
+        FwBackend::Nftables => ipt_add(spec, Rules::AcceptAndIsolation, Route::Nftables),
+        FwBackend::Iptables => ipt_add(spec, Rules::AcceptAndIsolation, Route::iptables()),
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
     };
     if let Err(e) = done {
@@ -263,8 +264,10 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
     Ok(())
 }
 
-fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Route) -> Result<()> {
-    if !isolate_only {
+fn ipt_add(spec: &FirewallSpec, rules: Rules, via: Route) -> Result<()> {
+    // For IsolationOnly, firewalld_add has passed the fault points already.
+    let fault_points = rules == Rules::AcceptAndIsolation;
+    if fault_points {
         fault::point("firewall/add-before-commit");
     }
     let mut via = ipt::Filter::new(via);
@@ -274,10 +277,10 @@ fn ipt_add(spec: &FirewallSpec, isolate_only: bool, via: Route) -> Result<()> {
         if addrs.is_empty() {
             continue;
         }
-        if !first && !isolate_only {
+        if !first && fault_points {
             fault::point("firewall/add-between-families");
         }
-        ipt::add(spec, &addrs, family, isolate_only, &mut via)?;
+        ipt::add(spec, &addrs, family, rules, &mut via)?;
         first = false;
     }
     Ok(())
@@ -290,7 +293,7 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
         fw.add_source(zone, *a)?;
     }
     if spec.isolate.is_some() {
-        ipt_add(spec, true, Route::iptables())?;
+        ipt_add(spec, Rules::IsolationOnly, Route::iptables())?;
     }
     Ok(())
 }
@@ -299,8 +302,8 @@ fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
 /// missing otherwise. Only reads.
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
-        FwBackend::Nftables => ipt_check(spec, false, Route::Nftables),
-        FwBackend::Iptables => ipt_check(spec, false, Route::iptables()),
+        FwBackend::Nftables => ipt_check(spec, Rules::AcceptAndIsolation, Route::Nftables),
+        FwBackend::Iptables => ipt_check(spec, Rules::AcceptAndIsolation, Route::iptables()),
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
             for a in &spec.addrs {
@@ -311,20 +314,20 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
                     )));
                 }
             }
-            ipt_check(spec, true, Route::iptables())
+            ipt_check(spec, Rules::IsolationOnly, Route::iptables())
         }
     }
 }
 
-fn ipt_check(spec: &FirewallSpec, isolate_only: bool, via: Route) -> Result<()> {
-    if isolate_only && spec.isolate.is_none() {
+fn ipt_check(spec: &FirewallSpec, rules: Rules, via: Route) -> Result<()> {
+    if rules == Rules::IsolationOnly && spec.isolate.is_none() {
         return Ok(());
     }
     let mut via = ipt::Filter::new(via);
     for family in IpFamily::BOTH {
         let addrs = spec.family_addrs(family);
         if !addrs.is_empty() {
-            ipt::check(spec, &addrs, family, isolate_only, &mut via)?;
+            ipt::check(spec, &addrs, family, rules, &mut via)?;
         }
     }
     Ok(())
