@@ -24,7 +24,7 @@
 //! not exist" is code 5.
 
 use libcni::types::IpPrefix;
-use libcni::Error;
+use libcni::{Error, IpFamily};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -197,12 +197,14 @@ impl SubnetEnv {
             };
             let v = value.trim();
             match key {
-                NETWORK => networks = Some(parse_list(v, true).map_err(|w| bad(value, w))?),
+                NETWORK => networks = Some(parse_list(v, IpFamily::V4).map_err(|w| bad(value, w))?),
                 IPV6_NETWORK => {
-                    ipv6_networks = Some(parse_list(v, false).map_err(|w| bad(value, w))?)
+                    ipv6_networks = Some(parse_list(v, IpFamily::V6).map_err(|w| bad(value, w))?)
                 }
-                SUBNET => subnet = Some(parse_one(v, true).map_err(|w| bad(value, w))?),
-                IPV6_SUBNET => ipv6_subnet = Some(parse_one(v, false).map_err(|w| bad(value, w))?),
+                SUBNET => subnet = Some(parse_one(v, IpFamily::V4).map_err(|w| bad(value, w))?),
+                IPV6_SUBNET => {
+                    ipv6_subnet = Some(parse_one(v, IpFamily::V6).map_err(|w| bad(value, w))?)
+                }
                 MTU => {
                     mtu =
                         Some(v.parse::<u32>().map_err(|_| {
@@ -252,24 +254,21 @@ fn known_key(name: &str) -> Option<&'static str> {
 }
 
 /// One CIDR of the family the key is for, normalised to its network.
-fn parse_one(s: &str, v4: bool) -> Result<IpPrefix, String> {
+fn parse_one(s: &str, family: IpFamily) -> Result<IpPrefix, String> {
     let p: IpPrefix = s
         .parse()
         .map_err(|e: libcni::types::net::BadCidr| e.to_string())?;
-    if p.is_ipv4() != v4 {
-        return Err(format!(
-            "{s:?} is not an {} prefix",
-            if v4 { "IPv4" } else { "IPv6" }
-        ));
+    if p.family() != family {
+        return Err(format!("{s:?} is not an {} prefix", family.name()));
     }
     Ok(p.truncate())
 }
 
 /// A comma-separated list of CIDRs, normalised, duplicates dropped.
-fn parse_list(s: &str, v4: bool) -> Result<Vec<IpPrefix>, String> {
+fn parse_list(s: &str, family: IpFamily) -> Result<Vec<IpPrefix>, String> {
     let mut out: Vec<IpPrefix> = Vec::new();
     for item in s.split(',') {
-        let p = parse_one(item.trim(), v4)?;
+        let p = parse_one(item.trim(), family)?;
         if !out.contains(&p) {
             out.push(p);
         }

@@ -6,6 +6,7 @@
 use super::net::IpPrefix;
 use crate::error::Error;
 use crate::version::Version;
+use crate::IpFamily;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::net::IpAddr;
@@ -306,21 +307,24 @@ impl CniResult {
     }
 
     fn to_legacy(&self, version: Version) -> Result<LegacyResult, Error> {
-        let first = |v4: bool| self.ips.iter().find(|ip| ip.address.is_ipv4() == v4);
+        let first = |family| self.ips.iter().find(|ip| ip.address.family() == family);
         let legacy_ip = |ip: &IpConfig| LegacyIp {
             ip: ip.address,
             gateway: ip.gateway,
             routes: self
                 .routes
                 .iter()
-                .filter(|r| r.dst.is_ipv4() == ip.address.is_ipv4())
+                .filter(|r| r.dst.family() == ip.address.family())
                 .map(|r| LegacyRoute {
                     dst: r.dst,
                     gw: r.gw,
                 })
                 .collect(),
         };
-        let (ip4, ip6) = (first(true).map(legacy_ip), first(false).map(legacy_ip));
+        let (ip4, ip6) = (
+            first(IpFamily::V4).map(legacy_ip),
+            first(IpFamily::V6).map(legacy_ip),
+        );
         if ip4.is_none() && ip6.is_none() {
             return Err(Error::IncompatibleVersion {
                 msg: "cannot convert: no valid IP addresses".into(),
