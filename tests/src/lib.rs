@@ -15,6 +15,7 @@ pub mod topology;
 pub mod traffic;
 
 pub use firewalld::PrivateBus;
+pub use libcni::IpFamily;
 pub use topology::*;
 pub use traffic::*;
 
@@ -52,6 +53,20 @@ pub fn build_dir() -> PathBuf {
         .and_then(Path::parent)
         .expect("target dir")
         .to_path_buf()
+}
+
+/// `ip`'s option that selects `family`: `-4` or `-6`.
+pub fn ip_option(family: IpFamily) -> &'static str {
+    match family {
+        IpFamily::V4 => "-4",
+        IpFamily::V6 => "-6",
+    }
+}
+
+/// The node's iptables program of `family` with `suffix` (`-save`,
+/// `-legacy-save`, or none): `ip6tables-save` for IPv6 and `-save`.
+pub fn iptables_program(family: IpFamily, suffix: &str) -> String {
+    format!("{}{suffix}", libcni::netfilter::iptables::program(family))
 }
 
 /// Path of one of our built binaries; panics with a hint when missing.

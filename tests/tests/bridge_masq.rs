@@ -536,12 +536,8 @@ fn ipmasq_default_follows_the_nodes_iptables() {
     let site = Site::new("masq-legacy");
     let conf = site.conf("masqlg", json!({"ipMasq": true}));
     let pod = Netns::new("pod-masq-legacy");
-    let legacy_save = |v6: bool| {
-        let cmd = if v6 {
-            "ip6tables-legacy-save"
-        } else {
-            "iptables-legacy-save"
-        };
+    let legacy_save = |family: IpFamily| {
+        let cmd = iptables_program(family, "-legacy-save");
         let out = run_ok(site.node.ns.command(cmd).args(["-t", "nat"]));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -559,17 +555,17 @@ fn ipmasq_default_follows_the_nodes_iptables() {
     );
     let r = call_in_path(&site, &legacy, "ADD", Some(&pod), "ctr-l", &conf).result();
     let c = "\"name: \\\"masqlg\\\" id: \\\"ctr-l\\\"\"";
-    for (v6, jump) in [
+    for (family, jump) in [
         (
-            false,
+            IpFamily::V4,
             format!("-A POSTROUTING -s 10.88.0.2/32 -m comment --comment {c} -j CNI-"),
         ),
         (
-            true,
+            IpFamily::V6,
             format!("-A POSTROUTING -s fd88::2/128 -m comment --comment {c} -j CNI-"),
         ),
     ] {
-        let saved = legacy_save(v6);
+        let saved = legacy_save(family);
         assert!(saved.contains(&jump), "{jump}\nnot in\n{saved}");
     }
     assert_eq!(
@@ -582,9 +578,9 @@ fn ipmasq_default_follows_the_nodes_iptables() {
     checked["prevResult"] = r;
     call_in_path(&site, &legacy, "CHECK", Some(&pod), "ctr-l", &checked).assert_silent_ok();
     call_in_path(&site, &legacy, "DEL", Some(&pod), "ctr-l", &conf).assert_silent_ok();
-    for v6 in [false, true] {
-        let saved = legacy_save(v6);
-        assert!(!saved.contains("CNI-"), "v6={v6}: {saved}");
+    for family in IpFamily::BOTH {
+        let saved = legacy_save(family);
+        assert!(!saved.contains("CNI-"), "{family:?}: {saved}");
     }
     let log = std::fs::read_to_string(legacy.path().join("trap.log")).unwrap_or_default();
     assert_eq!(log, "", "only the legacy programs were run");

@@ -143,12 +143,8 @@ fn gc(node: &Netns, net: &str, extra: Value, valid: &[&str]) -> PluginOutput {
 }
 
 /// `iptables-save -t filter` (or ip6tables) without the `#` lines.
-fn filter_table(node: &Netns, v6: bool) -> String {
-    let cmd = if v6 {
-        "ip6tables-save"
-    } else {
-        "iptables-save"
-    };
+fn filter_table(node: &Netns, family: IpFamily) -> String {
+    let cmd = iptables_program(family, "-save");
     let out = run_ok(node.command(cmd).args(["-t", "filter"]));
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -158,8 +154,8 @@ fn filter_table(node: &Netns, v6: bool) -> String {
 }
 
 /// The rule lines (`-A ...`) of the filter table.
-fn rules(node: &Netns, v6: bool) -> Vec<String> {
-    filter_table(node, v6)
+fn rules(node: &Netns, family: IpFamily) -> Vec<String> {
+    filter_table(node, family)
         .lines()
         .filter(|l| l.starts_with("-A "))
         .map(str::to_string)
@@ -206,8 +202,8 @@ fn elements(node: &Netns, set: &str) -> Vec<String> {
 }
 
 /// The accept rules of the Go plugin for one address.
-fn accept_rules(addr: &str, v6: bool) -> [String; 2] {
-    let len = if v6 { 128 } else { 32 };
+fn accept_rules(addr: &str, family: IpFamily) -> [String; 2] {
+    let len = family.max_prefix();
     [
         format!(
             "-A CNI-FORWARD -d {addr}/{len} -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
@@ -217,8 +213,8 @@ fn accept_rules(addr: &str, v6: bool) -> [String; 2] {
 }
 
 /// An owner record of our previous release (in `CNI-FORWARD-OWNERS`).
-fn legacy_owner_rule(addr: &str, v6: bool, net: &str, cid: &str) -> String {
-    let len = if v6 { 128 } else { 32 };
+fn legacy_owner_rule(addr: &str, family: IpFamily, net: &str, cid: &str) -> String {
+    let len = family.max_prefix();
     format!(
         "-A CNI-FORWARD-OWNERS -s {addr}/{len} -m comment --comment \"name: \\\"{net}\\\" id: \\\"{cid}\\\"\""
     )
@@ -233,9 +229,9 @@ fn no_address_left(node: &Netns, a: &Peer) {
                 || r.starts_with(&format!("{} ", a.v6()))),
         "{recs:?}"
     );
-    let v4 = filter_table(node, false);
+    let v4 = filter_table(node, IpFamily::V4);
     assert!(!v4.contains(&a.v4()), "{v4}");
-    let v6 = filter_table(node, true);
+    let v6 = filter_table(node, IpFamily::V6);
     assert!(!v6.contains(&a.v6()), "{v6}");
     assert_eq!(elements(node, "allowed4"), Vec::<String>::new());
     assert_eq!(elements(node, "allowed6"), Vec::<String>::new());
@@ -287,7 +283,7 @@ fn firewall_iptables_lets_the_pod_through_a_drop_policy_only_while_added() {
     // chain the DROP policy governs: the pod gets out just the same.
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&prev));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &a.netns(), &n));
-    assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
+    assert!(rules(&node, IpFamily::V4).contains(&accept_rules(&a.v4(), IpFamily::V4)[1]));
     assert_eq!(ask(&a.ns, &up.v4(), PORT).as_deref(), Some(from_a.as_str()));
     assert_eq!(
         ask(&a.ns, &up.v6(), PORT).as_deref(),
@@ -387,8 +383,8 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
     );
     assert_ok(&call_eth0(&go, &go_node, "ADD", "ctr1", &netns, &c));
     assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
-    for (v6, addr) in [(false, "10.88.0.2"), (true, "fd00:88::2")] {
-        let theirs = filter_table(&go_node, v6);
+    for (family, addr) in [(IpFamily::V4, "10.88.0.2"), (IpFamily::V6, "fd00:88::2")] {
+        let theirs = filter_table(&go_node, family);
         // Go 1.7 changed the comment of the shared isolation rules (the
         // FORWARD jump, the RETURNs, stage 2's drop); we write v1.7's.
         let theirs_v1_7: String = theirs
@@ -406,11 +402,11 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
             .map(|l| format!("{l}\n"))
             .collect();
         assert_eq!(
-            filter_table(&our_node, v6),
+            filter_table(&our_node, family),
             theirs_v1_7,
-            "v6={v6}: our table vs Go 1.1.1's in v1.7's comments"
+            "{family:?}: our table vs Go 1.1.1's in v1.7's comments"
         );
-        let [est, src] = accept_rules(addr, v6);
+        let [est, src] = accept_rules(addr, family);
         assert!(theirs.contains(&est) && theirs.contains(&src), "{theirs}");
         assert!(
             theirs.contains("-A CNI-FORWARD -m comment --comment \"CNI firewall plugin admin overrides\" -j MY-ADMIN"),
@@ -423,15 +419,21 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
         vec!["10.88.0.2 ctr1 iptables", "fd00:88::2 ctr1 iptables"]
     );
     // Our ADD on Go 1.1.1's rules adds nothing: its comments count.
-    let before = (filter_table(&go_node, false), filter_table(&go_node, true));
+    let before = (
+        filter_table(&go_node, IpFamily::V4),
+        filter_table(&go_node, IpFamily::V6),
+    );
     assert_ok(&call_eth0(&ours(), &go_node, "ADD", "ctr1", &netns, &c));
     assert_eq!(
         before,
-        (filter_table(&go_node, false), filter_table(&go_node, true))
+        (
+            filter_table(&go_node, IpFamily::V4),
+            filter_table(&go_node, IpFamily::V6)
+        )
     );
     // A second ADD (ours) changes nothing: every rule once.
     assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
-    let again = rules(&our_node, false);
+    let again = rules(&our_node, IpFamily::V4);
     let mut dedup = again.clone();
     dedup.sort();
     dedup.dedup();
@@ -454,9 +456,9 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     let prev = a.prev_result();
     let c = conf("fwnet", json!({"backend": "iptables"}), Some(&prev));
     let all_accepts = |node: &Netns| -> Vec<String> {
-        [false, true]
+        IpFamily::BOTH
             .into_iter()
-            .flat_map(|v6| rules(node, v6))
+            .flat_map(|family| rules(node, family))
             .filter(|r| r.starts_with("-A CNI-FORWARD ") && r.ends_with("-j ACCEPT"))
             .collect()
     };
@@ -469,19 +471,28 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
 
     // Our ADD, Go's DEL: nothing of ours is left in the firewall (the
     // owner records are files beside it); our GC removes the records.
-    let bare_tables = (filter_table(&node, false), filter_table(&node, true));
+    let bare_tables = (
+        filter_table(&node, IpFamily::V4),
+        filter_table(&node, IpFamily::V6),
+    );
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &a.netns(), &c));
     assert_eq!(all_accepts(&node).len(), 4);
     assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &a.netns(), &c));
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         bare_tables
     );
     assert_eq!(records().len(), 2, "{:?}", records());
     assert_ok(&gc(&node, "fwnet", json!({"backend": "iptables"}), &[]));
     assert_eq!(records(), Vec::<String>::new());
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         bare_tables
     );
 
@@ -506,7 +517,7 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs3", "", &nft_bare));
     no_address_left(&node, &a);
     // And the shared chains stay, as the Go plugin leaves them.
-    let table = filter_table(&node, false);
+    let table = filter_table(&node, IpFamily::V4);
     assert!(
         table.contains(
             "-A FORWARD -m comment --comment \"CNI firewall plugin rules\" -j CNI-FORWARD"
@@ -533,15 +544,18 @@ fn firewall_nft_writes_what_the_iptables_backend_writes_without_a_process() {
         &c,
     ));
     let by_programs = (
-        filter_table(&ipt_node, false),
-        filter_table(&ipt_node, true),
+        filter_table(&ipt_node, IpFamily::V4),
+        filter_table(&ipt_node, IpFamily::V6),
     );
     let node = fw_node("fwnft");
     let b = Peer::attach(&node, "fwn-b", 1);
     let n = conf("fwnet", extra("nftables"), Some(&b.prev_result()));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &b.netns(), &n));
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         by_programs,
         "iptables-save of the nftables backend's rules"
     );
@@ -557,11 +571,11 @@ fn firewall_nft_writes_what_the_iptables_backend_writes_without_a_process() {
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     no_address_left(&node, &b);
-    assert!(rules(&node, false).contains(&"-A MY-ADMIN -d 10.1.0.99/32 -j DROP".to_string()));
+    assert!(rules(&node, IpFamily::V4).contains(&"-A MY-ADMIN -d 10.1.0.99/32 -j DROP".to_string()));
     // DEL with prevResult only removes what this container owns.
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-new", &b.netns(), &n));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &n));
-    assert!(rules(&node, false).contains(&accept_rules(&b.v4(), false)[1]));
+    assert!(rules(&node, IpFamily::V4).contains(&accept_rules(&b.v4(), IpFamily::V4)[1]));
     assert_eq!(
         records(),
         vec![
@@ -682,11 +696,13 @@ fn gc_collects(backend: &str) {
     )
     .assert_error(102, "10.2.0.2");
     {
-        for v6 in [false, true] {
-            let r = rules(&node, v6);
+        for family in IpFamily::BOTH {
+            let r = rules(&node, family);
             assert!(
-                !r.iter()
-                    .any(|l| l.contains(if v6 { "fd00:2::2" } else { "10.2.0.2" })),
+                !r.iter().any(|l| l.contains(match family {
+                    IpFamily::V4 => "10.2.0.2",
+                    IpFamily::V6 => "fd00:2::2",
+                })),
                 "{r:?}"
             );
         }
@@ -703,16 +719,16 @@ fn gc_collects(backend: &str) {
     // A GC with every container valid removes nothing.
     let before = (
         nft_table(&node),
-        filter_table(&node, false),
-        filter_table(&node, true),
+        filter_table(&node, IpFamily::V4),
+        filter_table(&node, IpFamily::V6),
     );
     assert_ok(&gc(&node, "fwnet", extra, &["ctr-a"]));
     assert_eq!(
         before,
         (
             nft_table(&node),
-            filter_table(&node, false),
-            filter_table(&node, true)
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
         )
     );
 }
@@ -749,8 +765,8 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
         "ips": [{"address": "10.1.0.2/24", "interface": 0}]
     });
     let before = (
-        filter_table(&node, false),
-        filter_table(&node, true),
+        filter_table(&node, IpFamily::V4),
+        filter_table(&node, IpFamily::V6),
         nft_ruleset(&node),
     );
     let cases: Vec<(Value, Option<&Value>, u64, &str)> = vec![
@@ -841,8 +857,8 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
     assert_eq!(
         before,
         (
-            filter_table(&node, false),
-            filter_table(&node, true),
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6),
             nft_ruleset(&node)
         ),
         "a rejected config touches nothing"
@@ -870,13 +886,16 @@ fn firewall_add_passes_the_previous_result_through() {
     let out = call_eth0(&ours(), &node, "ADD", "ctr-p", &netns, &c.to_string());
     assert_ok(&out);
     assert_eq!(out.json(), prev, "0.4.0 in, the same 0.4.0 result out");
-    let rules_added = rules(&node, false);
+    let rules_added = rules(&node, IpFamily::V4);
     assert!(
-        rules_added.contains(&accept_rules("10.1.0.2", false)[1]),
+        rules_added.contains(&accept_rules("10.1.0.2", IpFamily::V4)[1]),
         "{rules_added:?}"
     );
     // No addresses: nothing to do, the result passes through.
-    let before = (filter_table(&node, false), filter_table(&node, true));
+    let before = (
+        filter_table(&node, IpFamily::V4),
+        filter_table(&node, IpFamily::V6),
+    );
     let empty = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}], "dns": {}});
     let out = call_eth0(
         &ours(),
@@ -890,7 +909,10 @@ fn firewall_add_passes_the_previous_result_through() {
     assert_eq!(out.json(), empty);
     assert_eq!(
         before,
-        (filter_table(&node, false), filter_table(&node, true))
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        )
     );
 }
 
@@ -918,8 +940,8 @@ fn crash_around_commits(backend: &str) {
     // Which of the pod's two addresses are allowed, as (v4, v6).
     let allowed = |node: &Netns| -> (bool, bool) {
         (
-            rules(node, false).contains(&accept_rules(&a.v4(), false)[1]),
-            rules(node, true).contains(&accept_rules(&a.v6(), true)[1]),
+            rules(node, IpFamily::V4).contains(&accept_rules(&a.v4(), IpFamily::V4)[1]),
+            rules(node, IpFamily::V6).contains(&accept_rules(&a.v6(), IpFamily::V6)[1]),
         )
     };
     let bare = conf("fwnet", json!({"backend": backend}), None);
@@ -1083,7 +1105,7 @@ fn firewall_nft_runs_no_process_at_all() {
         &a.netns(),
         &i,
     ));
-    let v4 = filter_table(&node, false);
+    let v4 = filter_table(&node, IpFamily::V4);
     assert!(v4.contains(&a.v4()), "iptables-save shows the rule: {v4}");
     assert_ok(&call_with_path(&node, &path, "DEL", "ctr-i", "", &i));
     no_address_left(&node, &a);
@@ -1115,10 +1137,12 @@ fn firewall_iptables_and_default_run_no_process_on_iptables_nft() {
             &a.netns(),
             &c,
         ));
-        let v4 = rules(&node, false);
+        let v4 = rules(&node, IpFamily::V4);
         assert!(v4.iter().any(|r| r.contains(&a.v4())), "{backend}: {v4:?}");
         assert!(
-            rules(&node, true).iter().any(|r| r.contains(&a.v6())),
+            rules(&node, IpFamily::V6)
+                .iter()
+                .any(|r| r.contains(&a.v6())),
             "{backend}"
         );
         assert_ok(&call_with_path(
@@ -1268,7 +1292,9 @@ fn firewall_iptables_runs_one_save_and_at_most_one_restore_per_family() {
     let n = conf("fwnet", json!({"backend": "nftables"}), Some(&v4only));
     assert_ok(&call_with_path(&node, &path, "DEL", "ctr-4", "", &n));
     assert_eq!(runs(&log), Vec::<String>::new());
-    assert!(!rules(&node, false).iter().any(|r| r.contains("10.1.0.2")));
+    assert!(!rules(&node, IpFamily::V4)
+        .iter()
+        .any(|r| r.contains("10.1.0.2")));
     assert_eq!(records(), Vec::<String>::new());
 }
 
@@ -1313,8 +1339,8 @@ fn concurrent(backend: &str) {
     }
     assert_eq!(records().len(), 2 * n as usize, "{:?}", records());
     {
-        for v6 in [false, true] {
-            let r = rules(&node, v6);
+        for family in IpFamily::BOTH {
+            let r = rules(&node, family);
             let count = |needle: &str| r.iter().filter(|l| l.contains(needle)).count();
             assert_eq!(count("-j CNI-FORWARD"), 1, "{r:#?}");
             assert_eq!(count("-j CNI-ADMIN"), 1, "{r:#?}");
@@ -1423,13 +1449,8 @@ fn podman_conf(pod: &(&str, &str, &str, &str, &str), extra: Value, with_prev: bo
 }
 
 /// Loads an `iptables-save` text into the node's filter table.
-fn restore(node: &Netns, v6: bool, text: &str) {
-    let prog = if v6 {
-        "ip6tables-restore"
-    } else {
-        "iptables-restore"
-    };
-    feed(node, prog, &[], text);
+fn restore(node: &Netns, family: IpFamily, text: &str) {
+    feed(node, &iptables_program(family, "-restore"), &[], text);
 }
 
 /// A filter table text without the per-address accept rules (what is
@@ -1489,7 +1510,10 @@ fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
             assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
         }
         assert_eq!(
-            (filter_table(&node, false), filter_table(&node, true)),
+            (
+                filter_table(&node, IpFamily::V4),
+                filter_table(&node, IpFamily::V6)
+            ),
             want,
             "backend {backend:?}: our rules vs upstream v1.9's"
         );
@@ -1501,7 +1525,10 @@ fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
             assert_ok(&call_eth0(&up, &node, "ADD", pod.0, "/run/netns/x", &c));
         }
         assert_eq!(
-            (filter_table(&node, false), filter_table(&node, true)),
+            (
+                filter_table(&node, IpFamily::V4),
+                filter_table(&node, IpFamily::V6)
+            ),
             want,
             "the real upstream binary vs the fixture"
         );
@@ -1521,12 +1548,15 @@ fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
             }
         }
         None => {
-            restore(&node, false, &v4);
-            restore(&node, true, &v6);
+            restore(&node, IpFamily::V4, &v4);
+            restore(&node, IpFamily::V6, &v6);
         }
     }
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         (v4.clone(), v6.clone())
     );
     // Our CHECK accepts upstream's rules; our ADD adds no duplicate.
@@ -1543,7 +1573,10 @@ fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
         assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
     }
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         (v4.clone(), v6.clone())
     );
     // Our DEL, with the prevResult the runtime keeps, removes each pod's
@@ -1553,7 +1586,10 @@ fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
         assert_ok(&call_eth0(&ours(), &node, "DEL", pod.0, "", &c));
     }
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         (without_accepts(&v4), without_accepts(&v6))
     );
     assert_eq!(records(), Vec::<String>::new());
@@ -1583,7 +1619,10 @@ fn removed_by_upstream_v1_9s_del(backend: &str) {
     }
     // Nothing of ours is left in the firewall.
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         (without_accepts(&v4), without_accepts(&v6))
     );
     // The owner records, files beside the firewall, go with our next GC.
@@ -1591,7 +1630,10 @@ fn removed_by_upstream_v1_9s_del(backend: &str) {
     assert_ok(&gc(&node, "podman", json!({"backend": backend}), &[]));
     assert_eq!(records(), Vec::<String>::new());
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         (without_accepts(&v4), without_accepts(&v6))
     );
 }
@@ -1633,12 +1675,17 @@ fn firewall_nft_rules_are_removed_by_upstream_v1_9s_del() {
 fn load_previous_release(node: &Netns) -> (String, String) {
     let v4 = fixture("cni-rs-v0.1-owners.ipv4.rules");
     let v6 = fixture("cni-rs-v0.1-owners.ipv6.rules");
-    restore(node, false, &v4);
-    restore(node, true, &v6);
+    restore(node, IpFamily::V4, &v4);
+    restore(node, IpFamily::V6, &v6);
     let dir = TempDir::new("fw-prev-nft");
     let f = dir.write("ruleset.nft", &fixture("cni-rs-v0.1-nft.ruleset"));
     run_ok(node.command("nft").arg("-f").arg(&f));
-    assert!(v4.contains(&legacy_owner_rule("10.88.0.2", false, "podman", "c1")));
+    assert!(v4.contains(&legacy_owner_rule(
+        "10.88.0.2",
+        IpFamily::V4,
+        "podman",
+        "c1"
+    )));
     (v4, v6)
 }
 
@@ -1652,13 +1699,18 @@ fn firewall_del_and_gc_remove_what_our_previous_release_left() {
     let bare = conf("podman", json!({}), None);
     // DEL of c1 without prevResult: its old owner records name it.
     assert_ok(&call_eth0(&ours(), &node, "DEL", "c1", "", &bare));
-    let t4 = filter_table(&node, false);
+    let t4 = filter_table(&node, IpFamily::V4);
     assert!(
         !t4.contains("10.88.0.2") && t4.contains("10.88.0.3"),
         "{t4}"
     );
     assert!(
-        t4.contains(&legacy_owner_rule("10.88.0.3", false, "podman", "c2")),
+        t4.contains(&legacy_owner_rule(
+            "10.88.0.3",
+            IpFamily::V4,
+            "podman",
+            "c2"
+        )),
         "{t4}"
     );
     assert_eq!(
@@ -1675,7 +1727,10 @@ fn firewall_del_and_gc_remove_what_our_previous_release_left() {
             .collect()
     };
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         (gone(&v4), gone(&v6))
     );
     assert_eq!(elements(&node, "allowed4"), Vec::<String>::new());
@@ -1694,10 +1749,15 @@ fn firewall_an_address_new_owner_replaces_our_previous_releases_record() {
     let pod = ("c9", "open", "cni-podman0", "10.88.0.2", "fd00:88::2");
     let c = podman_conf(&pod, json!({"backend": "iptables"}), true);
     assert_ok(&call_eth0(&ours(), &node, "ADD", "c9", "/run/netns/x", &c));
-    let t4 = filter_table(&node, false);
+    let t4 = filter_table(&node, IpFamily::V4);
     assert!(!t4.contains("id: \\\"c1\\\""), "{t4}");
     assert!(
-        t4.contains(&legacy_owner_rule("10.88.0.3", false, "podman", "c2")),
+        t4.contains(&legacy_owner_rule(
+            "10.88.0.3",
+            IpFamily::V4,
+            "podman",
+            "c2"
+        )),
         "{t4}"
     );
     // A late DEL of c1, with its old prevResult, leaves c9's rules.
@@ -1728,8 +1788,8 @@ fn firewall_an_address_new_owner_replaces_our_previous_releases_record() {
         "",
         &conf("podman", json!({}), None),
     ));
-    for v6 in [false, true] {
-        let t = filter_table(&node, v6);
+    for family in IpFamily::BOTH {
+        let t = filter_table(&node, family);
         assert!(!t.contains("CNI-FORWARD-OWNERS"), "{t}");
         assert!(!t.contains("10.88.0.3") && !t.contains("fd00:88::3"), "{t}");
     }
@@ -1802,7 +1862,10 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
     bus.firewall_cmd(&["--zone=drop", "--change-interface=v1"]);
     bus.firewall_cmd(&["--zone=block", "--change-interface=v9"]);
     assert_eq!(ask(&a.ns, &up.v4(), PORT), None, "firewalld drops the pod");
-    let before_iptables = (filter_table(&node, false), filter_table(&node, true));
+    let before_iptables = (
+        filter_table(&node, IpFamily::V4),
+        filter_table(&node, IpFamily::V6),
+    );
     let prev = a.prev_result();
     let c = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
     assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
@@ -1815,7 +1878,10 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
         ]
     );
     assert_eq!(
-        (filter_table(&node, false), filter_table(&node, true)),
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        ),
         before_iptables,
         "the firewalld backend writes no iptables rule"
     );
@@ -1971,7 +2037,7 @@ fn firewall_default_backend_is_firewalld_only_where_it_runs() {
         &a.netns(),
         &auto,
     ));
-    assert!(rules(&node, false).contains(&accept_rules(&a.v4(), false)[1]));
+    assert!(rules(&node, IpFamily::V4).contains(&accept_rules(&a.v4(), IpFamily::V4)[1]));
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-a", "", &bare));
     no_address_left(&node, &a);
     // A system bus without firewalld: iptables; "firewalld" is refused.
@@ -2000,7 +2066,10 @@ fn firewall_default_backend_is_firewalld_only_where_it_runs() {
     );
     // firewalld running: the default is firewalld, as in Go.
     bus.start_firewalld();
-    let before = (filter_table(&node, false), filter_table(&node, true));
+    let before = (
+        filter_table(&node, IpFamily::V4),
+        filter_table(&node, IpFamily::V6),
+    );
     assert_ok(&call_in_bus(
         &bus,
         &ours(),
@@ -2012,7 +2081,10 @@ fn firewall_default_backend_is_firewalld_only_where_it_runs() {
     assert_eq!(bus.sources("trusted"), pod_sources(&a));
     assert_eq!(
         before,
-        (filter_table(&node, false), filter_table(&node, true))
+        (
+            filter_table(&node, IpFamily::V4),
+            filter_table(&node, IpFamily::V6)
+        )
     );
     assert_ok(&call_in_bus(
         &bus,
@@ -2036,7 +2108,7 @@ fn firewall_default_backend_is_firewalld_only_where_it_runs() {
         &iso,
     ));
     assert_eq!(bus.sources("trusted"), pod_sources(&a));
-    let r = rules(&node, false);
+    let r = rules(&node, IpFamily::V4);
     assert!(
         r.contains(&"-A CNI-ISOLATION-STAGE-1 -i v1 -o v1 -m comment --comment \"CNI firewall plugin rules (ingressPolicy: isolated)\" -j DROP".to_string()),
         "{r:#?}"

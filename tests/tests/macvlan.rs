@@ -150,14 +150,9 @@ fn links(ns: &Netns) -> Vec<String> {
 }
 
 /// `dst gateway dev` of the routes of `ns` (one family), sorted.
-fn routes(ns: &Netns, v6: bool) -> Vec<String> {
-    let mut args = vec![];
-    if v6 {
-        args.push("-6");
-    }
-    args.extend(["route", "show"]);
+fn routes(ns: &Netns, family: IpFamily) -> Vec<String> {
     let mut v: Vec<String> = ns
-        .ip_json(&args)
+        .ip_json(&[ip_option(family), "route", "show"])
         .as_array()
         .unwrap()
         .iter()
@@ -270,14 +265,14 @@ fn pods_in_bridge_mode_reach_each_other_and_upstream() {
     assert!(a.link_is_up("net1"));
     assert_eq!(global_addrs(&a, "net1"), ["10.70.0.10/24", "fd70::10/64"]);
     assert_eq!(
-        routes(&a, false),
+        routes(&a, IpFamily::V4),
         [
             "10.70.0.0/24 via - dev net1",
             "192.0.2.0/24 via 10.70.0.254 dev net1",
             "default via 10.70.0.1 dev net1",
         ]
     );
-    assert_eq!(routes(&a, true), ["fd70::/64 via - dev net1"]);
+    assert_eq!(routes(&a, IpFamily::V6), ["fd70::/64 via - dev net1"]);
     // Nothing was created in the node.
     assert_eq!(links(&lan.node.ns), ["up0"]);
     assert_eq!(
@@ -329,7 +324,7 @@ fn a_multus_style_pod_has_eth0_on_the_bridge_and_net1_on_macvlan() {
     assert_eq!(links(&pod), ["eth0", "net1"]);
     assert_eq!(macvlan_of(&pod, "net1").0, "macvlan");
     assert_eq!(
-        routes(&pod, false),
+        routes(&pod, IpFamily::V4),
         [
             "10.70.0.0/24 via - dev net1",
             "10.71.0.0/16 via 10.70.0.1 dev net1",
@@ -777,8 +772,8 @@ fn pod_state(pod: &Netns) -> Value {
         "kind": kind, "mode": mode, "mtu": mtu,
         "up": pod.link_is_up("net1"),
         "addrs": global_addrs(pod, "net1"),
-        "routes4": routes(pod, false),
-        "routes6": routes(pod, true),
+        "routes4": routes(pod, IpFamily::V4),
+        "routes6": routes(pod, IpFamily::V6),
     })
 }
 

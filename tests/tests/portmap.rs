@@ -118,12 +118,8 @@ fn handle_of(node: &Netns, fam: &str, chain: &str, needle: &str) -> String {
     line.rsplit("# handle ").next().unwrap().trim().to_string()
 }
 
-fn iptables_save(node: &Netns, v6: bool) -> String {
-    let cmd = if v6 {
-        "ip6tables-save"
-    } else {
-        "iptables-save"
-    };
+fn iptables_save(node: &Netns, family: IpFamily) -> String {
+    let cmd = iptables_program(family, "-save");
     let out = run_ok(node.command(cmd).args(["-t", "nat"]));
     String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -422,7 +418,7 @@ fn portmap_validation_rejects_bad_mappings_before_touching_anything() {
     .assert_error(7, "prevResult");
     // Nothing was installed, on either backend.
     assert_eq!(nft_ruleset(&node), "");
-    assert!(!iptables_save(&node, false).contains("CNI-"));
+    assert!(!iptables_save(&node, IpFamily::V4).contains("CNI-"));
 }
 
 #[test]
@@ -697,25 +693,25 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
         let c = conf("pmnet", ipt_mappings(), extra, Some(&prev));
         assert_ok(&call_eth0(&go, &go_node, "ADD", &cid, &netns, &c));
         assert_ok(&call_eth0(&ours(), &our_node, "ADD", &cid, &netns, &c));
-        for v6 in [false, true] {
+        for family in IpFamily::BOTH {
             assert_eq!(
-                iptables_save(&our_node, v6),
-                iptables_save(&go_node, v6),
-                "{tag}, v6={v6}"
+                iptables_save(&our_node, family),
+                iptables_save(&go_node, family),
+                "{tag}, {family:?}"
             );
         }
         assert_eq!(nft_table(&our_node), "", "{tag}: no nftables table of ours");
         assert_ok(&call_eth0(&go, &go_node, "DEL", &cid, &netns, &c));
         assert_ok(&call_eth0(&ours(), &our_node, "DEL", &cid, &netns, &c));
-        for v6 in [false, true] {
+        for family in IpFamily::BOTH {
             assert_eq!(
-                iptables_save(&our_node, v6),
-                iptables_save(&go_node, v6),
-                "after DEL: {tag}, v6={v6}"
+                iptables_save(&our_node, family),
+                iptables_save(&go_node, family),
+                "after DEL: {tag}, {family:?}"
             );
         }
     }
-    let saved = iptables_save(&our_node, false);
+    let saved = iptables_save(&our_node, IpFamily::V4);
     assert!(!saved.contains("CNI-DN-"), "{saved}");
     assert!(
         saved.contains(":CNI-HOSTPORT-DNAT - [0:0]"),
@@ -732,7 +728,7 @@ fn portmap_iptables_writes_exactly_the_go_plugins_rules() {
     );
     assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr-all", &netns, &c));
     let chain = "CNI-DN-a70f204f205a1e06e2d36";
-    let saved = iptables_save(&our_node, false);
+    let saved = iptables_save(&our_node, IpFamily::V4);
     let rules: Vec<&str> = saved
         .lines()
         .filter(|l| l.starts_with(&format!("-A {chain}")))
@@ -771,22 +767,22 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
         let c = conf("pmnet", ipt_mappings(), extra.clone(), Some(&prev));
         // Go ADD, our DEL (no mappings, no namespace: found by the hashed name).
         assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go", &netns, &c));
-        assert!(iptables_save(&node, false).contains(chain));
+        assert!(iptables_save(&node, IpFamily::V4).contains(chain));
         let bare = conf("pmnet", json!([]), extra.clone(), None);
         assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go", "", &bare));
-        for v6 in [false, true] {
-            let saved = iptables_save(&node, v6);
-            assert!(!saved.contains(chain), "{extra} v6={v6}: {saved}");
+        for family in IpFamily::BOTH {
+            let saved = iptables_save(&node, family);
+            assert!(!saved.contains(chain), "{extra} {family:?}: {saved}");
         }
         // Our ADD, Go's DEL: nothing of the container is left anywhere.
         assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &netns, &c));
-        assert!(iptables_save(&node, true).contains(chain));
+        assert!(iptables_save(&node, IpFamily::V6).contains(chain));
         // Go's ADD beside ours recognises the shared rules we wrote (its
         // `iptables -C`), and ours Go's: each is there once.
         assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go3", &netns, &c));
         assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs2", &netns, &c));
-        for v6 in [false, true] {
-            let saved = iptables_save(&node, v6);
+        for family in IpFamily::BOTH {
+            let saved = iptables_save(&node, family);
             for shared in [
                 "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
                 "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
@@ -796,16 +792,16 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
                 assert_eq!(
                     saved.lines().filter(|l| *l == shared).count(),
                     1,
-                    "{extra} v6={v6} {shared}:\n{saved}"
+                    "{extra} {family:?} {shared}:\n{saved}"
                 );
             }
         }
         assert_ok(&call_eth0(&go, &node, "DEL", "ctr-go3", &netns, &c));
         assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-rs2", "", &c));
         assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &netns, &c));
-        for v6 in [false, true] {
-            let saved = iptables_save(&node, v6);
-            assert!(!saved.contains(chain), "{extra} v6={v6}: {saved}");
+        for family in IpFamily::BOTH {
+            let saved = iptables_save(&node, family);
+            assert!(!saved.contains(chain), "{extra} {family:?}: {saved}");
         }
         assert_eq!(nft_table(&node), "", "{extra}");
         // Our DEL afterwards: nothing to do, success.
@@ -821,8 +817,8 @@ fn portmap_iptables_del_removes_the_go_plugins_rules_and_back() {
     assert_ok(&call_eth0(&go, &node, "ADD", "ctr-go2", &netns, &c));
     let nft_del = conf("pmnet", json!([]), json!({"backend": "nftables"}), None);
     assert_ok(&call_eth0(&ours(), &node, "DEL", "ctr-go2", "", &nft_del));
-    assert!(!iptables_save(&node, false).contains(chain));
-    assert!(!iptables_save(&node, true).contains(chain));
+    assert!(!iptables_save(&node, IpFamily::V4).contains(chain));
+    assert!(!iptables_save(&node, IpFamily::V6).contains(chain));
 }
 
 #[test]
@@ -877,7 +873,7 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
         }
         assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-i", &netns, &c));
         // Remove the UDP DNAT rule by hand: CHECK names the mapping.
-        let saved = iptables_save(&node, false);
+        let saved = iptables_save(&node, IpFamily::V4);
         let dnat = saved
             .lines()
             .find(|l| l.contains("--dport 8053 -j DNAT"))
@@ -900,9 +896,9 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
             &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/x")],
             &gc,
         ));
-        for v6 in [false, true] {
-            let saved = iptables_save(&node, v6);
-            assert!(!saved.contains("CNI-DN-"), "v6={v6}: {saved}");
+        for family in IpFamily::BOTH {
+            let saved = iptables_save(&node, family);
+            assert!(!saved.contains("CNI-DN-"), "{family:?}: {saved}");
         }
         assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
     }
@@ -1174,7 +1170,7 @@ fn portmap_nft_accepts_and_ignores_mark_masq_bit() {
         "{extra}"
     );
     assert!(
-        !iptables_save(&node, false).contains("CNI-"),
+        !iptables_save(&node, IpFamily::V4).contains("CNI-"),
         "{extra}: no iptables rule"
     );
     assert_ok(&call_eth0(&ours(), &node, "CHECK", "ctr-m", &netns, &c));
@@ -1264,21 +1260,21 @@ fn portmap_default_backend_runs_no_process_on_iptables_nft() {
     let bare = conf("pmnet", json!([]), json!({"cniVersion": "1.1.0"}), None);
     assert_ok(&call_in_path(&node, &path, "ADD", "ctr-n", &netns, &c));
     let chain = "CNI-DN-";
-    assert!(iptables_save(&node, false).contains(chain));
-    assert!(iptables_save(&node, true).contains(chain));
+    assert!(iptables_save(&node, IpFamily::V4).contains(chain));
+    assert!(iptables_save(&node, IpFamily::V6).contains(chain));
     assert_eq!(nft_table(&node), "");
     assert_ok(&call_in_path(&node, &path, "CHECK", "ctr-n", &netns, &c));
     assert_ok(&call_in_path(&node, &path, "DEL", "ctr-n", "", &bare));
-    for v6 in [false, true] {
-        assert!(!iptables_save(&node, v6).contains(chain), "v6={v6}");
+    for family in IpFamily::BOTH {
+        assert!(!iptables_save(&node, family).contains(chain), "{family:?}");
     }
     assert_ok(&call_in_path(&node, &path, "ADD", "ctr-n", &netns, &c));
     let gc = json!({"cniVersion": "1.1.0", "name": "pmnet", "type": "portmap",
                     "cni.dev/valid-attachments": []})
     .to_string();
     assert_ok(&call_in_path(&node, &path, "GC", "", "", &gc));
-    for v6 in [false, true] {
-        assert!(!iptables_save(&node, v6).contains(chain), "v6={v6}");
+    for family in IpFamily::BOTH {
+        assert!(!iptables_save(&node, family).contains(chain), "{family:?}");
     }
     let log = std::fs::read_to_string(dir.path().join("trap.log")).unwrap_or_default();
     assert_eq!(log, "", "no program was run");
@@ -1299,12 +1295,8 @@ fn portmap_default_backend_follows_the_nodes_iptables() {
     let c = conf("pmnet", ipt_mappings(), json!({}), Some(&prev));
     let bare = conf("pmnet", json!([]), json!({}), None);
     let chain = "CNI-DN-";
-    let legacy_save = |v6: bool| {
-        let cmd = if v6 {
-            "ip6tables-legacy-save"
-        } else {
-            "iptables-legacy-save"
-        };
+    let legacy_save = |family: IpFamily| {
+        let cmd = iptables_program(family, "-legacy-save");
         let out = run_ok(node.command(cmd).args(["-t", "nat"]));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
@@ -1323,18 +1315,21 @@ fn portmap_default_backend_follows_the_nodes_iptables() {
     );
     let path = legacy.path().to_str().unwrap().to_string();
     assert_ok(&call_in_path(&node, &path, "ADD", "ctr-l", &netns, &c));
-    for v6 in [false, true] {
-        assert!(legacy_save(v6).contains(chain), "v6={v6}: legacy tables");
+    for family in IpFamily::BOTH {
         assert!(
-            !iptables_save(&node, v6).contains(chain),
-            "v6={v6}: not nf_tables"
+            legacy_save(family).contains(chain),
+            "{family:?}: legacy tables"
+        );
+        assert!(
+            !iptables_save(&node, family).contains(chain),
+            "{family:?}: not nf_tables"
         );
     }
     assert_eq!(nft_table(&node), "");
     assert_ok(&call_in_path(&node, &path, "CHECK", "ctr-l", &netns, &c));
     assert_ok(&call_in_path(&node, &path, "DEL", "ctr-l", "", &bare));
-    for v6 in [false, true] {
-        assert!(!legacy_save(v6).contains(chain), "v6={v6}");
+    for family in IpFamily::BOTH {
+        assert!(!legacy_save(family).contains(chain), "{family:?}");
     }
 
     let none = TempDir::new("pm-none-path");
@@ -1349,7 +1344,7 @@ fn portmap_default_backend_follows_the_nodes_iptables() {
             "udp dport 8053 dnat to 10.1.0.2:80 comment \"ctr-x\""
         ]
     );
-    assert!(!iptables_save(&node, false).contains(chain));
+    assert!(!iptables_save(&node, IpFamily::V4).contains(chain));
     assert_ok(&call_in_path(&node, &path, "DEL", "ctr-x", "", &bare));
     assert_eq!(rules(&node, "ip", "hostports"), Vec::<String>::new());
     let log = std::fs::read_to_string(none.path().join("trap.log")).unwrap_or_default();

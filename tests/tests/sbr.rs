@@ -48,10 +48,9 @@ fn sbr_answers_version() {
 
 /// `from <src> lookup <table>` of the source rules of one family of `ns`,
 /// sorted, with the priority: `32765 from 10.70.0.10 lookup 100`.
-fn rules(ns: &Netns, v6: bool) -> Vec<String> {
-    let fam = if v6 { "-6" } else { "-4" };
+fn rules(ns: &Netns, family: IpFamily) -> Vec<String> {
     let mut v: Vec<String> = ns
-        .ip_json(&[fam, "rule", "show"])
+        .ip_json(&[ip_option(family), "rule", "show"])
         .as_array()
         .unwrap()
         .iter()
@@ -72,10 +71,9 @@ fn rules(ns: &Netns, v6: bool) -> Vec<String> {
 /// `table dst via dev [src]` of the routes of one family in every table
 /// but `local` (and without the kernel's link-local fe80::/64 routes when
 /// `link_local` is false), sorted.
-fn table_routes(ns: &Netns, v6: bool, link_local: bool) -> Vec<String> {
-    let fam = if v6 { "-6" } else { "-4" };
+fn table_routes(ns: &Netns, family: IpFamily, link_local: bool) -> Vec<String> {
     let mut v: Vec<String> = ns
-        .ip_json(&[fam, "route", "show", "table", "all"])
+        .ip_json(&[ip_option(family), "route", "show", "table", "all"])
         .as_array()
         .unwrap()
         .iter()
@@ -257,10 +255,10 @@ fn replies_leave_through_the_interface_they_came_in_on() {
     let a = &pods[0];
     // net1's IPv4 address got table 100, its IPv6 address table 101; the
     // main table lost net1's routes and kept eth0's.
-    assert_eq!(rules(a, false), ["32765 from 10.70.0.10 lookup 100"]);
-    assert_eq!(rules(a, true), ["32765 from fd70::10 lookup 101"]);
+    assert_eq!(rules(a, IpFamily::V4), ["32765 from 10.70.0.10 lookup 100"]);
+    assert_eq!(rules(a, IpFamily::V6), ["32765 from fd70::10 lookup 101"]);
     assert_eq!(
-        table_routes(a, false, false),
+        table_routes(a, IpFamily::V4, false),
         [
             "100 10.70.0.0/24 via - dev net1 src 10.70.0.10",
             "100 default via 10.70.0.1 dev net1",
@@ -269,7 +267,7 @@ fn replies_leave_through_the_interface_they_came_in_on() {
         ]
     );
     assert_eq!(
-        table_routes(a, true, true),
+        table_routes(a, IpFamily::V6, true),
         [
             "101 default via fd70::1 dev net1",
             "101 fd70::/64 via - dev net1",
@@ -344,8 +342,8 @@ fn replies_leave_through_the_interface_they_came_in_on() {
     drop(servers);
     for ((pod, tool), cap) in pods.iter().zip(["go", "ours"]).zip(caps) {
         site.ok(tool, "del", "lan", "net1", pod, cap);
-        assert_eq!(rules(pod, false), Vec::<String>::new());
-        assert_eq!(rules(pod, true), Vec::<String>::new());
+        assert_eq!(rules(pod, IpFamily::V4), Vec::<String>::new());
+        assert_eq!(rules(pod, IpFamily::V6), Vec::<String>::new());
         site.ok(tool, "del", "podnet", "eth0", pod, "");
     }
     for (pod, e) in pods.iter().zip(&empty) {
@@ -392,11 +390,11 @@ fn the_chains_check_passes_where_gos_fails() {
     // Go's pod got the first addresses, ours the second (one lease dir).
     for (pod, n) in [(&go, 2), (&ours, 3)] {
         assert_eq!(
-            rules(pod, false),
+            rules(pod, IpFamily::V4),
             [format!("32765 from 10.89.0.{n} lookup 100")]
         );
         assert_eq!(
-            rules(pod, true),
+            rules(pod, IpFamily::V6),
             [format!("32765 from fd89::{n} lookup 101")]
         );
         assert_ping(&site.node.ns, &format!("10.89.0.{n}"));
@@ -415,8 +413,8 @@ fn the_chains_check_passes_where_gos_fails() {
     site.ok("ours", "check", "chain", "eth0", &go, "");
     for pod in [&ours, &go] {
         site.ok("ours", "del", "chain", "eth0", pod, "");
-        assert_eq!(rules(pod, false), Vec::<String>::new());
-        assert_eq!(table_routes(pod, false, true), Vec::<String>::new());
+        assert_eq!(rules(pod, IpFamily::V4), Vec::<String>::new());
+        assert_eq!(table_routes(pod, IpFamily::V4, true), Vec::<String>::new());
         assert!(pod.link("eth0").is_none());
     }
 }
@@ -455,9 +453,12 @@ fn bridge_host_local_sbr_through_containerds_cri() {
         out.json()["interfaces"]["eth0"]["IPConfigs"],
         json!([{"IP": "10.90.0.2", "Gateway": "10.90.0.1"}])
     );
-    assert_eq!(rules(&pod, false), ["32765 from 10.90.0.2 lookup 100"]);
     assert_eq!(
-        table_routes(&pod, false, false),
+        rules(&pod, IpFamily::V4),
+        ["32765 from 10.90.0.2 lookup 100"]
+    );
+    assert_eq!(
+        table_routes(&pod, IpFamily::V4, false),
         [
             "100 10.90.0.0/24 via - dev eth0 src 10.90.0.2",
             "100 default via 10.90.0.1 dev eth0",
@@ -482,7 +483,7 @@ fn bridge_host_local_sbr_through_containerds_cri() {
         &["-port", "8080:7171/tcp"],
     );
     assert_eq!(out.exit_code, 0, "{out:?}");
-    assert_eq!(rules(&pod, false), Vec::<String>::new());
+    assert_eq!(rules(&pod, IpFamily::V4), Vec::<String>::new());
     assert!(pod.link("eth0").is_none());
     let out = node.cri(&cri, "remove", None, "sandbox-sb", &[]);
     assert_eq!(out.exit_code, 0, "{out:?}");
@@ -551,8 +552,8 @@ fn call(plugin: &Path, node: &Netns, verb: &str, pod: &Netns, conf: &Value) -> P
 
 /// Everything sbr touches, of one pod.
 fn state(pod: &Netns) -> Value {
-    json!({"rules4": rules(pod, false), "rules6": rules(pod, true),
-           "routes4": table_routes(pod, false, true), "routes6": table_routes(pod, true, true)})
+    json!({"rules4": rules(pod, IpFamily::V4), "rules6": rules(pod, IpFamily::V6),
+           "routes4": table_routes(pod, IpFamily::V4, true), "routes6": table_routes(pod, IpFamily::V6, true)})
 }
 
 #[test]
@@ -840,8 +841,8 @@ fn table_gateways_and_source_hints() {
         "the main table has no route to 10.66.0.0/24 through \"eth0\" with source 10.66.0.5",
     );
     call(&ours, &node, "DEL", &pod2, &conf).assert_silent_ok();
-    assert_eq!(rules(&pod2, false), Vec::<String>::new());
-    assert!(table_routes(&pod2, false, true)
+    assert_eq!(rules(&pod2, IpFamily::V4), Vec::<String>::new());
+    assert!(table_routes(&pod2, IpFamily::V4, true)
         .iter()
         .all(|r| r.starts_with("main")));
 }
@@ -858,13 +859,16 @@ fn del_finds_what_add_installed_without_prev_result() {
     let bare = json!({"cniVersion": "1.0.0", "name": "sbnet", "type": "sbr"});
     // The interface still there: its addresses name the rules.
     call(&ours, &node, "ADD", &pod, &sbr_conf(&prev, json!({}))).result();
-    assert_eq!(rules(&pod, false), ["32765 from 10.66.0.5 lookup 100"]);
+    assert_eq!(
+        rules(&pod, IpFamily::V4),
+        ["32765 from 10.66.0.5 lookup 100"]
+    );
     for _ in 0..2 {
         call(&ours, &node, "DEL", &pod, &bare).assert_silent_ok();
-        assert_eq!(rules(&pod, false), Vec::<String>::new());
-        assert_eq!(rules(&pod, true), Vec::<String>::new());
-        assert!(table_routes(&pod, false, true).is_empty());
-        assert!(table_routes(&pod, true, true)
+        assert_eq!(rules(&pod, IpFamily::V4), Vec::<String>::new());
+        assert_eq!(rules(&pod, IpFamily::V6), Vec::<String>::new());
+        assert!(table_routes(&pod, IpFamily::V4, true).is_empty());
+        assert!(table_routes(&pod, IpFamily::V6, true)
             .iter()
             .all(|r| r.starts_with("main")));
     }
@@ -880,7 +884,7 @@ fn del_finds_what_add_installed_without_prev_result() {
         &sbr_conf(&json!({"ips": "x"}), json!({"gateways": 7})),
     )
     .assert_silent_ok();
-    assert_eq!(rules(&pod2, false), Vec::<String>::new());
+    assert_eq!(rules(&pod2, IpFamily::V4), Vec::<String>::new());
     // The interface gone first (its routes with it) and no prevResult: the
     // rules it left are found as those from an address nobody holds to an
     // empty table; a rule to a table that has routes stays.
@@ -891,23 +895,26 @@ fn del_finds_what_add_installed_without_prev_result() {
     pod4.ip(&["route", "add", "blackhole", "10.0.0.0/8", "table", "700"]);
     pod4.ip(&["link", "del", "eth0"]);
     assert_eq!(
-        rules(&pod4, false),
+        rules(&pod4, IpFamily::V4),
         [
             "32764 from 10.1.2.3 lookup 700",
             "32765 from 10.66.0.5 lookup 100"
         ]
     );
     call(&ours, &node, "DEL", &pod4, &bare).assert_silent_ok();
-    assert_eq!(rules(&pod4, false), ["32764 from 10.1.2.3 lookup 700"]);
-    assert_eq!(rules(&pod4, true), Vec::<String>::new());
+    assert_eq!(
+        rules(&pod4, IpFamily::V4),
+        ["32764 from 10.1.2.3 lookup 700"]
+    );
+    assert_eq!(rules(&pod4, IpFamily::V6), Vec::<String>::new());
     // With prevResult, the interface gone: its addresses name the rules.
     let pod3 = Netns::new("sb-del-pod3");
     let prev3 = wire(&node, &pod3, "h-del3");
     call(&ours, &node, "ADD", &pod3, &sbr_conf(&prev3, json!({}))).result();
     pod3.ip(&["link", "del", "eth0"]);
     call(&ours, &node, "DEL", &pod3, &sbr_conf(&prev3, json!({}))).assert_silent_ok();
-    assert_eq!(rules(&pod3, false), Vec::<String>::new());
-    assert_eq!(rules(&pod3, true), Vec::<String>::new());
+    assert_eq!(rules(&pod3, IpFamily::V4), Vec::<String>::new());
+    assert_eq!(rules(&pod3, IpFamily::V6), Vec::<String>::new());
     // No CNI_NETNS at all, or a namespace that is gone: nothing to do.
     let out = call_plugin(
         Some(&node),

@@ -538,14 +538,9 @@ fn multus_conflist(ipam: Value) -> Value {
 }
 
 /// `dst via gateway dev` of the routes of one family of `ns`, sorted.
-fn routes(ns: &Netns, v6: bool) -> Vec<String> {
-    let mut args = vec![];
-    if v6 {
-        args.push("-6");
-    }
-    args.extend(["route", "show"]);
+fn routes(ns: &Netns, family: IpFamily) -> Vec<String> {
     let mut v: Vec<String> = ns
-        .ip_json(&args)
+        .ip_json(&[ip_option(family), "route", "show"])
         .as_array()
         .unwrap()
         .iter()
@@ -641,7 +636,7 @@ fn multus_macvlan_pods_with_static_addresses_through_cnitool_and_go_cnitool() {
         ["10.70.0.10/24", "fd70::10/64"]
     );
     assert_eq!(
-        routes(&pods[0], false),
+        routes(&pods[0], IpFamily::V4),
         [
             "10.70.0.0/24 via - dev eth0",
             "192.0.2.0/24 via 10.70.0.1 dev eth0"
@@ -719,9 +714,9 @@ fn cni_args_ip_and_gateway_through_both_tools() {
     );
     // The default route through the CNI_ARGS gateway.
     assert!(
-        routes(&a, false).contains(&"default via 10.70.0.1 dev eth0".to_string()),
+        routes(&a, IpFamily::V4).contains(&"default via 10.70.0.1 dev eth0".to_string()),
         "{:?}",
-        routes(&a, false)
+        routes(&a, IpFamily::V4)
     );
     assert_ping(&a, "10.70.0.21");
     assert_ping(&lan.upstream, "fd70::20");
@@ -903,7 +898,7 @@ fn same_chain_state_as_the_go_reference() {
         r["interfaces"][0].as_object_mut().unwrap().remove("mtu");
         results.push(r);
         states.push(json!({"addrs": global_addrs(pod, "eth0"),
-                           "routes": routes(pod, false), "up": pod.link_is_up("eth0")}));
+                           "routes": routes(pod, IpFamily::V4), "up": pod.link_is_up("eth0")}));
         assert_ping(pod, "10.70.0.1");
     }
     assert_eq!(results[0], results[1]);

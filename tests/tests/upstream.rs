@@ -450,12 +450,8 @@ fn upstream_ipmasq_nftables_both_ways() {
 
 // ---- iptables (upstream's default where iptables works) ----------------------
 
-fn nat_of(ns: &Netns, v6: bool) -> Vec<String> {
-    let tool = if v6 {
-        "ip6tables-save"
-    } else {
-        "iptables-save"
-    };
+fn nat_of(ns: &Netns, family: IpFamily) -> Vec<String> {
+    let tool = iptables_program(family, "-save");
     let out = run_ok(ns.command(tool).args(["-t", "nat"]));
     let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()
@@ -517,12 +513,12 @@ fn upstream_iptables_state_both_ways() {
                 None,
             );
             assert_eq!(out.exit_code, 0, "{name} {backend:?}: {out:?}");
-            for v6 in [false, true] {
-                let left: Vec<String> = nat_of(&node.ns, v6)
+            for family in IpFamily::BOTH {
+                let left: Vec<String> = nat_of(&node.ns, family)
                     .into_iter()
                     .filter(|l| l.contains("CNI-DN-") || l.contains(CID))
                     .collect();
-                assert_eq!(left, Vec::<String>::new(), "{name} {backend:?} v6={v6}");
+                assert_eq!(left, Vec::<String>::new(), "{name} {backend:?} {family:?}");
             }
             let node = Node::new(&format!("upfx-im-{name}"));
             feed(
@@ -553,11 +549,11 @@ fn upstream_iptables_state_both_ways() {
                 None,
             );
             assert_eq!(out.exit_code, 0, "{name} {backend:?}: {out:?}");
-            for v6 in [false, true] {
+            for family in IpFamily::BOTH {
                 assert_eq!(
-                    nat_of(&node.ns, v6),
+                    nat_of(&node.ns, family),
                     Vec::<String>::new(),
-                    "{name} {backend:?} v6={v6}"
+                    "{name} {backend:?} {family:?}"
                 );
             }
         }
@@ -586,12 +582,12 @@ fn upstream_iptables_state_both_ways() {
         );
         assert_eq!(out.exit_code, 0, "{name}: {out:?}");
         assert_eq!(
-            nat_of(&node.ns, false),
+            nat_of(&node.ns, IpFamily::V4),
             fixture_lines("portmap-iptables.v4"),
             "{name}"
         );
         assert_eq!(
-            nat_of(&node.ns, true),
+            nat_of(&node.ns, IpFamily::V6),
             fixture_lines("portmap-iptables.v6"),
             "{name}"
         );
@@ -626,12 +622,12 @@ fn upstream_iptables_state_both_ways() {
         );
         assert_eq!(out.exit_code, 0, "{name}: {out:?}");
         assert_eq!(
-            nat_of(&node.ns, false),
+            nat_of(&node.ns, IpFamily::V4),
             fixture_lines("ipmasq-iptables.v4"),
             "{name}"
         );
         assert_eq!(
-            nat_of(&node.ns, true),
+            nat_of(&node.ns, IpFamily::V6),
             fixture_lines("ipmasq-iptables.v6"),
             "{name}"
         );
@@ -709,22 +705,22 @@ fn upstream_portmap_no_backend_our_add_is_upstreams_default_and_its_del_removes_
         );
         assert_eq!(out.exit_code, 0, "{name}: {out:?}");
         assert_eq!(
-            nat_of(&node.ns, false),
+            nat_of(&node.ns, IpFamily::V4),
             fixture_lines("portmap-iptables.v4"),
             "{name}"
         );
         assert_eq!(
-            nat_of(&node.ns, true),
+            nat_of(&node.ns, IpFamily::V6),
             fixture_lines("portmap-iptables.v6"),
             "{name}"
         );
         upstream_portmap_ipt_del(&node.ns, "upfix", CID);
-        for v6 in [false, true] {
-            let left: Vec<String> = nat_of(&node.ns, v6)
+        for family in IpFamily::BOTH {
+            let left: Vec<String> = nat_of(&node.ns, family)
                 .into_iter()
                 .filter(|l| l.contains("CNI-DN-") || l.contains(CID))
                 .collect();
-            assert_eq!(left, Vec::<String>::new(), "{name} v6={v6}");
+            assert_eq!(left, Vec::<String>::new(), "{name} {family:?}");
         }
         let ruleset = nft_ruleset(&node.ns);
         assert!(
@@ -746,8 +742,8 @@ fn upstream_portmap_no_backend_our_add_is_upstreams_default_and_its_del_removes_
 /// with the node's own `iptables`: per family, the POSTROUTING jump of each
 /// container address is deleted by its spec (`iptables -D`, which must
 /// recognise our rule), then the container's chain is flushed and deleted.
-fn upstream_masq_ipt_teardown(ns: &Netns, fixture_name: &str, v6: bool) {
-    let cmd = if v6 { "ip6tables" } else { "iptables" };
+fn upstream_masq_ipt_teardown(ns: &Netns, fixture_name: &str, family: IpFamily) {
+    let cmd = libcni::netfilter::iptables::program(family);
     for line in fixture_lines(fixture_name)
         .iter()
         .filter(|l| l.starts_with("-A POSTROUTING "))
@@ -790,12 +786,12 @@ fn upstream_ipmasq_no_backend_our_add_is_upstreams_default_and_its_del_removes_i
         );
         assert_eq!(out.exit_code, 0, "{name}: {out:?}");
         assert_eq!(
-            nat_of(&node.ns, false),
+            nat_of(&node.ns, IpFamily::V4),
             fixture_lines("ipmasq-iptables.v4"),
             "{name}"
         );
         assert_eq!(
-            nat_of(&node.ns, true),
+            nat_of(&node.ns, IpFamily::V6),
             fixture_lines("ipmasq-iptables.v6"),
             "{name}"
         );
@@ -804,10 +800,14 @@ fn upstream_ipmasq_no_backend_our_add_is_upstreams_default_and_its_del_removes_i
             !ruleset.contains("cni_plugins_masquerade"),
             "{name}: nothing in upstream's nftables table:\n{ruleset}"
         );
-        upstream_masq_ipt_teardown(&node.ns, "ipmasq-iptables.v4", false);
-        upstream_masq_ipt_teardown(&node.ns, "ipmasq-iptables.v6", true);
-        for v6 in [false, true] {
-            assert_eq!(nat_of(&node.ns, v6), Vec::<String>::new(), "{name} v6={v6}");
+        upstream_masq_ipt_teardown(&node.ns, "ipmasq-iptables.v4", IpFamily::V4);
+        upstream_masq_ipt_teardown(&node.ns, "ipmasq-iptables.v6", IpFamily::V6);
+        for family in IpFamily::BOTH {
+            assert_eq!(
+                nat_of(&node.ns, family),
+                Vec::<String>::new(),
+                "{name} {family:?}"
+            );
         }
         let out = run_tool(
             &node,
