@@ -153,6 +153,14 @@ fn filter_table(node: &Netns, family: IpFamily) -> String {
         .collect()
 }
 
+/// [`filter_table`] of both families, IPv4 first.
+fn filter_tables(node: &Netns) -> (String, String) {
+    (
+        filter_table(node, IpFamily::V4),
+        filter_table(node, IpFamily::V6),
+    )
+}
+
 /// The rule lines (`-A ...`) of the filter table.
 fn rules(node: &Netns, family: IpFamily) -> Vec<String> {
     filter_table(node, family)
@@ -419,18 +427,9 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
         vec!["10.88.0.2 ctr1 iptables", "fd00:88::2 ctr1 iptables"]
     );
     // Our ADD on Go 1.1.1's rules adds nothing: its comments count.
-    let before = (
-        filter_table(&go_node, IpFamily::V4),
-        filter_table(&go_node, IpFamily::V6),
-    );
+    let before = filter_tables(&go_node);
     assert_ok(&call_eth0(&ours(), &go_node, "ADD", "ctr1", &netns, &c));
-    assert_eq!(
-        before,
-        (
-            filter_table(&go_node, IpFamily::V4),
-            filter_table(&go_node, IpFamily::V6)
-        )
-    );
+    assert_eq!(before, filter_tables(&go_node));
     // A second ADD (ours) changes nothing: every rule once.
     assert_ok(&call_eth0(&ours(), &our_node, "ADD", "ctr1", &netns, &c));
     let again = rules(&our_node, IpFamily::V4);
@@ -471,30 +470,15 @@ fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
 
     // Our ADD, Go's DEL: nothing of ours is left in the firewall (the
     // owner records are files beside it); our GC removes the records.
-    let bare_tables = (
-        filter_table(&node, IpFamily::V4),
-        filter_table(&node, IpFamily::V6),
-    );
+    let bare_tables = filter_tables(&node);
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-rs", &a.netns(), &c));
     assert_eq!(all_accepts(&node).len(), 4);
     assert_ok(&call_eth0(&go, &node, "DEL", "ctr-rs", &a.netns(), &c));
-    assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
-        bare_tables
-    );
+    assert_eq!(filter_tables(&node), bare_tables);
     assert_eq!(records().len(), 2, "{:?}", records());
     assert_ok(&gc(&node, "fwnet", json!({"backend": "iptables"}), &[]));
     assert_eq!(records(), Vec::<String>::new());
-    assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
-        bare_tables
-    );
+    assert_eq!(filter_tables(&node), bare_tables);
 
     // Our ADD, our DEL (default backend) without prevResult and namespace:
     // found by the owner records.
@@ -543,19 +527,13 @@ fn firewall_nft_writes_what_the_iptables_backend_writes_without_a_process() {
         &a.netns(),
         &c,
     ));
-    let by_programs = (
-        filter_table(&ipt_node, IpFamily::V4),
-        filter_table(&ipt_node, IpFamily::V6),
-    );
+    let by_programs = filter_tables(&ipt_node);
     let node = fw_node("fwnft");
     let b = Peer::attach(&node, "fwn-b", 1);
     let n = conf("fwnet", extra("nftables"), Some(&b.prev_result()));
     assert_ok(&call_eth0(&ours(), &node, "ADD", "ctr-a", &b.netns(), &n));
     assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
+        filter_tables(&node),
         by_programs,
         "iptables-save of the nftables backend's rules"
     );
@@ -717,20 +695,9 @@ fn gc_collects(backend: &str) {
         );
     }
     // A GC with every container valid removes nothing.
-    let before = (
-        nft_table(&node),
-        filter_table(&node, IpFamily::V4),
-        filter_table(&node, IpFamily::V6),
-    );
+    let before = (nft_table(&node), filter_tables(&node));
     assert_ok(&gc(&node, "fwnet", extra, &["ctr-a"]));
-    assert_eq!(
-        before,
-        (
-            nft_table(&node),
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        )
-    );
+    assert_eq!(before, (nft_table(&node), filter_tables(&node)));
 }
 
 #[test]
@@ -764,11 +731,7 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
         "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
         "ips": [{"address": "10.1.0.2/24", "interface": 0}]
     });
-    let before = (
-        filter_table(&node, IpFamily::V4),
-        filter_table(&node, IpFamily::V6),
-        nft_ruleset(&node),
-    );
+    let before = (filter_tables(&node), nft_ruleset(&node));
     let cases: Vec<(Value, Option<&Value>, u64, &str)> = vec![
         (json!({"backend": "ebtables"}), Some(&prev), 7, "backend: unknown backend \"ebtables\""),
         (json!({"backend": 4}), Some(&prev), 7, "backend"),
@@ -856,11 +819,7 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
     );
     assert_eq!(
         before,
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6),
-            nft_ruleset(&node)
-        ),
+        (filter_tables(&node), nft_ruleset(&node)),
         "a rejected config touches nothing"
     );
 }
@@ -892,10 +851,7 @@ fn firewall_add_passes_the_previous_result_through() {
         "{rules_added:?}"
     );
     // No addresses: nothing to do, the result passes through.
-    let before = (
-        filter_table(&node, IpFamily::V4),
-        filter_table(&node, IpFamily::V6),
-    );
+    let before = filter_tables(&node);
     let empty = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}], "dns": {}});
     let out = call_eth0(
         &ours(),
@@ -907,13 +863,7 @@ fn firewall_add_passes_the_previous_result_through() {
     );
     assert_ok(&out);
     assert_eq!(out.json(), empty);
-    assert_eq!(
-        before,
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        )
-    );
+    assert_eq!(before, filter_tables(&node));
 }
 
 // ---- crashes ------------------------------------------------------------------
@@ -1510,10 +1460,7 @@ fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
             assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
         }
         assert_eq!(
-            (
-                filter_table(&node, IpFamily::V4),
-                filter_table(&node, IpFamily::V6)
-            ),
+            filter_tables(&node),
             want,
             "backend {backend:?}: our rules vs upstream v1.9's"
         );
@@ -1525,10 +1472,7 @@ fn firewall_iptables_writes_exactly_what_upstream_v1_9_writes() {
             assert_ok(&call_eth0(&up, &node, "ADD", pod.0, "/run/netns/x", &c));
         }
         assert_eq!(
-            (
-                filter_table(&node, IpFamily::V4),
-                filter_table(&node, IpFamily::V6)
-            ),
+            filter_tables(&node),
             want,
             "the real upstream binary vs the fixture"
         );
@@ -1552,13 +1496,7 @@ fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
             restore(&node, IpFamily::V6, &v6);
         }
     }
-    assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
-        (v4.clone(), v6.clone())
-    );
+    assert_eq!(filter_tables(&node), (v4.clone(), v6.clone()));
     // Our CHECK accepts upstream's rules; our ADD adds no duplicate.
     for pod in &PODMAN_PODS {
         let c = podman_conf(pod, json!({"backend": backend}), true);
@@ -1572,13 +1510,7 @@ fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
         ));
         assert_ok(&call_eth0(&ours(), &node, "ADD", pod.0, "/run/netns/x", &c));
     }
-    assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
-        (v4.clone(), v6.clone())
-    );
+    assert_eq!(filter_tables(&node), (v4.clone(), v6.clone()));
     // Our DEL, with the prevResult the runtime keeps, removes each pod's
     // rules; shared chains and isolation stay, as upstream leaves them.
     for pod in &PODMAN_PODS {
@@ -1586,10 +1518,7 @@ fn takes_over_what_upstream_v1_9_wrote(backend: &str) {
         assert_ok(&call_eth0(&ours(), &node, "DEL", pod.0, "", &c));
     }
     assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
+        filter_tables(&node),
         (without_accepts(&v4), without_accepts(&v6))
     );
     assert_eq!(records(), Vec::<String>::new());
@@ -1619,10 +1548,7 @@ fn removed_by_upstream_v1_9s_del(backend: &str) {
     }
     // Nothing of ours is left in the firewall.
     assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
+        filter_tables(&node),
         (without_accepts(&v4), without_accepts(&v6))
     );
     // The owner records, files beside the firewall, go with our next GC.
@@ -1630,10 +1556,7 @@ fn removed_by_upstream_v1_9s_del(backend: &str) {
     assert_ok(&gc(&node, "podman", json!({"backend": backend}), &[]));
     assert_eq!(records(), Vec::<String>::new());
     assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
+        filter_tables(&node),
         (without_accepts(&v4), without_accepts(&v6))
     );
 }
@@ -1726,13 +1649,7 @@ fn firewall_del_and_gc_remove_what_our_previous_release_left() {
             .map(|l| format!("{l}\n"))
             .collect()
     };
-    assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
-        (gone(&v4), gone(&v6))
-    );
+    assert_eq!(filter_tables(&node), (gone(&v4), gone(&v6)));
     assert_eq!(elements(&node, "allowed4"), Vec::<String>::new());
     assert_eq!(elements(&node, "allowed6"), Vec::<String>::new());
     assert_eq!(records(), Vec::<String>::new());
@@ -1862,10 +1779,7 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
     bus.firewall_cmd(&["--zone=drop", "--change-interface=v1"]);
     bus.firewall_cmd(&["--zone=block", "--change-interface=v9"]);
     assert_eq!(ask(&a.ns, &up.v4(), PORT), None, "firewalld drops the pod");
-    let before_iptables = (
-        filter_table(&node, IpFamily::V4),
-        filter_table(&node, IpFamily::V6),
-    );
+    let before_iptables = filter_tables(&node);
     let prev = a.prev_result();
     let c = conf("fwnet", json!({"backend": "firewalld"}), Some(&prev));
     assert_ok(&call_in_bus(&bus, &ours(), "ADD", "ctr-a", &a.netns(), &c));
@@ -1878,10 +1792,7 @@ fn firewall_firewalld_puts_the_pod_in_the_zone_while_added() {
         ]
     );
     assert_eq!(
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        ),
+        filter_tables(&node),
         before_iptables,
         "the firewalld backend writes no iptables rule"
     );
@@ -2066,10 +1977,7 @@ fn firewall_default_backend_is_firewalld_only_where_it_runs() {
     );
     // firewalld running: the default is firewalld, as in Go.
     bus.start_firewalld();
-    let before = (
-        filter_table(&node, IpFamily::V4),
-        filter_table(&node, IpFamily::V6),
-    );
+    let before = filter_tables(&node);
     assert_ok(&call_in_bus(
         &bus,
         &ours(),
@@ -2079,13 +1987,7 @@ fn firewall_default_backend_is_firewalld_only_where_it_runs() {
         &auto,
     ));
     assert_eq!(bus.sources("trusted"), pod_sources(&a));
-    assert_eq!(
-        before,
-        (
-            filter_table(&node, IpFamily::V4),
-            filter_table(&node, IpFamily::V6)
-        )
-    );
+    assert_eq!(before, filter_tables(&node));
     assert_ok(&call_in_bus(
         &bus,
         &ours(),
