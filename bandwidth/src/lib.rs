@@ -23,8 +23,9 @@ use libcni::{Error, ErrorList, Version};
 use std::collections::HashSet;
 use std::path::Path;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI bandwidth plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI bandwidth plugin v…`).
+pub const NAME: &str = "bandwidth";
 
 pub struct BandwidthPlugin;
 

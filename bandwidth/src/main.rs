@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(bandwidth::BandwidthPlugin, bandwidth::ABOUT)
+    libcni::skel::plugin_main(bandwidth::BandwidthPlugin, bandwidth::NAME)
 }

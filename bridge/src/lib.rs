@@ -17,8 +17,9 @@ use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::CniResult;
 use libcni::{Error, ErrorList};
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI bridge plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI bridge plugin v…`).
+pub const NAME: &str = "bridge";
 
 pub struct BridgePlugin;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(bridge::BridgePlugin, bridge::ABOUT)
+    libcni::skel::plugin_main(bridge::BridgePlugin, bridge::NAME)
 }

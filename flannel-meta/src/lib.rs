@@ -33,8 +33,9 @@ use serde_json::{Map, Value};
 use store::{Entry, Lookup, Store};
 use subnet_env::SubnetEnv;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI flannel meta plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI flannel plugin v…`).
+pub const NAME: &str = "flannel";
 
 pub struct Flannel;
 

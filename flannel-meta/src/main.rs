@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(flannel_meta::Flannel, flannel_meta::ABOUT)
+    libcni::skel::plugin_main(flannel_meta::Flannel, flannel_meta::NAME)
 }

@@ -24,9 +24,9 @@ use store::Store;
 /// The `CNI_ARGS` keys host-local reads.
 const KNOWN_ARGS: &[&str] = &["IP"];
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str =
-    "CNI host-local IPAM plugin: addresses from local range sets, leases under dataDir";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI host-local plugin v…`).
+pub const NAME: &str = "host-local";
 
 pub struct HostLocal;
 

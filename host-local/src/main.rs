@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(host_local::HostLocal, host_local::ABOUT)
+    libcni::skel::plugin_main(host_local::HostLocal, host_local::NAME)
 }

@@ -93,5 +93,5 @@ impl Plugin for Minimal {
 }
 
 fn main() {
-    skel::plugin_main(Minimal, "a minimal main plugin (libcni example)")
+    skel::plugin_main(Minimal, "minimal")
 }

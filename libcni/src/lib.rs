@@ -30,4 +30,4 @@ pub mod version;
 
 pub use error::{Error, ErrorList, ErrorResult, Result};
 pub use family::{IpFamily, PerFamily};
-pub use version::{Version, SUITE_VERSION};
+pub use version::{Version, PLUGIN_VERSION, SUITE_VERSION, UPSTREAM_VERSION};

@@ -228,28 +228,26 @@ static ERROR_VERSION: OnceLock<String> = OnceLock::new();
 /// This call's line in the call log, when the log is on ([`calllog`]).
 static CALL: OnceLock<calllog::Call> = OnceLock::new();
 
-/// Runs `plugin` for this process and exits. `about` is printed on stderr
-/// with the suite's version when `CNI_COMMAND` is unset, as Go's skel does;
-/// then `--version` as the only argument prints `<name> <version>` on
+/// Runs `plugin`, whose upstream name is `name` (`bridge`, `host-local`),
+/// for this process and exits. With `CNI_COMMAND` unset it prints
+/// [`about_line`] and the protocol versions on stderr and exits 0, as Go's
+/// skel does (the line Nomad and nerdctl read the version from); then
+/// `--version` as the only argument prints `<program> <version>` on
 /// stdout instead ([`version_line`]).
-pub fn plugin_main<P: Plugin>(plugin: P, about: &str) -> ! {
-    plugin_main_with_args(plugin, about, std::env::args_os().collect())
+pub fn plugin_main<P: Plugin>(plugin: P, name: &str) -> ! {
+    plugin_main_with_args(plugin, name, std::env::args_os().collect())
 }
 
 /// [`plugin_main`] with the program's arguments given: the multicall
 /// binary passes them with `args[0]` naming the plugin it runs (its link's
 /// path, or the plugin name after `cni-rs`), so `--version` says that name.
-pub fn plugin_main_with_args<P: Plugin>(
-    plugin: P,
-    about: &str,
-    args: Vec<std::ffi::OsString>,
-) -> ! {
-    let name = args.first().map(program_name).unwrap_or_default();
+pub fn plugin_main_with_args<P: Plugin>(plugin: P, name: &str, args: Vec<std::ffi::OsString>) -> ! {
+    let program = args.first().map(program_name).unwrap_or_default();
     if wants_version_line(&args, std::env::var_os("CNI_COMMAND").as_deref()) {
-        print_and_exit(&(version_line(&name) + "\n"), 0);
+        print_and_exit(&(version_line(&program) + "\n"), 0);
     }
     let env = |k: &str| std::env::var(k).ok();
-    if let Some(call) = crate::calllog::Call::start(&name, &env) {
+    if let Some(call) = crate::calllog::Call::start(&program, &env) {
         let _ = CALL.set(call);
     }
     std::panic::set_hook(Box::new(|info| {
@@ -271,7 +269,7 @@ pub fn plugin_main_with_args<P: Plugin>(
         print_and_exit(&out, 1);
     }));
     let mut stdin = std::io::stdin().lock();
-    let outcome = execute(&plugin, about, &env, &mut stdin);
+    let outcome = execute(&plugin, name, &env, &mut stdin);
     if let Some(call) = CALL.get() {
         let logged = if outcome.exit_code == 0 {
             calllog::Outcome::Done(&outcome.stdout)
@@ -293,10 +291,10 @@ pub fn wants_version_line(
     args.len() == 2 && args[1] == "--version" && cni_command.is_none_or(|c| c.is_empty())
 }
 
-/// `<name> <version>`: one line, the suite's version (the workspace's).
+/// `<name> <version>`: one line, with [`PLUGIN_VERSION`](crate::version::PLUGIN_VERSION).
 /// `name` is the program's file name, which for a plugin is its `type`.
 pub fn version_line(name: &str) -> String {
-    format!("{name} {}", crate::version::SUITE_VERSION)
+    format!("{name} {}", crate::version::PLUGIN_VERSION)
 }
 
 /// The file name of `argv0` (`/opt/cni/bin/bridge` gives `bridge`).
@@ -308,10 +306,12 @@ pub fn program_name(argv0: &std::ffi::OsString) -> String {
         .into_owned()
 }
 
-/// The about line: the plugin's `ABOUT` and the suite's version, as Go's
-/// plugins print `CNI bridge plugin v1.1.1`.
-pub fn about_line(about: &str) -> String {
-    format!("{about} v{}", crate::version::SUITE_VERSION)
+/// The about line, upstream's exactly but for the version:
+/// `CNI bridge plugin v1.9.1+cni-rs.0.1.0`. Nomad takes the first word of
+/// the output that parses as a semver; nerdctl the rest of the stderr
+/// line that starts `CNI firewall plugin `.
+pub fn about_line(name: &str) -> String {
+    format!("CNI {name} plugin v{}", crate::version::PLUGIN_VERSION)
 }
 
 fn print_and_exit(stdout: &str, code: i32) -> ! {
@@ -334,12 +334,12 @@ pub fn error_json(e: &Error, version: &str) -> String {
 /// The whole skel, testable: `env` answers variable lookups.
 pub fn execute<P: Plugin>(
     plugin: &P,
-    about: &str,
+    name: &str,
     env: &dyn Fn(&str) -> Option<String>,
     stdin: &mut dyn Read,
 ) -> Outcome {
     let mut version_seen = String::new();
-    match run(plugin, about, env, stdin, &mut version_seen) {
+    match run(plugin, name, env, stdin, &mut version_seen) {
         Ok(stdout) => Outcome {
             stdout,
             exit_code: 0,
@@ -353,7 +353,7 @@ pub fn execute<P: Plugin>(
 
 fn run<P: Plugin>(
     plugin: &P,
-    about: &str,
+    name: &str,
     env: &dyn Fn(&str) -> Option<String>,
     stdin: &mut dyn Read,
     version_seen: &mut String,
@@ -364,7 +364,7 @@ fn run<P: Plugin>(
         let versions: Vec<&str> = version::ALL.iter().map(|v| v.as_str()).collect();
         eprintln!(
             "{}\nCNI protocol versions supported: {}",
-            about_line(about),
+            about_line(name),
             versions.join(", ")
         );
         return Ok(String::new());
@@ -602,12 +602,15 @@ mod tests {
         assert_eq!(program_name(&ver[0]), "bridge");
         assert_eq!(program_name(&"host-local".into()), "host-local");
         let line = version_line("bridge");
-        assert_eq!(line, format!("bridge {}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(
+            line,
+            format!("bridge 1.9.1+cni-rs.{}", env!("CARGO_PKG_VERSION"))
+        );
         assert!(!line.contains('\n'));
         assert_eq!(
-            about_line("CNI bridge plugin (Rust CNI suite)"),
+            about_line("bridge"),
             format!(
-                "CNI bridge plugin (Rust CNI suite) v{}",
+                "CNI bridge plugin v1.9.1+cni-rs.{}",
                 env!("CARGO_PKG_VERSION")
             )
         );

@@ -83,13 +83,24 @@ impl fmt::Display for Version {
     }
 }
 
-/// The suite's own version (the workspace's `version`, shared by every
-/// crate): what `--version`, the about line and VERSION's `pluginVersion`
-/// say, and what the release tarball and package are named after.
+/// The suite's own release (the workspace's `version`, shared by every
+/// crate): what the release tarball, package and image are named after.
 pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The upstream release (`containernetworking/plugins`) whose behaviour
+/// the suite matches: the version clients compare against.
+pub const UPSTREAM_VERSION: &str = "1.9.1";
+
+/// What every binary says it is, to people and to clients that probe
+/// (`--version`, the about line, VERSION's `pluginVersion`): the upstream
+/// release as the semver, ours as build metadata, `1.9.1+cni-rs.0.1.0`.
+/// Nomad's and nerdctl's version rules compare by semver precedence,
+/// which ignores build metadata, so they see exactly upstream's version
+/// (docs/clients.md says why).
+pub const PLUGIN_VERSION: &str = concat!("1.9.1", "+cni-rs.", env!("CARGO_PKG_VERSION"));
+
 /// The answer to VERSION for a plugin speaking `supported`:
-/// `{"cniVersion": "1.1.0", "supportedVersions": [...], "pluginVersion": "<suite>"}`.
+/// `{"cniVersion": "1.1.0", "supportedVersions": [...], "pluginVersion": "<PLUGIN_VERSION>"}`.
 /// `pluginVersion` is ours: the spec names only the first two keys, and Go
 /// libcni's decoder (`version.PluginDecoder`, behind `invoke.GetVersionInfo`)
 /// ignores any other, as `encoding/json` does.
@@ -98,7 +109,7 @@ pub fn version_info_json(supported: &[Version]) -> String {
     serde_json::json!({
         "cniVersion": Version::CURRENT.as_str(),
         "supportedVersions": versions,
-        "pluginVersion": SUITE_VERSION,
+        "pluginVersion": PLUGIN_VERSION,
     })
     .to_string()
 }
@@ -152,7 +163,7 @@ mod tests {
         let v = crate::gojson::parse_value(version_info_json(&ALL).as_bytes()).unwrap();
         assert_eq!(v["cniVersion"], "1.1.0");
         assert_eq!(v["supportedVersions"].as_array().unwrap().len(), 7);
-        assert_eq!(v["pluginVersion"], SUITE_VERSION);
+        assert_eq!(v["pluginVersion"], PLUGIN_VERSION);
         assert_eq!(v.as_object().unwrap().len(), 3);
         let e = parse_supported("0.2.0", &ALL[2..]).unwrap_err();
         assert_eq!(e.code(), 1);
@@ -160,6 +171,14 @@ mod tests {
         assert_eq!(
             parse_supported("0.3.0", &ALL[2..]).unwrap(),
             Version::V0_3_0
+        );
+    }
+
+    #[test]
+    fn plugin_version_is_upstreams_with_ours_as_build_metadata() {
+        assert_eq!(
+            PLUGIN_VERSION,
+            format!("{UPSTREAM_VERSION}+cni-rs.{SUITE_VERSION}")
         );
     }
 }

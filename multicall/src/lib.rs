@@ -28,7 +28,7 @@ macro_rules! plugin {
         #[cfg(feature = $feature)]
         Plugin {
             name: $feature,
-            main: |args| libcni::skel::plugin_main_with_args($krate::$ty, $krate::ABOUT, args),
+            main: |args| libcni::skel::plugin_main_with_args($krate::$ty, $krate::NAME, args),
         }
     };
 }
@@ -211,6 +211,9 @@ pub fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Call::Help => {
+            // The version first: Nomad's fingerprint of every file in
+            // the CNI path takes the output's first semver word.
+            println!("{}\n", libcni::skel::version_line(SELF_NAME));
             print!("{USAGE}");
             ExitCode::SUCCESS
         }

@@ -32,8 +32,9 @@ use libcni::{sysctl, ErrorList, Result};
 
 use config::PortMapConf;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI portmap plugin (Rust): host ports on nftables or iptables";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI portmap plugin v…`).
+pub const NAME: &str = "portmap";
 
 pub struct PortMap;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(portmap::PortMap, portmap::ABOUT)
+    libcni::skel::plugin_main(portmap::PortMap, portmap::NAME)
 }

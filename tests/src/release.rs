@@ -24,8 +24,23 @@ pub fn suite_bins() -> Vec<String> {
         .collect()
 }
 
-/// The workspace's version (every crate's, the tests' too).
+/// The suite's binaries that are tools, not plugins.
+pub const TOOLS: &[&str] = &["cnitool", "cni-rs-install"];
+
+/// The release's plugins: its binaries but the tools.
+pub fn plugins() -> Vec<String> {
+    suite_bins()
+        .into_iter()
+        .filter(|b| !TOOLS.contains(&b.as_str()))
+        .collect()
+}
+
+/// The workspace's version (every crate's, the tests' too): the release
+/// artifacts are named after it.
 pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// What every binary says it is (`--version`, the about line, VERSION).
+pub use libcni::version::PLUGIN_VERSION;
 
 /// Copies the source tree (tracked files and untracked ones git does not
 /// ignore, as they are in the work tree; `fuzz/` left out, it is not in

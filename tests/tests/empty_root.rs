@@ -220,7 +220,7 @@ fn every_plugin_answers_version_in_an_empty_root() {
             (out.exit_code, out.stdout.as_str()),
             (
                 0,
-                format!("{name} {}\n", tests::release::SUITE_VERSION).as_str()
+                format!("{name} {}\n", tests::release::PLUGIN_VERSION).as_str()
             ),
             "{name} --version in the empty root: {out:?}"
         );
@@ -239,7 +239,7 @@ fn every_plugin_answers_version_in_an_empty_root() {
         assert_eq!(v["cniVersion"], "1.1.0", "{name}: {v}");
         assert_eq!(
             v["pluginVersion"],
-            tests::release::SUITE_VERSION,
+            tests::release::PLUGIN_VERSION,
             "{name}: {v}"
         );
     }

@@ -25,8 +25,9 @@ use crate::client::Failure;
 use crate::config::Conf;
 use crate::proto::{Key, Request};
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI dhcp IPAM plugin (Rust CNI suite); `dhcp daemon` runs its daemon";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI dhcp plugin v…`).
+pub const NAME: &str = "dhcp";
 
 /// How long a plugin waits for the daemon's answer to an ADD: the daemon
 /// gives up on a silent server after `-resendtimeout` (208 s by default).
@@ -48,7 +49,7 @@ pub fn program_main(args: Vec<std::ffi::OsString>) -> ! {
             .collect();
         std::process::exit(daemon::main(&rest));
     }
-    libcni::skel::plugin_main_with_args(Dhcp, ABOUT, args)
+    libcni::skel::plugin_main_with_args(Dhcp, NAME, args)
 }
 
 fn key(args: &CmdArgs) -> Key {

@@ -17,8 +17,9 @@ use libcni::{Error, ErrorList};
 
 use crate::config::Conf;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI dummy plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI dummy plugin v…`).
+pub const NAME: &str = "dummy";
 
 pub struct Dummy;
 

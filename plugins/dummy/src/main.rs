@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(dummy::Dummy, dummy::ABOUT)
+    libcni::skel::plugin_main(dummy::Dummy, dummy::NAME)
 }

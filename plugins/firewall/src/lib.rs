@@ -23,9 +23,9 @@ use libcni::Result;
 
 use config::FirewallConf;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str =
-    "CNI firewall plugin (Rust): forwarding for containers on iptables, nftables or firewalld";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI firewall plugin v…`).
+pub const NAME: &str = "firewall";
 
 pub struct Firewall;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(firewall::Firewall, firewall::ABOUT)
+    libcni::skel::plugin_main(firewall::Firewall, firewall::NAME)
 }

@@ -23,8 +23,9 @@ use libcni::{Error, ErrorList};
 use config::Conf;
 use sysfs::{Plan, Sysfs};
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI host-device plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI host-device plugin v…`).
+pub const NAME: &str = "host-device";
 
 pub struct HostDevice;
 

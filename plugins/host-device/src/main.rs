@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(host_device::HostDevice, host_device::ABOUT)
+    libcni::skel::plugin_main(host_device::HostDevice, host_device::NAME)
 }

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(ipvlan::Ipvlan, ipvlan::ABOUT)
+    libcni::skel::plugin_main(ipvlan::Ipvlan, ipvlan::NAME)
 }

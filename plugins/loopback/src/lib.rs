@@ -15,8 +15,9 @@ use libcni::IpFamily;
 use std::net::IpAddr;
 use std::path::Path;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI loopback plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI loopback plugin v…`).
+pub const NAME: &str = "loopback";
 
 /// The interface this plugin acts on, whatever `CNI_IFNAME` says.
 pub const LO: &str = "lo";

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(loopback::Loopback, loopback::ABOUT)
+    libcni::skel::plugin_main(loopback::Loopback, loopback::NAME)
 }

@@ -15,8 +15,9 @@ use libcni::types::CniResult;
 use libcni::{Error, ErrorList};
 use serde::Deserialize;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI macvlan plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI macvlan plugin v…`).
+pub const NAME: &str = "macvlan";
 
 pub struct Macvlan;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(macvlan::Macvlan, macvlan::ABOUT)
+    libcni::skel::plugin_main(macvlan::Macvlan, macvlan::NAME)
 }

@@ -19,8 +19,9 @@ use libcni::{Error, ErrorList};
 
 use crate::config::{Conf, MasqKeys};
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI ptp plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI ptp plugin v…`).
+pub const NAME: &str = "ptp";
 
 pub struct Ptp;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(ptp::Ptp, ptp::ABOUT)
+    libcni::skel::plugin_main(ptp::Ptp, ptp::NAME)
 }

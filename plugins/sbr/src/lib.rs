@@ -23,8 +23,9 @@ use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpConfig};
 use libcni::Error;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI source-based routing plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI sbr plugin v…`).
+pub const NAME: &str = "sbr";
 
 pub struct Sbr;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(sbr::Sbr, sbr::ABOUT)
+    libcni::skel::plugin_main(sbr::Sbr, sbr::NAME)
 }

@@ -15,8 +15,9 @@ use libcni::skel::{CmdArgs, Plugin};
 use libcni::types::{CniResult, IpConfig};
 use libcni::Error;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI static IPAM plugin (Rust CNI suite): addresses from the config";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI static plugin v…`).
+pub const NAME: &str = "static";
 
 pub struct Static;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(static_ipam::Static, static_ipam::ABOUT)
+    libcni::skel::plugin_main(static_ipam::Static, static_ipam::NAME)
 }

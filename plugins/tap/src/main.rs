@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(tap::Tap, tap::ABOUT)
+    libcni::skel::plugin_main(tap::Tap, tap::NAME)
 }

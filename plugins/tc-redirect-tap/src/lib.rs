@@ -27,8 +27,9 @@ use libcni::tuntap::TUN_DEVICE;
 use libcni::types::CniResult;
 use libcni::{Error, Version};
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI tc-redirect-tap plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI tc-redirect-tap plugin v…`).
+pub const NAME: &str = "tc-redirect-tap";
 
 pub struct TcRedirectTap;
 

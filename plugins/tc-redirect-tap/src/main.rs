@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(tc_redirect_tap::TcRedirectTap, tc_redirect_tap::ABOUT)
+    libcni::skel::plugin_main(tc_redirect_tap::TcRedirectTap, tc_redirect_tap::NAME)
 }

@@ -24,8 +24,9 @@ use libcni::{fault, Error};
 use backup::{BackupFile, Stored};
 use config::Conf;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI tuning plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI tuning plugin v…`).
+pub const NAME: &str = "tuning";
 
 pub struct Tuning;
 

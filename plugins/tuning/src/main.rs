@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(tuning::Tuning, tuning::ABOUT)
+    libcni::skel::plugin_main(tuning::Tuning, tuning::NAME)
 }

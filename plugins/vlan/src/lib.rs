@@ -18,8 +18,9 @@ use libcni::types::CniResult;
 use libcni::{Error, ErrorList};
 use serde::Deserialize;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI vlan plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI vlan plugin v…`).
+pub const NAME: &str = "vlan";
 
 pub struct Vlan;
 

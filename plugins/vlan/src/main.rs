@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(vlan::Vlan, vlan::ABOUT)
+    libcni::skel::plugin_main(vlan::Vlan, vlan::NAME)
 }

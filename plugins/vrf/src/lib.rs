@@ -29,8 +29,9 @@ use libcni::{attach, Error, ErrorList};
 use crate::config::Conf;
 use crate::device::Found;
 
-/// What the plugin prints when run without `CNI_COMMAND`.
-pub const ABOUT: &str = "CNI vrf plugin (Rust CNI suite)";
+/// The upstream plugin this one replaces, as its about line names it
+/// (`CNI vrf plugin v…`).
+pub const NAME: &str = "vrf";
 
 pub struct Vrf;
 

@@ -1,3 +1,3 @@
 fn main() {
-    libcni::skel::plugin_main(vrf::Vrf, vrf::ABOUT)
+    libcni::skel::plugin_main(vrf::Vrf, vrf::NAME)
 }
