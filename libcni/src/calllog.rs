@@ -16,7 +16,7 @@ use std::io::{Seek, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 /// Where the config is read from unless [`CONFIG_ENV`] names another file.
@@ -85,6 +85,21 @@ static ENABLED: AtomicBool = AtomicBool::new(false);
 static STEP_NANOS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
 static NETWORK: OnceLock<String> = OnceLock::new();
 static ADDRESSES: OnceLock<Vec<String>> = OnceLock::new();
+static FALLBACKS: Mutex<Vec<Fallback>> = Mutex::new(Vec::new());
+
+/// A config value the plugin did not use as written but read the way the
+/// Go plugin does, falling back to a default (the firewall's unknown
+/// `backend`): the line's `fallbacks`, so an operator sees why the node
+/// did something the config does not literally say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fallback {
+    /// The config key (`backend`).
+    pub key: &'static str,
+    /// The value as written.
+    pub value: String,
+    /// What was used instead (`iptables`).
+    pub used: String,
+}
 
 /// Runs `f`, adding its time to `step` when the log is on (else nothing
 /// but one atomic load).
@@ -115,6 +130,20 @@ pub fn enabled() -> bool {
 pub fn note_addresses(addresses: impl Iterator<Item = String>) {
     if enabled() {
         let _ = ADDRESSES.set(addresses.collect());
+    }
+}
+
+/// Records a [`Fallback`] for the line, and says it on stderr (where a
+/// runtime's log shows it) whether or not the log is on.
+pub fn note_fallback(fallback: Fallback) {
+    eprintln!(
+        "{}: {:?} is not a value this plugin knows; using {:?}, as the Go plugin does",
+        fallback.key, fallback.value, fallback.used
+    );
+    if enabled() {
+        if let Ok(mut all) = FALLBACKS.lock() {
+            all.push(fallback);
+        }
     }
 }
 
@@ -272,6 +301,16 @@ impl Call {
                     serde_json::json!({"code": parsed.get("code"), "msg": parsed.get("msg")});
                 line.raw("error", &error.to_string());
             }
+        }
+        let fallbacks = FALLBACKS.lock().map(|f| f.clone()).unwrap_or_default();
+        if !fallbacks.is_empty() {
+            let items: Vec<String> = fallbacks
+                .iter()
+                .map(|f| {
+                    serde_json::json!({"key": f.key, "value": f.value, "used": f.used}).to_string()
+                })
+                .collect();
+            line.raw("fallbacks", &format!("[{}]", items.join(",")));
         }
         for (key, var) in [("traceparent", "TRACEPARENT"), ("tracestate", "TRACESTATE")] {
             if let Some(val) = env(var).filter(|s| !s.is_empty()) {

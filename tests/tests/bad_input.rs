@@ -1012,7 +1012,6 @@ fn bad_input_firewall() {
     let base = b.base.clone();
     let mut cases = b.common_cases(false);
     cases.extend([
-        set!(base, "backend unknown", "/backend" => "ebtables", 7, "backend: unknown backend \"ebtables\""),
         set!(base, "backend a number", "/backend" => 1, 7, "backend"),
         set!(base, "backend firewalld where it does not run", "/backend" => "firewalld", 2, "\"backend\": \"firewalld\": firewalld is not running on this node"),
         set!(base, "ingressPolicy unknown", "/ingressPolicy" => "closed", 7, "ingressPolicy: unknown ingress policy \"closed\""),
@@ -1047,7 +1046,6 @@ fn bad_input_firewall() {
             7,
             "iptablesAdminChainName: \"DROP\" is not a usable iptables chain name",
         ),
-        set!(base, "backend in capitals", "/backend" => "NFTables", 7, "backend: unknown backend \"NFTables\""),
         case(
             "firewalldZone not a zone name",
             with(

@@ -442,6 +442,122 @@ fn firewall_iptables_writes_exactly_the_go_plugins_rules() {
     assert_ok(&call_eth0(&ours(), &go_node, "CHECK", "ctr1", &netns, &c));
 }
 
+/// A `backend` Go does not know (Nomad's dual-stack `ip6tables`, a value
+/// in capitals) is Go's default, firewalld where it runs, else iptables:
+/// the same rules as Go 1.1.1 writes for it, and the call log says what
+/// was used instead.
+#[test]
+fn firewall_an_unknown_backend_is_the_default_as_in_go() {
+    if !require_root("firewall_an_unknown_backend_is_the_default_as_in_go") {
+        return;
+    }
+    let Some(go) = go_plugin("firewall") else {
+        return;
+    };
+    let go_node = fw_node("fwgo-unk");
+    let our_node = fw_node("fwrs-unk");
+    let pod = Netns::new("fwu-pod");
+    let netns = pod.path().to_str().unwrap().to_string();
+    let prev = json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [{"name": "nomad"}, {"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "172.26.64.2/20", "interface": 1},
+                {"address": "fd26::2/64", "interface": 1}]
+    });
+    let log_dir = TempDir::new("fwu-log");
+    let log = log_dir.path().join("calls.log");
+    let log_conf = log_dir.write("cni-rs.conf", &json!({"logFile": log}).to_string());
+    let log_env = [("CNI_RS_CONFIG", log_conf.to_str().unwrap())];
+    // A first container makes the chains containers share, and goes.
+    let warm = conf(
+        "nomad",
+        json!({"backend": "iptables", "iptablesAdminChainName": "NOMAD-ADMIN"}),
+        Some(&prev),
+    );
+    assert_ok(&call_eth0(&ours(), &our_node, "ADD", "warm", &netns, &warm));
+    assert_ok(&call_eth0(&ours(), &our_node, "DEL", "warm", &netns, &warm));
+    let before = (filter_tables(&our_node), nft_ruleset(&our_node));
+    for (i, backend) in ["ip6tables", "IPTABLES"].into_iter().enumerate() {
+        let c = conf(
+            "nomad",
+            json!({"backend": backend, "iptablesAdminChainName": "NOMAD-ADMIN"}),
+            Some(&prev),
+        );
+        let cid = format!("alloc{i}");
+        assert_ok(&call_eth0(&go, &go_node, "ADD", &cid, &netns, &c));
+        let call = |verb| {
+            let env = [
+                ("CNI_COMMAND", verb),
+                ("CNI_CONTAINERID", cid.as_str()),
+                ("CNI_NETNS", netns.as_str()),
+                ("CNI_IFNAME", "eth0"),
+                ("CNI_PATH", "/opt/cni/bin"),
+                log_env[0],
+            ];
+            call_plugin(Some(&our_node), &ours(), &env, &c)
+        };
+        let out = call("ADD");
+        assert_ok(&out);
+        let result = out.result();
+        assert_eq!(
+            (&result["ips"], &result["interfaces"]),
+            (&prev["ips"], &prev["interfaces"]),
+            "{backend}: passed through"
+        );
+        assert!(
+            out.stderr
+                .contains(&format!("backend: \"{backend}\" is not a value")),
+            "{out:?}"
+        );
+        assert_eq!(
+            filter_tables(&our_node),
+            filter_tables(&go_node),
+            "{backend}: Go's rules for it"
+        );
+        assert_eq!(
+            records(),
+            vec![
+                format!("172.26.64.2 {cid} iptables"),
+                format!("fd26::2 {cid} iptables")
+            ]
+        );
+        assert_ok(&call("CHECK"));
+        assert_ok(&call_eth0(&go, &our_node, "CHECK", &cid, &netns, &c));
+        assert_ok(&call("DEL"));
+        assert_ok(&call_eth0(&go, &go_node, "DEL", &cid, &netns, &c));
+        assert_eq!(
+            (filter_tables(&our_node), nft_ruleset(&our_node)),
+            before,
+            "{backend}: DEL left nothing"
+        );
+    }
+    // The call log names each fallback, on ADD and CHECK (DEL reads the
+    // backend leniently and notes nothing).
+    let text = std::fs::read_to_string(&log).expect("call log");
+    let fallbacks: Vec<(String, Value)> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("a JSON line"))
+        .map(|v| {
+            (
+                v["command"].as_str().unwrap().to_string(),
+                v["fallbacks"].clone(),
+            )
+        })
+        .collect();
+    let noted = |b: &str| json!([{"key": "backend", "value": b, "used": "iptables"}]);
+    assert_eq!(
+        fallbacks,
+        vec![
+            ("ADD".to_string(), noted("ip6tables")),
+            ("CHECK".to_string(), noted("ip6tables")),
+            ("DEL".to_string(), Value::Null),
+            ("ADD".to_string(), noted("IPTABLES")),
+            ("CHECK".to_string(), noted("IPTABLES")),
+            ("DEL".to_string(), Value::Null),
+        ]
+    );
+}
+
 #[test]
 fn firewall_iptables_del_removes_the_go_plugins_rules_and_back() {
     if !require_root("firewall_iptables_del_removes_the_go_plugins_rules_and_back") {
@@ -733,7 +849,6 @@ fn firewall_validation_rejects_bad_keys_before_touching_anything() {
     });
     let before = (filter_tables(&node), nft_ruleset(&node));
     let cases: Vec<(Value, Option<&Value>, u64, &str)> = vec![
-        (json!({"backend": "ebtables"}), Some(&prev), 7, "backend: unknown backend \"ebtables\""),
         (json!({"backend": 4}), Some(&prev), 7, "backend"),
         (
             json!({"backend": "firewalld"}),

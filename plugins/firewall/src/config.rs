@@ -9,6 +9,7 @@ use crate::rules::records::{self, Records};
 use crate::rules::{
     self as fw, firewalld, FirewallSpec, FwBackend, Isolation, Policy, TeardownHint,
 };
+use libcni::calllog::{self, Fallback};
 use libcni::gojson::Lenient;
 use libcni::netfilter::Owner;
 use libcni::skel::CmdArgs;
@@ -31,29 +32,47 @@ struct RawConf {
 }
 
 /// `backend` as written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Requested {
     /// Absent or `""`: firewalld when it runs, else iptables (as Go).
     Auto,
+    /// A value Go does not know (Nomad's `ip6tables`, `IPTABLES`): Go's
+    /// switch falls through to its default, and so do we, noting it.
+    Unknown(String),
     Iptables,
     Nftables,
     Firewalld,
 }
 
-fn parse_backend(value: Option<&str>) -> Result<Requested> {
+fn parse_backend(value: Option<&str>) -> Requested {
     match value.unwrap_or("") {
-        "" => Ok(Requested::Auto),
-        "iptables" => Ok(Requested::Iptables),
-        "nftables" => Ok(Requested::Nftables),
-        "firewalld" => Ok(Requested::Firewalld),
-        other => Err(Error::config(
-            "backend",
-            format!(
-                "unknown backend {other:?} (expected \"\", \"iptables\", \"nftables\" or \
-                 \"firewalld\")"
-            ),
-        )),
+        "" => Requested::Auto,
+        "iptables" => Requested::Iptables,
+        "nftables" => Requested::Nftables,
+        "firewalld" => Requested::Firewalld,
+        other => Requested::Unknown(other.to_string()),
     }
+}
+
+/// The default backend for `Auto` and `Unknown`; an unknown value is
+/// noted ([`calllog::note_fallback`]) with what was used instead.
+fn default_backend(requested: &Requested, zone: &str) -> Result<FwBackend> {
+    let backend = if firewalld::is_running() {
+        firewalld::validate_zone("firewalldZone", zone)?;
+        FwBackend::Firewalld {
+            zone: zone.to_string(),
+        }
+    } else {
+        FwBackend::Iptables
+    };
+    if let Requested::Unknown(value) = requested {
+        calllog::note_fallback(Fallback {
+            key: "backend",
+            value: value.clone(),
+            used: backend.name().to_string(),
+        });
+    }
+    Ok(backend)
 }
 
 fn zone(raw: &RawConf) -> String {
@@ -90,7 +109,7 @@ impl FirewallConf {
     /// (a `stat` when there is no bus socket), else iptables.
     pub fn parse(args: &CmdArgs) -> Result<FirewallConf> {
         let raw: RawConf = args.config()?;
-        let requested = parse_backend(raw.backend.as_deref())?;
+        let requested = parse_backend(raw.backend.as_deref());
         let isolate = match raw.ingress_policy.as_deref().unwrap_or("") {
             "" | "open" => None,
             "same-bridge" => Some(Policy::SameBridge),
@@ -130,11 +149,7 @@ impl FirewallConf {
                 }
                 FwBackend::Firewalld { zone }
             }
-            Requested::Auto if firewalld::is_running() => {
-                firewalld::validate_zone("firewalldZone", &zone)?;
-                FwBackend::Firewalld { zone }
-            }
-            Requested::Auto => FwBackend::Iptables,
+            Requested::Auto | Requested::Unknown(_) => default_backend(&requested, &zone)?,
         };
         Ok(FirewallConf {
             backend,
@@ -170,14 +185,10 @@ impl FirewallConf {
         };
         let zone = zone(&raw);
         let hint = match parse_backend(raw.backend.as_deref()) {
-            Ok(Requested::Iptables) => TeardownHint::Iptables,
-            Ok(Requested::Nftables) => TeardownHint::Nftables,
-            Ok(Requested::Firewalld) => TeardownHint::Firewalld { zone },
-            Ok(Requested::Auto) => TeardownHint::Auto { zone },
-            Err(e) => {
-                eprintln!("ignoring the unusable config key backend: {e}");
-                TeardownHint::Auto { zone }
-            }
+            Requested::Iptables => TeardownHint::Iptables,
+            Requested::Nftables => TeardownHint::Nftables,
+            Requested::Firewalld => TeardownHint::Firewalld { zone },
+            Requested::Auto | Requested::Unknown(_) => TeardownHint::Auto { zone },
         };
         let dir = data_dir(raw.data_dir.as_deref()).unwrap_or_else(|e| {
             eprintln!("ignoring the unusable config key dataDir: {e}");
@@ -249,28 +260,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backends_are_named_exactly() {
-        assert_eq!(parse_backend(None).unwrap(), Requested::Auto);
-        assert_eq!(parse_backend(Some("")).unwrap(), Requested::Auto);
-        assert_eq!(
-            parse_backend(Some("iptables")).unwrap(),
-            Requested::Iptables
-        );
-        assert_eq!(
-            parse_backend(Some("nftables")).unwrap(),
-            Requested::Nftables
-        );
-        assert_eq!(
-            parse_backend(Some("firewalld")).unwrap(),
-            Requested::Firewalld
-        );
-        let e = parse_backend(Some("IPTABLES")).unwrap_err();
-        assert_eq!(e.code(), 7);
-        assert!(
-            e.to_string()
-                .contains("backend: unknown backend \"IPTABLES\""),
-            "{e}"
-        );
+    fn backends_are_named_exactly_and_others_fall_back_as_in_go() {
+        assert_eq!(parse_backend(None), Requested::Auto);
+        assert_eq!(parse_backend(Some("")), Requested::Auto);
+        assert_eq!(parse_backend(Some("iptables")), Requested::Iptables);
+        assert_eq!(parse_backend(Some("nftables")), Requested::Nftables);
+        assert_eq!(parse_backend(Some("firewalld")), Requested::Firewalld);
+        for other in ["ip6tables", "IPTABLES", "ebtables"] {
+            assert_eq!(
+                parse_backend(Some(other)),
+                Requested::Unknown(other.to_string())
+            );
+        }
         assert_eq!(data_dir(None).unwrap(), PathBuf::from("/run/cni/firewall"));
         assert_eq!(data_dir(Some("rel")).unwrap_err().code(), 7);
         assert_eq!(data_dir(Some("/a/../b")).unwrap_err().code(), 7);

@@ -82,7 +82,8 @@ pub enum FwBackend {
 }
 
 impl FwBackend {
-    fn record_name(&self) -> &'static str {
+    /// Its `backend` value, as records and the call log name it.
+    pub fn name(&self) -> &'static str {
         match self {
             FwBackend::Iptables => "iptables",
             FwBackend::Nftables => "nftables",
@@ -229,7 +230,7 @@ fn record_of(backend: &FwBackend, spec: &FirewallSpec) -> Record {
         network: spec.owner.network.clone(),
         container_id: spec.owner.container_id.clone(),
         ifname: spec.ifname.clone(),
-        backend: backend.record_name().to_string(),
+        backend: backend.name().to_string(),
         zone: match backend {
             FwBackend::Firewalld { zone } => zone.clone(),
             _ => String::new(),
