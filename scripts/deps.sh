@@ -75,14 +75,19 @@ ensure_reference_tools() {
 #   go-cni-cri  containerd's go-cni, called as containerd 1.6's CRI calls it
 #   go-cnitool  a cnitool on the upstream Go libcni (CRI-O, podman, multus)
 #   vercheck    Go libcni's VERSION exchange with a plugin
+#   nomad-cni   Nomad's plugin fingerprint and its bridge-mode calls
+#   nerdctl-cni nerdctl's firewall probe, network conflists and OCI hook calls
 # With Debian's Go and the libraries' Debian packages, in GOPATH mode: no
 # module download.
 ensure_go_clients() {
   skip_step go-clients && return 0
   if ! command -v go >/dev/null 2>&1 ||
     [ ! -d /usr/share/gocode/src/github.com/containerd/go-cni ] ||
-    [ ! -d /usr/share/gocode/src/github.com/containernetworking/cni/libcni ]; then
-    apt_install golang-go golang-github-containerd-go-cni-dev golang-github-appc-cni-dev
+    [ ! -d /usr/share/gocode/src/github.com/containernetworking/cni/libcni ] ||
+    [ ! -d /usr/share/gocode/src/github.com/hashicorp/go-version ] ||
+    [ ! -d /usr/share/gocode/src/github.com/Masterminds/semver ]; then
+    apt_install golang-go golang-github-containerd-go-cni-dev golang-github-appc-cni-dev \
+      golang-github-hashicorp-go-version-dev golang-github-masterminds-semver-dev
   fi
   local out=$repo/target/go-clients src name work
   mkdir -p "$out"

@@ -33,12 +33,13 @@ cargo test --workspace --no-fail-fast "${args[@]}" || status=$?
 
 # The multicall form: the chains through the three clients and real
 # containerd again (kube-flannel's, bridge + portmap + bandwidth, kindnet's
-# ptp, podman's, multus macvlan), and every plugin's --version and VERSION,
+# ptp, podman's, multus macvlan), Nomad's and nerdctl's probes and
+# networks, and every plugin's --version and VERSION,
 # against `cni-rs` and a link per plugin. The whole black-box suite runs the
 # same way: CNI_TEST_BIN_DIR=target/multicall-test cargo test -p tests.
 scripts/multicall-bin.sh "$(build_dir debug)" target/multicall-test
 multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p tests --test suite --no-fail-fast)
-"${multicall[@]}" -- clients:: containerd:: podman:: ptp:: || status=$?
+"${multicall[@]}" -- clients:: containerd:: podman:: ptp:: nomad:: nerdctl:: || status=$?
 "${multicall[@]}" -- release::every_binary release::go_libcni || status=$?
 "${multicall[@]}" -- empty_root:: || status=$?
 
