@@ -312,6 +312,16 @@ fn run(inv: &Invocation) -> Result<Option<String>> {
         }
         Verb::Check => cni.check_network_list(&list, &rt).map(|()| None),
         Verb::Del => cni.del_network_list(&list, &rt).map(|()| None),
+        // The library's GC does nothing here, as Go libcni's; a person
+        // who asked for it is told why instead.
+        Verb::Gc if list.disable_gc => Err(Error::config(
+            "disableGC",
+            format!(
+                "network {:?} sets disableGC: true (its state may be shared with another \
+                 runtime): not garbage-collected",
+                list.name
+            ),
+        )),
         Verb::Gc => {
             let keep = gc_valid_attachments(inv, &env, &cwd)?;
             cni.gc_network_list(&list, Some(&keep)).map(|()| None)

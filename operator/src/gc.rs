@@ -13,6 +13,9 @@
 //!    file: the daemon renews it and takes it up at start; only its
 //!    release ends it.
 //!
+//! A network whose config sets `disableGC` (spec 1.1: its state may be
+//! shared with another runtime) is skipped whole, and the report says so.
+//!
 //! The GC verb with `cni.dev/valid-attachments` is not sent: a plugin's GC
 //! removes all its list does not name, and an ADD that starts after the
 //! node was read is in no list, since nothing serializes us with the
@@ -23,6 +26,7 @@
 //! The node is read again before steps 2 and 3; what step 3 cannot
 //! remove is reported as not removed (exit 1).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use cnitool::cache::{CacheKey, ResultCache};
@@ -68,6 +72,14 @@ fn is_target(l: Liveness, row: &Row, opts: &GcOptions) -> bool {
     l == Liveness::Stale || (opts.untied && l == Liveness::Untied && owner_known(row))
 }
 
+/// Whether the row's network, as configured (or as its cache entry ran
+/// it), sets `disableGC`.
+fn gc_disabled(state: &NodeState, row: &Row) -> bool {
+    state
+        .network(&row.key.network)
+        .is_some_and(|n| n.list.disable_gc)
+}
+
 fn owner_known(row: &Row) -> bool {
     !row.key.network.is_empty() && !row.key.container_id.is_empty()
 }
@@ -110,8 +122,16 @@ pub fn run(
         let _ = writeln!(out, "unreadable: {u}");
     }
     let mut targets = Vec::new();
+    let mut kept_by_disable_gc: BTreeMap<&str, usize> = BTreeMap::new();
     for row in state.rows.iter().filter(|r| in_scope(r, opts)) {
         let l = verdicts[&row.key];
+        if gc_disabled(&state, row) {
+            // Spec 1.1: a runtime must not collect such a network, whose
+            // state another runtime may share; not even what looks dead.
+            let n = kept_by_disable_gc.entry(&row.key.network).or_default();
+            *n += usize::from(matches!(l, Liveness::Stale | Liveness::Untied));
+            continue;
+        }
         match l {
             Liveness::Stale => {
                 let why = match &row.cached {
@@ -160,6 +180,13 @@ pub fn run(
         if is_target(l, row, opts) {
             targets.push(row.key.clone());
         }
+    }
+    for (network, dead) in &kept_by_disable_gc {
+        let _ = writeln!(
+            out,
+            "skipped network {network:?}: it sets disableGC: true (its state may be shared \
+             with another runtime); {dead} dead attachment(s) kept"
+        );
     }
     report.found = targets.len();
     report.seen = state.rows.iter().filter(|r| in_scope(r, opts)).count();

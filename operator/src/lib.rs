@@ -112,6 +112,9 @@ DESCRIPTION
   attachments does not name, is not sent, since an ADD in flight would be
   in no list.
   --untied also removes untied state.
+  A network whose config sets \"disableGC\": true (spec 1.1: its state may be
+  shared with another runtime) is skipped whole, dry run or --apply, and a
+  line says so with the number of its dead attachments kept.
   --every INTERVAL runs a pass, then another every INTERVAL (`600`, `600s`,
   `10m`, `1h`), until SIGTERM or SIGINT ends it (exit 0): a DaemonSet's
   container from an image with no shell (deploy/cni-rs.yaml). A pass that

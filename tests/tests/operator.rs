@@ -500,6 +500,99 @@ fn gc_removes_exactly_the_dead(runtime: Runtime) {
 /// mount leaves. The first two hold a namespace but not the pod's: unknown,
 /// kept whole. The plain file is no namespace: stale, collected. The live
 /// pod keeps everything, traffic included.
+/// A network whose config sets `disableGC` (spec 1.1: state shared with
+/// another runtime) is collected by nobody: `gc --apply` reports it and
+/// removes nothing of its leaked attachment, and our cnitool refuses its
+/// GC. The same leak is collected once the key is gone. (`--grace 0`:
+/// the leak is seconds old.)
+#[test]
+fn gc_skips_a_network_that_sets_disable_gc() {
+    if !require_root("gc_skips_a_network_that_sets_disable_gc") {
+        return;
+    }
+    let node = Node::new("opnogc");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("opnogc-state");
+    let conflist = |disable_gc: bool| {
+        json!({
+            "cniVersion": "1.1.0", "name": "sharednet", "disableGC": disable_gc,
+            "plugins": [
+                {"type": "bridge", "bridge": "cni-nogc", "isGateway": true, "ipMasq": true,
+                 "ipam": {"type": "host-local", "dataDir": state.path().join("leases"),
+                          "ranges": [[{"subnet": "10.83.0.0/24"}]]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        })
+    };
+    node.write_conf("10-shared.conflist", &conflist(true));
+    let live = Netns::new("opnogc-live");
+    let lost = Netns::new("opnogc-lost");
+    for (pod, cid, port) in [(&live, "live", 9400), (&lost, "lost", 9401)] {
+        let caps =
+            json!({"portMappings": [{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]})
+                .to_string();
+        let path = pod.path().display().to_string();
+        let out = node.cnitool_with(
+            &bin("cnitool"),
+            &["add", "sharednet", &path],
+            &[("CAP_ARGS", &caps), ("CNI_CONTAINERID", cid)],
+        );
+        assert_eq!(out.exit_code, 0, "{cid}: {out:?}");
+    }
+    run_ok(Command::new("ip").args(["netns", "del", lost.name()]));
+    wait_for_veths(&node.ns, 1);
+    let snapshot = || {
+        (
+            NetSnapshot::take(&node.ns),
+            tree(state.path()),
+            tree(node.cache_dir.path()),
+        )
+    };
+    let before = snapshot();
+
+    let out = gc(&node, &["--apply", "--grace", "0"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains(
+            "skipped network \"sharednet\": it sets disableGC: true (its state may be shared \
+             with another runtime); 1 dead attachment(s) kept"
+        ),
+        "{out:?}"
+    );
+    assert!(!out.stdout.contains("removing"), "{out:?}");
+    let after = snapshot();
+    assert_eq!(before.0.diff(&after.0), Vec::<String>::new());
+    assert_eq!(
+        (&before.1, &before.2),
+        (&after.1, &after.2),
+        "leases, cache"
+    );
+
+    let out = node.cnitool_with(&bin("cnitool"), &["gc", "sharednet"], &[]);
+    assert_eq!(out.exit_code, 1, "{out:?}");
+    assert!(
+        out.stderr
+            .contains("disableGC: network \"sharednet\" sets disableGC: true"),
+        "{out:?}"
+    );
+    assert_eq!(
+        before.0.diff(&NetSnapshot::take(&node.ns)),
+        Vec::<String>::new()
+    );
+
+    // Without the key, the same leak is found and taken.
+    node.write_conf("10-shared.conflist", &conflist(false));
+    let out = gc(&node, &["--apply", "--grace", "0"]);
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("stale   sharednet lost eth0"),
+        "{out:?}"
+    );
+    let leases = lease_files_in(&state.path().join("leases/sharednet"));
+    assert_eq!(leases.len(), 1, "only the live pod's lease: {leases:?}");
+    assert!(leases[0].1.starts_with("live"), "{leases:?}");
+}
+
 #[test]
 fn gc_keeps_a_reused_sandbox_path_and_takes_a_plain_file() {
     if !require_root("gc_keeps_a_reused_sandbox_path_and_takes_a_plain_file") {
