@@ -57,7 +57,7 @@ fn every_plugin_answers_version_with_its_versions() {
             json!({
                 "cniVersion": "1.1.0",
                 "supportedVersions": supported_versions(p),
-                "pluginVersion": env!("CARGO_PKG_VERSION"),
+                "pluginVersion": tests::release::PLUGIN_VERSION,
             }),
             "{p}"
         );
