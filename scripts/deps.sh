@@ -163,6 +163,15 @@ ensure_release_test_deps() {
   fi
 }
 
+# A real Prometheus and promtool (Debian's prometheus) for
+# tests/tests/metrics.rs, which starts its own in a throwaway namespace,
+# never the machine's service: a policy-rc.d refuses service starts while
+# it installs.
+ensure_prometheus() {
+  command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1 && return
+  with_services_held apt_install --no-install-recommends prometheus
+}
+
 # firewalld and dbus-daemon for the firewall plugin's firewalld tests, which
 # start their own on a private bus in a throwaway mount and network namespace
 # (tests/src/firewalld.rs), never the machine's. Installing must not start

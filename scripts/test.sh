@@ -19,6 +19,7 @@ ensure_containerd
 ensure_podman
 ensure_release_test_deps
 ensure_firewalld
+ensure_prometheus
 
 cargo build --workspace --bins
 status=0

@@ -136,6 +136,14 @@ impl IpamConfig {
         IpamConfig::build(raw, &args.cni_args()?, args.version)
     }
 
+    /// The config a network's plugin (with its `name` and `ipam`) gives
+    /// host-local, with no runtime arguments: what a node reader
+    /// (`cni-rs metrics`) needs of its ranges and lease directory.
+    pub fn from_network_plugin(conf: &[u8]) -> Result<IpamConfig, Error> {
+        let raw: RawNet = libcni::gojson::from_slice(conf)?;
+        IpamConfig::build(raw, &CniArgs::default(), Version::CURRENT)
+    }
+
     fn build(raw: RawNet, env: &CniArgs, version: Version) -> Result<IpamConfig, Error> {
         let ipam = raw.ipam.ok_or_else(missing_ipam)?;
         let location = Location::new(&raw.name, ipam.data_dir.as_deref())?;

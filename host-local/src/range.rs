@@ -160,6 +160,18 @@ impl Range {
         self.is_ipv4() == other.is_ipv4() && self.start <= other.end && other.start <= self.end
     }
 
+    /// How many addresses `start..=end` holds, the gateway included.
+    /// Saturates at `u128::MAX` (an IPv6 /0).
+    pub fn addresses(&self) -> u128 {
+        (self.end - self.start).saturating_add(1)
+    }
+
+    /// Whether the gateway is one of `start..=end` (then it is never
+    /// handed out: the range's one reserved address).
+    pub fn holds_gateway(&self) -> bool {
+        (self.start..=self.end).contains(&self.gateway)
+    }
+
     /// How many addresses of this range can be handed out: all of
     /// `start..=end` but the gateway. Saturates at `u128::MAX` (an IPv6 /0).
     fn size(&self) -> u128 {
@@ -242,7 +254,7 @@ impl RangeSet {
         Ok(RangeSet { ranges })
     }
 
-    #[cfg(test)]
+    /// The set's ranges, in the config's order.
     pub fn ranges(&self) -> &[Range] {
         &self.ranges
     }

@@ -97,6 +97,9 @@ Usage: cni-rs PLUGIN [ARGS...]     run a plugin (as the runtime calls it: CNI_CO
                                   (`cni-rs gc --help`)
        cni-rs doctor              what the node's configs need, and gc's findings
                                   (`cni-rs doctor --help`)
+       cni-rs metrics [--listen [ADDR]]
+                                  the node's metrics for Prometheus: pools, leaks, calls
+                                  (`cni-rs metrics --help`)
        cni-rs --list              the plugins built in, one per line
        cni-rs --version           print \"cni-rs <version>\"
 
@@ -124,6 +127,8 @@ pub enum Call {
     Gc(Vec<OsString>),
     /// The node's checks (`doctor`), with these arguments.
     Doctor(Vec<OsString>),
+    /// The node's metrics (`metrics`), with these arguments.
+    Metrics(Vec<OsString>),
     List,
     Version,
     Help,
@@ -160,6 +165,7 @@ pub fn dispatch(args: Vec<OsString>, runtime_call: bool) -> Call {
         Some("inspect") => Call::Inspect(args[2..].to_vec()),
         Some("gc") => Call::Gc(args[2..].to_vec()),
         Some("doctor") => Call::Doctor(args[2..].to_vec()),
+        Some("metrics") => Call::Metrics(args[2..].to_vec()),
         Some("--list") if args.len() == 2 => Call::List,
         Some("--version") if args.len() == 2 => Call::Version,
         Some("-h" | "--help" | "help") => Call::Help,
@@ -185,6 +191,7 @@ pub fn main() -> ExitCode {
         Call::Inspect(args) => node_command(operator::inspect_main, &args),
         Call::Gc(args) => node_command(operator::gc_main, &args),
         Call::Doctor(args) => node_command(operator::doctor_main, &args),
+        Call::Metrics(args) => node_command(operator::metrics_main, &args),
         Call::Latency(args) => {
             let args = lossy(&args);
             if args.iter().any(|a| a == "-h" || a == "--help") {
@@ -248,6 +255,9 @@ mod operator {
     pub fn doctor_main(_: &[String]) -> ExitCode {
         absent()
     }
+    pub fn metrics_main(_: &[String]) -> ExitCode {
+        absent()
+    }
 }
 
 fn node_command(main: fn(&[String]) -> ExitCode, args: &[OsString]) -> ExitCode {
@@ -294,7 +304,9 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(n, sorted);
-        for command in [SELF_NAME, "install", "latency", "inspect", "gc", "doctor"] {
+        for command in [
+            SELF_NAME, "install", "latency", "inspect", "gc", "doctor", "metrics",
+        ] {
             assert!(!n.contains(&command), "{command}");
         }
     }

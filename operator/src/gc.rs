@@ -56,6 +56,10 @@ pub struct GcReport {
     pub found: usize,
     /// How many attachments (rows) were read, live ones included.
     pub seen: usize,
+    /// With `--apply`, the pieces of dead attachments that are gone
+    /// after the pass, by kind (`lease`, `portMappings`, ...): what the
+    /// pass collected. Empty when a read of the node failed midway.
+    pub collected: BTreeMap<&'static str, usize>,
 }
 
 fn in_scope(row: &Row, opts: &GcOptions) -> bool {
@@ -191,22 +195,37 @@ pub fn run(
     report.found = targets.len();
     report.seen = state.rows.iter().filter(|r| in_scope(r, opts)).count();
     if opts.apply && !targets.is_empty() {
-        if let Err(e) = apply(paths, judge, &state, &targets, &mut report) {
-            report.failures.push(e);
+        let mut held: BTreeMap<Kind, usize> = BTreeMap::new();
+        for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
+            for p in present(row) {
+                *held.entry(p.kind).or_default() += 1;
+            }
+        }
+        match apply(paths, judge, &state, &targets, &mut report) {
+            Ok(left) => {
+                for (kind, n) in held {
+                    let gone = n.saturating_sub(left.get(&kind).copied().unwrap_or(0));
+                    if gone > 0 {
+                        report.collected.insert(kind.as_str(), gone);
+                    }
+                }
+            }
+            Err(e) => report.failures.push(e),
         }
     }
     report
 }
 
-/// `--apply`'s three steps on `targets`, found in `state`. An error is a
-/// read of the node (the CRI runtime) that failed between steps.
+/// `--apply`'s three steps on `targets`, found in `state`: the pieces of
+/// the targets left on the node after them, by kind. An error is a read
+/// of the node (the CRI runtime) that failed between steps.
 fn apply(
     paths: &NodePaths,
     judge: &dyn Fn() -> Result<Judge, String>,
     state: &NodeState,
     targets: &[AttachmentKey],
     report: &mut GcReport,
-) -> Result<(), String> {
+) -> Result<BTreeMap<Kind, usize>, String> {
     let runner = CniConfig::new(paths.bin_path.clone(), &paths.cache_dir);
 
     // 1. DEL through the chain.
@@ -267,12 +286,18 @@ fn apply(
 
     // 3. What no plugin claimed.
     let (state, verdicts) = read(paths, judge)?;
+    let mut left: BTreeMap<Kind, usize> = BTreeMap::new();
     for row in state.rows.iter().filter(|r| targets.contains(&r.key)) {
         if verdicts[&row.key].is_live() {
-            continue; // taken again meanwhile
+            // Taken again meanwhile.
+            for p in present(row) {
+                *left.entry(p.kind).or_default() += 1;
+            }
+            continue;
         }
         for p in present(row) {
             if let Err(why) = remove_piece(paths, &state, row, p) {
+                *left.entry(p.kind).or_default() += 1;
                 report.failures.push(format!(
                     "{}: {} {}: {why}",
                     describe(row),
@@ -284,7 +309,7 @@ fn apply(
             }
         }
     }
-    Ok(())
+    Ok(left)
 }
 
 /// The node read, and each row judged (the CRI runtime asked again).

@@ -1,19 +1,22 @@
-//! The node operator's commands, run as `cni-rs inspect`, `cni-rs gc` and
-//! `cni-rs doctor` (the multicall binary dispatches to [`inspect_main`],
-//! [`gc_main`] and [`doctor_main`]).
+//! The node operator's commands, run as `cni-rs inspect`, `cni-rs gc`,
+//! `cni-rs doctor` and `cni-rs metrics` (the multicall binary dispatches to
+//! [`inspect_main`], [`gc_main`], [`doctor_main`] and [`metrics_main`]).
 //!
 //! They read what the runtimes read (the conf dir, the plugin path, the
 //! result cache) and what each plugin keeps on the node, through that
 //! plugin's own code ([`collect`]); decide which attachments are live
 //! ([`liveness`], asking a CRI runtime through [`cri`]); and print
-//! ([`inspect`]) or collect ([`gc`]) them; [`doctor`] checks the rest.
+//! ([`inspect`]) or collect ([`gc`]) them; [`doctor`] checks the rest, and
+//! [`metrics`] turns it all into Prometheus metrics.
 
 pub mod collect;
 pub mod cri;
 pub mod doctor;
 pub mod gc;
+pub mod gc_record;
 pub mod inspect;
 pub mod liveness;
+pub mod metrics;
 pub mod namespace;
 pub mod node;
 pub mod repeat;
@@ -152,6 +155,40 @@ EXIT STATUS
 
 ";
 
+pub const METRICS_USAGE: &str = "\
+NAME
+  cni-rs metrics - the node's CNI metrics for Prometheus
+
+SYNOPSIS
+  cni-rs metrics [--listen [ADDR]] [--call-log LOG] [OPTIONS]
+
+DESCRIPTION
+  Prints the metrics once in the Prometheus text format (what node_exporter's
+  textfile collector reads), or with --listen serves them over HTTP at
+  /metrics (OpenMetrics when the scraper asks for it; /healthz answers ok).
+  ADDR defaults to 127.0.0.1:9585 (loopback only); the DaemonSet binds the
+  node's address. Only GET is answered; a request must arrive whole within
+  5 s and 8 KiB, and 16 connections at most are served at once.
+
+  Per network and host-local range (flannel's from its subnet.env): the
+  range's addresses, those never handed out (its gateway), those leased,
+  and those leased to no live attachment, by gc's liveness rules. Per
+  network: attachments live, leaked (stale or untied) and unknown. From the
+  call log (LOG, default the logFile of /etc/cni/cni-rs.conf or the file
+  CNI_RS_CONFIG names, and LOG.1): calls by plugin, command and error code,
+  a duration histogram by plugin and command, each line counted once across
+  rotation (a server reads only new lines; a new one starts with what LOG.1
+  and LOG hold), and each network's last STATUS answer. What gc --apply
+  collected by kind and when it last ran (<cache dir>/cni-rs/gc.json). What
+  cannot be read is counted in cni_metrics_read_errors_total and skipped.
+  docs/operating.md lists every metric.
+
+EXIT STATUS
+  0, 1 when the server cannot listen, 2 for a usage error.
+
+";
+
+#[derive(Clone)]
 struct Common {
     paths: NodePaths,
     cri: Option<PathBuf>,
@@ -300,6 +337,13 @@ pub fn gc_main(args: &[String]) -> ExitCode {
         for f in &report.failures {
             eprintln!("cni-rs gc: not removed: {f}");
         }
+        if opts.apply {
+            let done =
+                gc_record::add_pass(&c.paths.cache_dir, &report.collected, SystemTime::now());
+            if let Err(e) = done {
+                eprintln!("cni-rs gc: the record for cni-rs metrics was not written: {e}");
+            }
+        }
         report
     };
     let Some(interval) = c.every else {
@@ -347,5 +391,70 @@ pub fn doctor_main(args: &[String]) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+pub fn metrics_main(args: &[String]) -> ExitCode {
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{METRICS_USAGE}{COMMON_OPTIONS}");
+        return ExitCode::SUCCESS;
+    }
+    // --listen takes an optional value; --call-log a value.
+    let mut listen: Option<String> = None;
+    let mut call_log: Option<PathBuf> = None;
+    let mut rest = Vec::new();
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--listen" => {
+                let addr = match it.peek() {
+                    Some(v) if !v.starts_with("--") => it.next().cloned(),
+                    _ => None,
+                };
+                listen = Some(addr.unwrap_or_else(|| metrics::server::DEFAULT_LISTEN.into()));
+            }
+            "--call-log" => match it.next() {
+                Some(v) => call_log = Some(v.into()),
+                None => return usage_error("metrics", "--call-log needs a value", METRICS_USAGE),
+            },
+            _ => rest.push(a.clone()),
+        }
+    }
+    let c = match parse(&rest, &[]) {
+        Ok(c) if c.network.is_none() => c,
+        Ok(_) => return usage_error("metrics", "metrics takes no network", METRICS_USAGE),
+        Err(e) => return usage_error("metrics", &e, METRICS_USAGE),
+    };
+    let call_log = call_log.or_else(|| {
+        let env = |k: &str| std::env::var(k).ok();
+        libcni::calllog::read_config(&libcni::calllog::config_path(&env)).map(|c| c.log_file)
+    });
+    let mut m = metrics::Metrics::new(call_log.as_deref());
+    let sources = metrics::Sources {
+        paths: c.paths.clone(),
+        call_log,
+    };
+    let Some(addr) = listen else {
+        m.refresh(&sources.paths, &|| c.judge());
+        print!("{}", m.encode(metrics::Format::Text));
+        return ExitCode::SUCCESS;
+    };
+    let addr: std::net::SocketAddr = match addr.parse() {
+        Ok(a) => a,
+        Err(_) => {
+            return usage_error(
+                "metrics",
+                &format!("--listen {addr:?}: not an address and port (127.0.0.1:9585, [::]:9585)"),
+                METRICS_USAGE,
+            )
+        }
+    };
+    let judge = move || c.judge();
+    match metrics::server::serve(addr, sources, m, Box::new(judge)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cni-rs metrics: {e}");
+            ExitCode::FAILURE
+        }
     }
 }

@@ -1,7 +1,8 @@
-//! `gc --every`: a pass, then another at each interval, until SIGTERM or
-//! SIGINT. The DaemonSet's gc container runs this as its PID 1 from an
-//! image with no shell, where a signal with no handler does nothing: the
-//! signals are blocked and waited for with the interval as the timeout,
+//! The DaemonSet's long-running commands, until SIGTERM or SIGINT: `gc
+//! --every` (a pass, then another at each interval) and `metrics
+//! --listen` (a server). Each runs as its container's PID 1 from an image
+//! with no shell, where a signal with no handler does nothing: the
+//! signals are blocked and waited for (with the interval as the timeout),
 //! so a stop ends the wait at once, never a pass half done.
 
 use nix::sys::signal::{SigSet, Signal};
@@ -28,11 +29,7 @@ pub fn parse_interval(text: &str) -> Result<Duration, String> {
 /// began, until SIGTERM or SIGINT arrives (then returns `Ok`). A pass that
 /// outlasts the interval is followed at once by the next.
 pub fn every(interval: Duration, mut pass: impl FnMut()) -> Result<(), String> {
-    let mut stop = SigSet::empty();
-    stop.add(Signal::SIGTERM);
-    stop.add(Signal::SIGINT);
-    stop.thread_block()
-        .map_err(|e| format!("blocking SIGTERM and SIGINT: {e}"))?;
+    let stop = block_stop_signals()?;
     loop {
         let began = Instant::now();
         pass();
@@ -41,6 +38,34 @@ pub fn every(interval: Duration, mut pass: impl FnMut()) -> Result<(), String> {
             return Ok(());
         }
     }
+}
+
+/// Runs `work` on a thread of its own until SIGTERM or SIGINT arrives
+/// (then returns `Ok`, leaving it to end with the process), or until it
+/// returns (then returns what it returned).
+pub fn until_stopped(
+    work: impl FnOnce() -> Result<(), String> + Send + 'static,
+) -> Result<(), String> {
+    let stop = block_stop_signals()?;
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(work());
+        // Wakes the wait below (the signal is blocked: it stays pending).
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), Signal::SIGTERM);
+    });
+    while !wait_for(&stop, Duration::from_secs(3600))? {}
+    done_rx.try_recv().unwrap_or(Ok(()))
+}
+
+/// Blocks SIGTERM and SIGINT in this thread (and the threads it starts
+/// from now on), to be waited for.
+fn block_stop_signals() -> Result<SigSet, String> {
+    let mut stop = SigSet::empty();
+    stop.add(Signal::SIGTERM);
+    stop.add(Signal::SIGINT);
+    stop.thread_block()
+        .map_err(|e| format!("blocking SIGTERM and SIGINT: {e}"))?;
+    Ok(stop)
 }
 
 /// Waits up to `timeout` for one of the blocked signals of `set`: true

@@ -79,19 +79,30 @@ pub fn ping_ok(from: &Netns, ip: &str) -> bool {
 /// `GET /` over HTTP/1.0 from `from` to `ip:port` (one try, 3 s): the
 /// response body, or `None` when nothing answered.
 pub fn http_get(from: &Netns, ip: &str, port: u16) -> Option<String> {
+    http_request(from, ip, port, "GET / HTTP/1.0\r\n\r\n").map(|(_, body)| body)
+}
+
+/// Sends `request` as it is from `from` to `ip:port` (one try, 3 s):
+/// the response's status line and body (trimmed), or `None` when nothing
+/// answered.
+pub fn http_request(from: &Netns, ip: &str, port: u16, request: &str) -> Option<(String, String)> {
     const CLIENT: &str = r#"
 import socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3)
-s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+s.sendall(sys.argv[3].encode())
 data = b""
 while True:
     chunk = s.recv(4096)
     if not chunk:
         break
     data += chunk
-print(data.split(b"\r\n\r\n", 1)[-1].decode().strip())
+head, _, body = data.partition(b"\r\n\r\n")
+print(head.split(b"\r\n", 1)[0].decode())
+print(body.decode().strip())
 "#;
-    python_client(from, CLIENT, &[ip, &port.to_string()])
+    let out = python_client(from, CLIENT, &[ip, &port.to_string(), request])?;
+    let (status, body) = out.split_once('\n').unwrap_or((out.as_str(), ""));
+    Some((status.to_string(), body.to_string()))
 }
 
 /// The echo service: on `port`, TCP and UDP, IPv4 and IPv6, answers each

@@ -29,6 +29,7 @@ mod install;
 mod link_kinds;
 mod loopback;
 mod macvlan;
+mod metrics;
 mod multicall;
 mod nerdctl;
 mod netfilter;

@@ -462,6 +462,22 @@ fn gc_removes_exactly_the_dead(runtime: Runtime) {
         "{apply:?}"
     );
     assert_eq!(tree(state.path()), live_files.0, "{apply:?}");
+    // Besides the live pods' cache, gc's record of what it collected (for
+    // cni-rs metrics): a pass, with the leases it took.
+    let record = node.shared_cache_dir().join("cni-rs/gc.json");
+    let recorded: Value =
+        serde_json::from_slice(&std::fs::read(&record).expect("gc's record")).expect("JSON");
+    assert!(
+        recorded["lastRunSeconds"].as_f64().is_some_and(|t| t > 0.0),
+        "{recorded}"
+    );
+    assert!(
+        recorded["collected"]["lease"]
+            .as_u64()
+            .is_some_and(|n| n > 0),
+        "{recorded}"
+    );
+    std::fs::remove_dir_all(record.parent().unwrap()).unwrap();
     assert_eq!(tree(&node.shared_cache_dir()), live_files.1, "{apply:?}");
     let again = gc(&node, &["--grace", "0"]);
     assert_eq!(again.exit_code, 0, "{again:?}");
@@ -541,12 +557,13 @@ fn gc_skips_a_network_that_sets_disable_gc() {
     }
     run_ok(Command::new("ip").args(["netns", "del", lost.name()]));
     wait_for_veths(&node.ns, 1);
+    // gc's own record of its passes (for cni-rs metrics) aside.
     let snapshot = || {
-        (
-            NetSnapshot::take(&node.ns),
-            tree(state.path()),
-            tree(node.cache_dir.path()),
-        )
+        let cache: Vec<String> = tree(node.cache_dir.path())
+            .into_iter()
+            .filter(|f| !f.contains("cni-rs/"))
+            .collect();
+        (NetSnapshot::take(&node.ns), tree(state.path()), cache)
     };
     let before = snapshot();
 
@@ -982,6 +999,8 @@ fn gc_asks_containerd_which_sandboxes_live() {
         .into_iter()
         .chain(tree(&second.run_cni()))
         .filter(|f| !f.ends_with('/') && !f.contains("lock") && !f.contains("last_reserved_ip"))
+        // gc's record of its passes, for cni-rs metrics.
+        .filter(|f| f != "cni-rs/gc.json")
         .collect();
     assert_eq!(left, Vec::<String>::new());
 }
