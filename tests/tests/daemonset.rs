@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tests::containerd::{Containerd, SANDBOX_PAGE};
-use tests::release::{commit_time, SUITE_VERSION};
+use tests::release::{commit_time, PLUGIN_VERSION, SUITE_VERSION};
 use tests::*;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -174,6 +174,7 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
     let leases = TempDir::new("ctd-ds-leases");
     let opt_cni_bin = TempDir::new("ctd-ds-opt-cni-bin");
     let logs = TempDir::new("ctd-ds-logs");
+    let call_logs = TempDir::new("ctd-ds-call-logs");
     let containerd = Containerd::start_with_bin_dir(&node, conf.path(), &[], opt_cni_bin.path());
     // As the manifest's header says an operator imports it.
     containerd.import_image(&image_tar, &["--base-name", "localhost/cni-rs"]);
@@ -191,6 +192,7 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
         ("/run/cni", containerd.run_cni()),
         ("/run/netns", PathBuf::from("/run/netns")),
         ("/run/containerd", containerd.socket_dir().to_path_buf()),
+        ("/var/log/cni-rs", call_logs.path().to_path_buf()),
     ]);
     let ds_pod = PodSpec {
         name: "cni-rs-node1".into(),
@@ -340,11 +342,43 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
         stopped.elapsed()
     );
 
+    // The metrics container serves the node's metrics on every address
+    // of the node: the live pod, its pool, our version.
+    let metrics = manifest.container("containers", "metrics", &host_dirs, "metrics.log");
+    assert!(
+        metrics.command.is_empty() && metrics.privileged,
+        "{metrics:?}"
+    );
+    assert_eq!(metrics.args[..3], ["metrics", "--listen", "0.0.0.0:9585"]);
+    let metrics_id = cri
+        .create_container(&ds_id, &ds_pod, &metrics)
+        .unwrap_or_else(|e| panic!("{test}: {e}\n{}", containerd.log()));
+    cri.start_container(&metrics_id).expect("StartContainer");
+    let scrape = || {
+        http_request(
+            &outside.ns,
+            &outside.node_v4(),
+            9585,
+            "GET /metrics HTTP/1.1\r\nHost: node\r\n\r\n",
+        )
+    };
+    wait_until(30, "the metrics container's answer", || scrape().is_some());
+    let (status, body) = scrape().expect("an answer");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{test}: {body}");
+    for line in [
+        "cni_attachments{network=\"k8s-pod-network\",state=\"live\"} 1",
+        "cni_ipam_pool_addresses{network=\"k8s-pod-network\",range=\"10.86.0.1-10.86.0.254\"} 254.0",
+        &format!("cni_build_info{{version=\"{PLUGIN_VERSION}\""),
+    ] {
+        assert!(body.contains(line), "{test}: {line} in\n{body}");
+    }
+    cri.stop_container(&metrics_id, 30).expect("StopContainer");
+
     // kubelet's teardown, through the installed plugins.
     cri.stop_pod_sandbox(&web_id).expect("StopPodSandbox");
     cri.remove_pod_sandbox(&web_id).expect("RemovePodSandbox");
     assert!(leases_in(&leases.path().join("k8s-pod-network")).is_empty());
-    for id in [&init_id, &gc_id] {
+    for id in [&init_id, &gc_id, &metrics_id] {
         cri.remove_container(id).expect("RemoveContainer");
     }
     cri.stop_pod_sandbox(&ds_id).expect("StopPodSandbox");
