@@ -42,6 +42,19 @@ dynamic=$repo/target/dynamic/$(rustc --print host-tuple)/release
 status=0
 "$(build_dir release)/cni-bench" --dynamic "$dynamic" "$@" || status=$?
 
+# The cost of a metrics scrape (cni-bench-scrape), in a namespace of its
+# own, appended to the results.
+scrape_ns=cnit-bench-$$-scrape
+ip netns add "$scrape_ns"
+ip netns exec "$scrape_ns" ip link set lo up
+if ip netns exec "$scrape_ns" "$(build_dir release)/cni-bench-scrape" "$(build_dir release)/cni-rs" \
+  > target/scrape.md; then
+  { echo; cat target/scrape.md; } >> bench/RESULTS.md
+else
+  status=1
+fi
+ip netns del "$scrape_ns"
+
 left=$(ip netns list | awk '{print $1}' | grep '^cnit-bench-' || true)
 if [ -n "$left" ]; then
   echo "error: benchmark namespaces left behind:" $left >&2
