@@ -1203,6 +1203,15 @@ pub fn iptables_rules(ns: &Netns) -> String {
     all
 }
 
+/// [`tree`] less what host-local keeps between pods (its `lock` and
+/// `last_reserved_ip.*` files): what a teardown must leave as it found it.
+pub fn state_tree(dir: &Path) -> Vec<String> {
+    tree(dir)
+        .into_iter()
+        .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
+        .collect()
+}
+
 /// Every entry under `dir`, recursively, as `relative/path` (a trailing
 /// `/` for a directory, ` -> target` for a symlink), sorted. Empty when
 /// `dir` does not exist.

@@ -296,10 +296,7 @@ impl Bench {
     fn state_now(&self) -> (NetSnapshot, Vec<String>, Vec<String>) {
         (
             NetSnapshot::take(&self.node.ns),
-            tree(self.state.path())
-                .into_iter()
-                .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
-                .collect(),
+            state_tree(self.state.path()),
             tree(self.node.cache_dir.path()),
         )
     }

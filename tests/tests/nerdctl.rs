@@ -130,11 +130,10 @@ fn nerdctl_networks_isolate_and_publish_through_go_cni() {
 
     // A first container on each network makes what they share, and stops.
     let state = || {
-        let files: Vec<String> = tree(node.cache_dir.path())
-            .into_iter()
-            .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
-            .collect();
-        (NetSnapshot::take(&node.ns), files)
+        (
+            NetSnapshot::take(&node.ns),
+            state_tree(node.cache_dir.path()),
+        )
     };
     for (net, id) in [(&default_net, "warmd"), (&isolated_net, "warmq")] {
         let c = container(net, id, vec!["18080:7070"]);

@@ -114,10 +114,7 @@ impl NomadNode {
 
     /// The node's network state and Nomad's host-local leases.
     fn state(&self) -> (NetSnapshot, Vec<String>) {
-        let leases = tree(&self.node.ns.run_dir())
-            .into_iter()
-            .filter(|f| !f.ends_with("/lock") && !f.contains("last_reserved_ip"))
-            .collect();
+        let leases = state_tree(&self.node.ns.run_dir());
         (NetSnapshot::take(&self.node.ns), leases)
     }
 }
