@@ -8,7 +8,7 @@
 //! only for new lines, 1,000 appended before each), and the server's
 //! resident memory after each, which must stay flat.
 //!
-//! Usage: cni-bench-scrape CNI_RS [SCRAPES]
+//! Usage: `cni-bench-scrape CNI_RS [SCRAPES]`
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
