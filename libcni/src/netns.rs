@@ -36,6 +36,14 @@ pub struct NetNs {
     path: PathBuf,
 }
 
+/// What tells one network namespace from another: its nsfs device and
+/// inode numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NsIdentity {
+    pub dev: u64,
+    pub ino: u64,
+}
+
 /// `CNI_NETNS_OVERRIDE` is `1` or `true`: a "container" namespace may be
 /// the plugin's own (as the Go skeleton allows).
 fn own_allowed() -> bool {
@@ -135,20 +143,32 @@ impl NetNs {
         Ok(self)
     }
 
-    /// Whether this is the network namespace of the calling thread (compares
-    /// device and inode numbers).
-    pub fn is_same_as_current(&self) -> Result<bool> {
-        let ours = self
+    /// The namespace's device and inode numbers: what names a namespace
+    /// for as long as it lives (`ip netns identify` compares the same).
+    pub fn identity(&self) -> Result<NsIdentity> {
+        // std's metadata is statx/fstat64: 64-bit numbers on every
+        // architecture, where `libc::stat`'s are 32-bit on 32-bit arm.
+        let meta = self
             .file
             .metadata()
             .map_err(|e| Error::kernel(format!("stat network namespace {:?}", self.path), e))?;
+        Ok(NsIdentity {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+
+    /// Whether this is the network namespace of the calling thread (compares
+    /// device and inode numbers).
+    pub fn is_same_as_current(&self) -> Result<bool> {
+        let ours = self.identity()?;
         let current = std::fs::metadata(CURRENT_THREAD_NETNS).map_err(|e| {
             Error::kernel(
                 format!("stat the current network namespace {CURRENT_THREAD_NETNS:?}"),
                 e,
             )
         })?;
-        Ok(ours.dev() == current.dev() && ours.ino() == current.ino())
+        Ok(ours.dev == current.dev() && ours.ino == current.ino())
     }
 
     /// Runs `f` on a thread inside this namespace and returns its result.

@@ -26,6 +26,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::net::IpAddr;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 use nix::fcntl::OFlag;
@@ -138,8 +139,10 @@ fn open_here(key: &Key, write: bool) -> std::io::Result<File> {
             .write(write)
             .open(key.path());
     };
-    let ns = nix::sys::stat::stat("/proc/thread-self/ns/net")?;
-    let (dev, ino) = (ns.st_dev, ns.st_ino);
+    // std's metadata gives 64-bit numbers on every architecture (nix's
+    // stat has 32-bit ones on 32-bit arm).
+    let ns = std::fs::metadata("/proc/thread-self/ns/net")?;
+    let (dev, ino) = (ns.dev(), ns.ino());
     FAMILY_DIRS.with(|dirs| {
         let mut dirs = dirs.borrow_mut();
         let found = dirs

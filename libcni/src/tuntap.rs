@@ -53,14 +53,6 @@ pub struct TapSpec<'a> {
     pub alias: Option<&'a str>,
 }
 
-/// `struct ifreq` as `TUNSETIFF` reads it: the name, then the flags.
-#[repr(C)]
-struct IfReq {
-    name: [u8; libc::IFNAMSIZ],
-    flags: libc::c_short,
-    _pad: [u8; 22],
-}
-
 /// The flags every tap gets: a tap (Ethernet frames), without the packet
 /// information header, with the virtio-net header (what KVM and QEMU use).
 /// Whoever attaches sets its own features; only `IFF_MULTI_QUEUE` must
@@ -103,23 +95,32 @@ pub fn create_tap(ns: &NetNs, nl: &mut Netlink, spec: &TapSpec<'_>) -> Result<Li
     if spec.multi_queue {
         flags |= libc::IFF_MULTI_QUEUE;
     }
-    let mut req = IfReq {
-        name: [0; libc::IFNAMSIZ],
-        flags: flags as libc::c_short,
-        _pad: [0; 22],
+    // libc's `struct ifreq`: its size differs between 32- and 64-bit
+    // architectures, and `c_char` is unsigned on arm, ppc and s390x.
+    // SAFETY: ifreq is plain data (bytes, integers, a pointer), for which
+    // all zeroes is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *slot = byte as libc::c_char;
+    }
+    req.ifr_ifru.ifru_flags = flags as libc::c_short;
+    // SAFETY: TUNSETIFF reads and writes one struct ifreq, which `req` is.
+    let rc = unsafe {
+        libc::ioctl(
+            file.as_raw_fd(),
+            libc::TUNSETIFF,
+            &mut req as *mut libc::ifreq,
+        )
     };
-    req.name[..name.len()].copy_from_slice(name.as_bytes());
-    // SAFETY: TUNSETIFF reads and writes a struct ifreq, which `req` is
-    // (IFNAMSIZ name bytes, then the flags, padded to its 40 bytes).
-    let rc = unsafe { libc::ioctl(file.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReq) };
     let template = name;
     // The kernel writes back the name it gave (a template filled in).
-    let given = req
-        .name
+    let given: Vec<u8> = req
+        .ifr_name
         .iter()
-        .position(|&b| b == 0)
-        .unwrap_or(req.name.len());
-    let given = String::from_utf8_lossy(&req.name[..given]).into_owned();
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    let given = String::from_utf8_lossy(&given).into_owned();
     let name = if rc < 0 || given.is_empty() {
         template
     } else {

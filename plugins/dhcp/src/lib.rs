@@ -68,33 +68,19 @@ fn request(op: &str) -> Request {
     }
 }
 
-/// Device and inode of an open namespace.
-fn identity(ns: &libcni::netns::NetNs) -> Result<(u64, u64), Error> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fstat of an fd we hold into a zeroed stat we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(ns.as_raw_fd(), &mut st) } != 0 {
-        return Err(Error::kernel(
-            format!("stat CNI_NETNS {:?}", ns.path()),
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok((st.st_dev, st.st_ino))
-}
-
 impl Plugin for Dhcp {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
         let conf = Conf::parse(args)?;
         let ns = args.open_netns()?;
-        let (dev, ino) = identity(&ns)?;
+        let id = ns.identity()?;
         // The daemon runs elsewhere: it needs the namespace's absolute path.
         let netns = std::path::absolute(&args.netns)
             .map_err(|e| Error::InvalidEnv(format!("CNI_NETNS {:?}: {e}", args.netns)))?;
         let req = Request {
             key: Some(key(args)),
             netns: netns.to_string_lossy().into_owned(),
-            netns_dev: dev,
-            netns_ino: ino,
+            netns_dev: id.dev,
+            netns_ino: id.ino,
             options: conf.options.clone(),
             priority: conf.priority,
             ..request("add")

@@ -166,31 +166,20 @@ pub enum Gone {
     Failed(Error),
 }
 
-/// Device and inode of an open namespace.
-pub fn identity(ns: &NetNs) -> std::io::Result<(u64, u64)> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: fstat of an fd we hold into a zeroed stat we own.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstat(ns.as_raw_fd(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok((st.st_dev, st.st_ino))
-}
-
 /// Opens `<host prefix><netns>`, checks it is namespace `id`, and finds
 /// `ifname` in it.
 pub fn find_iface(ctx: &Context, netns: &str, id: (u64, u64), ifname: &str) -> Result<Iface, Gone> {
     let path = format!("{}{netns}", ctx.host_prefix);
     let ns =
         NetNs::open(Path::new(&path)).map_err(|e| Gone::Gone(format!("namespace {path}: {e}")))?;
-    match identity(&ns) {
-        Ok(got) if got == id => {}
+    match ns.identity() {
+        Ok(got) if (got.dev, got.ino) == id => {}
         Ok(_) => {
             return Err(Gone::Gone(format!(
                 "{path} is now another namespace than the lease's"
             )))
         }
-        Err(e) => return Err(Gone::Failed(Error::kernel(format!("stat {path}"), e))),
+        Err(e) => return Err(Gone::Failed(e)),
     }
     let mut nl = Netlink::open_in(&ns).map_err(Gone::Failed)?;
     let link = match nl.link_by_name(ifname) {
