@@ -1,0 +1,102 @@
+# Sourced by the release, image and architecture-test scripts: the
+# architectures the suite ships for, and how a binary of each is built
+# (docs/dependencies-and-build.md, "Architectures").
+#
+#   arch_names                  the release's architectures, in order
+#   arch_host                   this machine's release name (amd64, arm64)
+#   arch_target ARCH            Rust's target tuple
+#   arch_debian ARCH            Debian's architecture name (the .deb's)
+#   arch_oci ARCH               the OCI platform: "arm64", "arm/v7", ...
+#   arch_gnu ARCH               the GNU triple of Debian's cross gcc
+#   arch_elf_machine ARCH       the ELF machine, as `readelf -h` names it
+#   ensure_cross_toolchain ARCH installs what a foreign ARCH's build needs
+#   arch_cargo ARCH ARG...      cargo for ARCH, with its compiler and linker
+#
+# The host's architecture builds with the machine's own Rust (rustup's),
+# as it always has. A foreign one builds with Debian's rustc-web and
+# cargo-web (one Rust for every foreign target), its std built from
+# Debian's rust-web-src (-Zbuild-std, allowed on that stable compiler by
+# RUSTC_BOOTSTRAP=1, for this build only), and linked by Debian's
+# gcc-<triple> against glibc's libc.a of libc6-dev-<arch>-cross. Why not
+# a prebuilt std: rustup cannot fetch targets on these machines, and
+# Debian ships a std at rustc-web's version for arm64 only; building it
+# from source for every foreign target is one path instead of two, costs
+# about a minute per target, and needs no foreign dpkg architecture on
+# the build machine.
+
+arch_names() { echo amd64 arm64 arm ppc64le s390x; }
+
+arch_host() {
+  case $(uname -m) in
+  x86_64) echo amd64 ;;
+  aarch64) echo arm64 ;;
+  *) echo "error: no release architecture for this machine ($(uname -m))" >&2; return 1 ;;
+  esac
+}
+
+arch_field() { # ARCH FIELD(1 target, 2 debian, 3 oci, 4 gnu)
+  local row
+  case $1 in
+  amd64) row="x86_64-unknown-linux-gnu amd64 amd64 x86_64-linux-gnu" ;;
+  arm64) row="aarch64-unknown-linux-gnu arm64 arm64 aarch64-linux-gnu" ;;
+  arm) row="armv7-unknown-linux-gnueabihf armhf arm/v7 arm-linux-gnueabihf" ;;
+  ppc64le) row="powerpc64le-unknown-linux-gnu ppc64el ppc64le powerpc64le-linux-gnu" ;;
+  s390x) row="s390x-unknown-linux-gnu s390x s390x s390x-linux-gnu" ;;
+  *) echo "error: unknown architecture '$1' (one of: $(arch_names))" >&2; return 1 ;;
+  esac
+  echo "$row" | cut -d' ' -f"$2"
+}
+arch_target() { arch_field "$1" 1; }
+arch_debian() { arch_field "$1" 2; }
+arch_oci() { arch_field "$1" 3; }
+arch_gnu() { arch_field "$1" 4; }
+arch_elf_machine() {
+  case $1 in
+  amd64) echo "Advanced Micro Devices X86-64" ;;
+  arm64) echo AArch64 ;;
+  arm) echo ARM ;;
+  ppc64le) echo PowerPC64 ;;
+  s390x) echo "IBM S/390" ;;
+  *) arch_field "$1" 1 ;;
+  esac
+}
+
+# Debian's packages for a foreign ARCH's build, when missing. Needs root
+# and apt; the host architecture needs nothing.
+ensure_cross_toolchain() {
+  local arch=$1 gnu deb pkgs=() log
+  [ "$arch" = "$(arch_host)" ] && return 0
+  gnu=$(arch_gnu "$arch") && deb=$(arch_debian "$arch") || return 1
+  [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] || pkgs+=(rustc-web cargo-web)
+  [ -d /usr/lib/rustlib/src/rust/library/std ] || pkgs+=(rust-web-src)
+  command -v "$gnu-gcc" >/dev/null || pkgs+=("gcc-$gnu")
+  [ -f "/usr/$gnu/lib/libc.a" ] || pkgs+=("libc6-dev-$deb-cross")
+  [ ${#pkgs[@]} -eq 0 ] && return 0
+  echo "installing ${pkgs[*]} (the $arch build)" >&2
+  log=$(mktemp)
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; } >"$log" 2>&1; then
+    tail -20 "$log" >&2
+    rm -f "$log"
+    echo "error: apt-get install ${pkgs[*]} failed" >&2
+    return 1
+  fi
+  rm -f "$log"
+}
+
+# cargo for ARCH: the machine's own for the host's architecture; Debian's
+# rustc-web with -Zbuild-std and the cross linker for a foreign one. The
+# caller passes --target "$(arch_target ARCH)" and its other flags.
+arch_cargo() {
+  local arch=$1 target gnu var
+  shift
+  if [ "$arch" = "$(arch_host)" ]; then
+    cargo "$@"
+    return
+  fi
+  target=$(arch_target "$arch") && gnu=$(arch_gnu "$arch") || return 1
+  var=$(echo "$target" | tr 'a-z-' 'A-Z_')
+  env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
+    "CARGO_TARGET_${var}_LINKER=$gnu-gcc" "CC_${target//-/_}=$gnu-gcc" "AR_${target//-/_}=$gnu-ar" \
+    /usr/bin/cargo "$@" -Zbuild-std=std,panic_unwind
+}
