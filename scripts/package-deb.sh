@@ -23,7 +23,8 @@
 # Same inputs, same bytes: file times are SOURCE_DATE_EPOCH (default: the
 # last commit's time), owners root, dpkg-deb sorts the entries.
 # Environment: SOURCE_DATE_EPOCH; DEB_COMPRESS (xz, the default, or gzip,
-# none); CNI_RS_VERSION (default: the workspace's version).
+# none); CNI_RS_VERSION (default: the workspace's version); DEB_ARCH, the
+# binaries' Debian architecture (default: this machine's).
 set -euo pipefail
 umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +38,7 @@ bins_dir=$1
 out_dir=$2
 node_command=${3:-}
 version=${CNI_RS_VERSION:-$(suite_version)}
-arch=$(dpkg --print-architecture)
+arch=${DEB_ARCH:-$(dpkg --print-architecture)}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
 compress=${DEB_COMPRESS:-xz}
 units_src=$repo/plugins/dhcp/systemd
@@ -108,7 +109,9 @@ done
 # Static binaries (docs/dependencies-and-build.md): no Depends on libc6,
 # and a package that will not ship a dynamic one.
 for f in "$root"/usr/lib/cni/* ${node_command:+"$root/usr/sbin/cni-rs"}; do
-  if objdump -p "$f" | grep -q '^ *NEEDED\|INTERP'; then
+  # readelf reads every architecture's ELF (objdump only this machine's).
+  if ! readelf -h "$f" >/dev/null 2>&1 ||
+    readelf -lW "$f" | grep -q 'program interpreter' || readelf -dW "$f" | grep -q '(NEEDED)'; then
     echo "error: $f is dynamically linked: the package ships static binaries" >&2
     exit 1
   fi

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the release binaries and writes the release artifacts:
+# Builds the release binaries of every architecture and writes the release
+# artifacts (ARCH: amd64, arm64, arm, ppc64le, s390x; DEBARCH: Debian's name
+# of it, armhf and ppc64el for arm and ppc64le):
 #
 #   dist/cni-rs-linux-<arch>-v<version>.tgz          every plugin, cnitool and
 #                                                    cni-rs-install, flat, as
@@ -12,24 +14,38 @@
 #                                                    and deploy/: the gc service and
 #                                                    timer, the DaemonSet (cni-rs.yaml)
 #   dist/cni-rs-multicall-...tgz.sha256, .sha512     as above
-#   dist/cni-rs-image-linux-<arch>-v<version>.tar    the container image, FROM scratch:
-#                                                    the multicall binary and its links,
-#                                                    an OCI image archive (scripts/image.sh)
-#   dist/cni-rs-image-...tar.sha256, .sha512         as above
 #   dist/cni-rs_<version>_<debarch>.deb              the Debian package (scripts/package-deb.sh),
 #                                                    separate binaries, and cni-rs
 #                                                    as the node command
-#   dist/SHA256SUMS                                  `sha256sum` of the tarballs, the image
-#                                                    and the package
+#   dist/cni-rs-image-v<version>.tar                 the container image, FROM scratch:
+#                                                    one image index with a manifest
+#                                                    per architecture, each the
+#                                                    multicall binary and its links,
+#                                                    an OCI image archive (scripts/image.sh)
+#   dist/cni-rs-image-...tar.sha256, .sha512         as above
+#   dist/SHA256SUMS                                  `sha256sum` of the tarballs, the
+#                                                    packages and the image
 #
-# Usage: scripts/release.sh [--out DIR] [--only NAME,NAME]
+# Then each foreign architecture's multicall form and cnitool run the chain
+# test on Debian's kernel of that architecture under QEMU
+# (scripts/arch-test.sh); a failure fails the release.
+#
+# Usage: scripts/release.sh [--out DIR] [--arch ARCH,ARCH] [--only NAME,NAME]
+#                           [--no-kernel-test]
 #   --out DIR    write there instead of dist/
+#   --arch ...   these architectures only (default: all five)
 #   --only ...   build and ship only these binaries, and a multicall binary of
 #                only the plugins among them (the reproducibility test uses it
-#                to keep CI fast); default: the whole suite
+#                to keep CI fast); `cni-rs` among them is the multicall binary
+#                with every plugin (what the architecture test boots); default:
+#                the whole suite
+#   --no-kernel-test  leave the foreign architectures' kernel test out
 #
 # The binaries are the workspace's bin targets (scripts/suite.sh), the
-# version is the workspace's. Reproducible: the same commit gives the same
+# version is the workspace's. The host's architecture builds with the
+# machine's Rust, a foreign one with Debian's cross toolchain, installed when
+# missing (scripts/arch.sh). Every binary is static, and each must be under
+# 6 MB as the multicall binary. Reproducible: the same commit gives the same
 # bytes, wherever the source and the target dir are. Paths are remapped
 # (--remap-path-prefix for the source, CARGO_HOME and the target dir), rustc
 # and the linker write no time stamps, the tarball's entries are sorted with
@@ -44,16 +60,22 @@ set -euo pipefail
 umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
 . "$repo/scripts/suite.sh"
+. "$repo/scripts/arch.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 out=$repo/dist
 only=
+arches=$(arch_names | tr ' ' ,)
+kernel_test=1
 while [ $# -gt 0 ]; do
   case $1 in
   --out) out=${2:?--out needs a directory}; shift 2 ;;
   --out=*) out=${1#--out=}; shift ;;
   --only) only=${2:?--only needs names}; shift 2 ;;
   --only=*) only=${1#--only=}; shift ;;
+  --arch) arches=${2:?--arch needs names}; shift 2 ;;
+  --arch=*) arches=${1#--arch=}; shift ;;
+  --no-kernel-test) kernel_test=; shift ;;
   -h | --help) usage; exit 0 ;;
   *) echo "error: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -62,24 +84,39 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 
 version=$(suite_version)
+IFS=, read -r -a arches <<<"$arches"
+for a in "${arches[@]}"; do arch_target "$a" >/dev/null || exit 2; done
 mapfile -t bins < <(suite_bins)
+all_bins=("${bins[@]}")
+read -r multicall_pkg multicall_bin < <(suite_multicall)
+# The multicall binary's plugins: its crate's default features, less the
+# node commands (its `--list`, which a foreign binary cannot answer here).
+mapfile -t every_plugin < <(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked |
+  python3 -c 'import json,sys; m=json.load(sys.stdin); print("\n".join(f for f in next(p for p in m["packages"] if p["name"]==sys.argv[1])["features"]["default"] if f != "node-commands"))' "$multicall_pkg")
+features=()
 if [ -n "$only" ]; then
   IFS=, read -r -a wanted <<<"$only"
+  bins=()
+  multicall_plugins=()
   for w in "${wanted[@]}"; do
-    if ! printf '%s\n' "${bins[@]}" | grep -qx -- "$w"; then
-      echo "error: --only: $w is not a binary of the suite (${bins[*]})" >&2
+    if [ "$w" = "$multicall_bin" ]; then
+      multicall_plugins=("${every_plugin[@]}")
+      continue
+    fi
+    if ! printf '%s\n' "${all_bins[@]}" | grep -qx -- "$w"; then
+      echo "error: --only: $w is not a binary of the suite (${all_bins[*]} $multicall_bin)" >&2
       exit 2
     fi
+    bins+=("$w")
   done
-  bins=("${wanted[@]}")
+  if ! printf '%s\n' "${wanted[@]}" | grep -qx -- "$multicall_bin"; then
+    mapfile -t multicall_plugins < <(printf '%s\n' "${bins[@]}" | grep -Fxf <(printf '%s\n' "${every_plugin[@]}"))
+    features=(--no-default-features --features "$(printf '%s\n' "${multicall_plugins[@]}" | paste -sd, -)")
+  fi
+else
+  multicall_plugins=("${every_plugin[@]}")
 fi
-
-host=$(rustc -vV | sed -n 's/^host: //p')
-case $host in
-x86_64-*-linux-gnu) arch=amd64 ;;
-aarch64-*-linux-gnu) arch=arm64 ;;
-*) echo "error: no release arch name for host $host" >&2; exit 1 ;;
-esac
+for a in "${arches[@]}"; do ensure_cross_toolchain "$a" || exit 1; done
 
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
   SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct 2>/dev/null) || {
@@ -107,47 +144,63 @@ export CARGO_ENCODED_RUSTFLAGS="-Ctarget-feature=+crt-static$sep--remap-path-pre
 unset RUSTFLAGS
 bin_args=()
 for b in "${bins[@]}"; do bin_args+=(--bin "$b"); done
-echo "building ${bins[*]} (release, v$version, $arch)" >&2
-start=$(date +%s)
-# Not `tests` (nor what only it uses): it turns on libcni's fault-points,
-# the crash campaign's hook, which must not ship.
-(cd "$repo" && cargo build --release --locked --workspace --exclude tests --exclude cri-client \
-  --exclude bench --target "$host" --target-dir "$target" "${bin_args[@]}")
-echo "built in $(($(date +%s) - start)) s" >&2
+stages=$(mktemp -d)
+trap 'rm -rf "$stages"' EXIT
+chmod 0755 "$stages"
 
-stage=$(mktemp -d)
-trap 'rm -rf "$stage"' EXIT
-chmod 0755 "$stage"
-for b in "${bins[@]}"; do
-  install -m 0755 "$target/$host/release/$b" "$stage/$b"
-done
+# Builds ARCH's binaries into $stages/ARCH/{bins,multicall}.
+build_arch() {
+  local arch=$1 triple start b
+  triple=$(arch_target "$arch")
+  start=$(date +%s)
+  if [ ${#bins[@]} -gt 0 ]; then
+    echo "building ${bins[*]} (release, v$version, $arch)" >&2
+    # Not `tests` (nor what only it uses): it turns on libcni's fault-points,
+    # the crash campaign's hook, which must not ship.
+    (cd "$repo" && arch_cargo "$arch" build --release --locked --workspace --exclude tests --exclude cri-client \
+      --exclude bench --target "$triple" --target-dir "$target" "${bin_args[@]}")
+  fi
+  echo "building $multicall_bin (release, $arch, ${#multicall_plugins[@]} plugins)" >&2
+  (cd "$repo" && arch_cargo "$arch" build --release --locked --target "$triple" --target-dir "$target" \
+    -p "$multicall_pkg" "${features[@]}")
+  echo "built $arch in $(($(date +%s) - start)) s" >&2
 
-# The multicall binary: every plugin, or with --only the plugins named
-# (its crate has a feature per plugin).
-read -r multicall_pkg multicall_bin < <(suite_multicall)
-features=()
-if [ -n "$only" ]; then
-  plugins=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked |
-    python3 -c 'import json,sys; m=json.load(sys.stdin); print("\n".join(next(p for p in m["packages"] if p["name"]==sys.argv[1])["features"]["default"]))' "$multicall_pkg")
-  chosen=$(printf '%s\n' "${bins[@]}" | grep -Fxf <(printf '%s\n' "$plugins") | paste -sd, -)
-  features=(--no-default-features --features "$chosen")
-fi
-echo "building $multicall_bin (release, ${chosen:-every plugin})" >&2
-(cd "$repo" && cargo build --release --locked --target "$host" --target-dir "$target" -p "$multicall_pkg" "${features[@]}")
-multicall_stage=$(mktemp -d)
-trap 'rm -rf "$stage" "$multicall_stage"' EXIT
-chmod 0755 "$multicall_stage"
-install -m 0755 "$target/$host/release/$multicall_bin" "$multicall_stage/$multicall_bin"
-for p in $("$multicall_stage/$multicall_bin" --list); do
-  ln -s "$multicall_bin" "$multicall_stage/$p"
-done
-# The node command's units and manifest, beside the binary they run (the
-# installer takes only executables and their links: these stay behind).
-deploy=$repo/operator/deploy
-install -d -m 0755 "$multicall_stage/deploy"
-sed "s|@CNI_RS@|/opt/cni/bin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$multicall_stage/deploy/cni-rs-gc.service"
-install -m 0644 "$deploy/cni-rs-gc.timer" "$repo/deploy/cni-rs.yaml" "$multicall_stage/deploy/"
-chmod 0644 "$multicall_stage/deploy/cni-rs-gc.service"
+  install -d -m 0755 "$stages/$arch/bins" "$stages/$arch/multicall"
+  for b in "${bins[@]}"; do
+    install -m 0755 "$target/$triple/release/$b" "$stages/$arch/bins/$b"
+  done
+  install -m 0755 "$target/$triple/release/$multicall_bin" "$stages/$arch/multicall/$multicall_bin"
+  for b in "${multicall_plugins[@]}"; do
+    ln -s "$multicall_bin" "$stages/$arch/multicall/$b"
+  done
+  # The node command's units and manifest, beside the binary they run (the
+  # installer takes only executables and their links: these stay behind).
+  local deploy=$repo/operator/deploy dir=$stages/$arch/multicall/deploy
+  install -d -m 0755 "$dir"
+  sed "s|@CNI_RS@|/opt/cni/bin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$dir/cni-rs-gc.service"
+  install -m 0644 "$deploy/cni-rs-gc.timer" "$repo/deploy/cni-rs.yaml" "$dir/"
+  chmod 0644 "$dir/cni-rs-gc.service"
+
+  # Static, of ARCH's machine, and small: what every node can start.
+  local machine f size
+  machine=$(arch_elf_machine "$arch")
+  for f in "$stages/$arch"/bins/* "$stages/$arch/multicall/$multicall_bin"; do
+    [ -e "$f" ] || continue
+    if ! readelf -hW "$f" | grep -q "Machine: *$machine\$"; then
+      echo "error: $f is not a binary of $arch ($machine): $(readelf -hW "$f" | grep Machine:)" >&2
+      return 1
+    fi
+    if readelf -lW "$f" | grep -q 'program interpreter' || readelf -dW "$f" | grep -q '(NEEDED)'; then
+      echo "error: $f is dynamically linked: every release binary is static" >&2
+      return 1
+    fi
+  done
+  size=$(stat -c %s "$stages/$arch/multicall/$multicall_bin")
+  if [ "$size" -ge 6000000 ]; then
+    echo "error: the multicall binary of $arch is $size bytes, over the 6 MB bound" >&2
+    return 1
+  fi
+}
 
 # Reproducible tarballs: sorted, root-owned, dated the commit, gzip -n.
 checksums() { # FILE
@@ -159,19 +212,36 @@ pack() { # DIR TGZ
     --mtime="@$SOURCE_DATE_EPOCH" -C "$1" -cf - . | gzip -9 -n >"$out/$2"
   checksums "$2"
 }
-tgz=cni-rs-linux-$arch-v$version.tgz
-multicall_tgz=cni-rs-multicall-linux-$arch-v$version.tgz
-image=cni-rs-image-linux-$arch-v$version.tar
-rm -f "$out/SHA256SUMS" "$out"/cni-rs_"$version"_*.deb "$out/$image"*
-pack "$stage" "$tgz"
-pack "$multicall_stage" "$multicall_tgz"
-digest=$("$repo/scripts/image.sh" "$multicall_stage" "$out/$image")
+rm -f "$out/SHA256SUMS"
+sums=()
+images=()
+for arch in "${arches[@]}"; do
+  build_arch "$arch" || exit 1
+  tgz=cni-rs-linux-$arch-v$version.tgz
+  multicall_tgz=cni-rs-multicall-linux-$arch-v$version.tgz
+  rm -f "$out/$tgz"* "$out/$multicall_tgz"* "$out/cni-rs_${version}_$(arch_debian "$arch").deb"
+  pack "$stages/$arch/bins" "$tgz"
+  pack "$stages/$arch/multicall" "$multicall_tgz"
+  deb=$(DEB_ARCH=$(arch_debian "$arch") "$repo/scripts/package-deb.sh" "$stages/$arch/bins" "$out" \
+    "$stages/$arch/multicall/$multicall_bin")
+  sums+=("$tgz" "$multicall_tgz" "$(basename "$deb")")
+  images+=("$arch=$stages/$arch/multicall")
+done
+image=cni-rs-image-v$version.tar
+rm -f "$out/$image"*
+digest=$("$repo/scripts/image.sh" "$out/$image" "${images[@]}")
 checksums "$image"
-echo "image $image: $digest" >&2
-
-deb=$("$repo/scripts/package-deb.sh" "$stage" "$out" "$multicall_stage/$multicall_bin")
-deb_name=$(basename "$deb")
-(cd "$out" && sha256sum "$tgz" "$multicall_tgz" "$image" "$deb_name" >SHA256SUMS)
+echo "image $image: index $digest (${arches[*]})" >&2
+sums+=("$image")
+(cd "$out" && sha256sum "${sums[@]}" >SHA256SUMS)
 
 echo "wrote $out:" >&2
-(cd "$out" && ls -l "$tgz"* "$multicall_tgz"* "$image"* "$deb_name" SHA256SUMS) >&2
+(cd "$out" && ls -l "${sums[@]}" SHA256SUMS) >&2
+
+if [ -n "$kernel_test" ]; then
+  foreign=()
+  for arch in "${arches[@]}"; do [ "$arch" = "$(arch_host)" ] || foreign+=("$arch"); done
+  if [ ${#foreign[@]} -gt 0 ]; then
+    "$repo/scripts/arch-test.sh" --dist "$out" "${foreign[@]}"
+  fi
+fi

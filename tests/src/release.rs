@@ -39,6 +39,16 @@ pub fn plugins() -> Vec<String> {
 /// artifacts are named after it.
 pub const SUITE_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// This machine's release architecture (scripts/arch.sh): the name in the
+/// artifacts' file names.
+pub fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => panic!("no release architecture for {other}"),
+    }
+}
+
 /// What every binary says it is (`--version`, the about line, VERSION).
 pub use libcni::version::PLUGIN_VERSION;
 

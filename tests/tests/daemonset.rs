@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tests::containerd::{Containerd, SANDBOX_PAGE};
-use tests::release::{commit_time, PLUGIN_VERSION, SUITE_VERSION};
+use tests::release::{commit_time, host_arch, PLUGIN_VERSION, SUITE_VERSION};
 use tests::*;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -116,12 +116,16 @@ fn build_image(dir: &Path) -> PathBuf {
             .arg(std::fs::canonicalize(bin("cni-rs")).expect("cni-rs"))
             .arg(stage.join("cni-rs")),
     );
+    let list = run_ok(Command::new(stage.join("cni-rs")).arg("--list"));
+    for plugin in String::from_utf8_lossy(&list.stdout).split_whitespace() {
+        std::os::unix::fs::symlink("cni-rs", stage.join(plugin)).expect("link a plugin");
+    }
     let tar = dir.join(format!("cni-rs-image-v{SUITE_VERSION}.tar"));
     let out = run_ok(
         Command::new("bash")
             .arg(workspace_root().join("scripts/image.sh"))
-            .arg(&stage)
             .arg(&tar)
+            .arg(format!("{}={}", host_arch(), stage.display()))
             .env("SOURCE_DATE_EPOCH", commit_time()),
     );
     let digest = String::from_utf8_lossy(&out.stdout).trim().to_string();

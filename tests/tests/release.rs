@@ -159,10 +159,18 @@ fn artifacts(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 /// `scripts/release.sh` builds them all the same way.
 const REPRO_BINS: &str = "loopback,cnitool,cni-rs-install";
 
+/// The foreign architecture the reproducibility check builds beside the
+/// host's: s390x, the big-endian one, with Debian's cross toolchain and a
+/// std built from source (scripts/arch.sh).
+const FOREIGN: &str = "s390x";
+
 fn release(src: &Path, out: &Path, target: Option<&Path>, epoch: &str) {
     let mut cmd = Command::new("bash");
     cmd.arg(src.join("scripts/release.sh"))
-        .args(["--only", REPRO_BINS, "--out"])
+        .args(["--only", REPRO_BINS, "--no-kernel-test"])
+        .arg("--arch")
+        .arg(format!("{},{FOREIGN}", host_arch()))
+        .arg("--out")
         .arg(out)
         .current_dir(src)
         .env("SOURCE_DATE_EPOCH", epoch)
@@ -190,29 +198,31 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     release(&b, &b.join("dist"), Some(&b_target), &epoch);
 
     let (da, db) = (artifacts(&a.join("dist")), artifacts(&b.join("dist")));
-    let arch = match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        other => panic!("no release arch for {other}"),
-    };
-    let tgz = format!("cni-rs-linux-{arch}-v{SUITE_VERSION}.tgz");
-    let multicall_tgz = format!("cni-rs-multicall-linux-{arch}-v{SUITE_VERSION}.tgz");
+    let arch = host_arch();
+    let tgz_of = |a: &str| format!("cni-rs-linux-{a}-v{SUITE_VERSION}.tgz");
+    let multicall_of = |a: &str| format!("cni-rs-multicall-linux-{a}-v{SUITE_VERSION}.tgz");
+    let tgz = tgz_of(arch);
+    let multicall_tgz = multicall_of(arch);
     let deb = format!("cni-rs_{SUITE_VERSION}_{arch}.deb");
-    let image = format!("cni-rs-image-linux-{arch}-v{SUITE_VERSION}.tar");
+    let foreign_deb = format!("cni-rs_{SUITE_VERSION}_{FOREIGN}.deb");
+    let image = format!("cni-rs-image-v{SUITE_VERSION}.tar");
     let names: Vec<&String> = da.keys().collect();
-    let mut want = [
+    let mut want = vec![
         "SHA256SUMS".to_string(),
         deb.clone(),
-        tgz.clone(),
-        format!("{tgz}.sha256"),
-        format!("{tgz}.sha512"),
-        multicall_tgz.clone(),
-        format!("{multicall_tgz}.sha256"),
-        format!("{multicall_tgz}.sha512"),
+        foreign_deb.clone(),
         image.clone(),
         format!("{image}.sha256"),
         format!("{image}.sha512"),
     ];
+    for t in [
+        tgz_of(arch),
+        multicall_of(arch),
+        tgz_of(FOREIGN),
+        multicall_of(FOREIGN),
+    ] {
+        want.extend([format!("{t}.sha256"), format!("{t}.sha512"), t]);
+    }
     want.sort();
     assert_eq!(names, want.iter().collect::<Vec<_>>());
     for (name, bytes) in &da {
@@ -228,7 +238,13 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         let out = run_ok(Command::new(tool).arg(file).current_dir(&dist));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    for t in [&tgz, &multicall_tgz, &image] {
+    for t in [
+        &tgz,
+        &multicall_tgz,
+        &tgz_of(FOREIGN),
+        &multicall_of(FOREIGN),
+        &image,
+    ] {
         assert_eq!(
             String::from_utf8_lossy(&da[&format!("{t}.sha256")]),
             sha("sha256sum", t)
@@ -243,8 +259,11 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         sums,
         sha("sha256sum", &tgz)
             + &sha("sha256sum", &multicall_tgz)
-            + &sha("sha256sum", &image)
             + &sha("sha256sum", &deb)
+            + &sha("sha256sum", &tgz_of(FOREIGN))
+            + &sha("sha256sum", &multicall_of(FOREIGN))
+            + &sha("sha256sum", &foreign_deb)
+            + &sha("sha256sum", &image)
     );
     run_ok(
         Command::new("sha256sum")
@@ -396,9 +415,41 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         std::fs::read(workspace_root().join("deploy/cni-rs.yaml")).expect("deploy/cni-rs.yaml")
     );
 
-    // The image: an OCI layout whose one manifest is tagged with the
-    // version, one layer of the multicall binary and its links, the
-    // binary as entry point, dated the commit.
+    // The foreign architecture's binaries: of its machine, static.
+    let f = work.path().join("f");
+    std::fs::create_dir_all(&f).expect("mkdir");
+    for t in [tgz_of(FOREIGN), multicall_of(FOREIGN)] {
+        run_ok(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(dist.join(&t))
+                .arg("-C")
+                .arg(&f),
+        );
+    }
+    run_ok(
+        Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(dist.join(&foreign_deb))
+            .arg(f.join("deb")),
+    );
+    for b in bins
+        .iter()
+        .copied()
+        .chain(["cni-rs", "deb/usr/sbin/cni-rs"])
+    {
+        let out = run_ok(Command::new("file").arg("-b").arg(f.join(b)));
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.contains("MSB") && out.contains("IBM S/390") && out.contains("statically linked"),
+            "{FOREIGN}: {b}: {out}"
+        );
+    }
+
+    // The image: an OCI layout whose one entry, tagged with the version,
+    // is an image index with a manifest per architecture, in the order
+    // built: one layer of that architecture's multicall binary and its
+    // links, the binary as entry point, dated the commit.
     let i = work.path().join("i");
     std::fs::create_dir_all(&i).expect("mkdir");
     run_ok(
@@ -422,7 +473,34 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         manifests[0]["annotations"]["org.opencontainers.image.ref.name"], SUITE_VERSION,
         "{index}"
     );
-    let manifest = json(blob(manifests[0]["digest"].as_str().expect("digest")));
+    assert_eq!(
+        manifests[0]["mediaType"], "application/vnd.oci.image.index.v1+json",
+        "{index}"
+    );
+    let platforms = json(blob(manifests[0]["digest"].as_str().expect("digest")));
+    let platforms = platforms["manifests"]
+        .as_array()
+        .expect("the index's manifests");
+    let platform_of = |m: &Value| {
+        (
+            m["platform"]["os"].as_str().map(str::to_string),
+            m["platform"]["architecture"].as_str().map(str::to_string),
+        )
+    };
+    assert_eq!(
+        platforms.iter().map(platform_of).collect::<Vec<_>>(),
+        [arch, FOREIGN]
+            .map(|a| (Some("linux".to_string()), Some(a.to_string())))
+            .to_vec()
+    );
+    let foreign_manifest = json(blob(platforms[1]["digest"].as_str().expect("digest")));
+    let foreign_config = json(blob(
+        foreign_manifest["config"]["digest"]
+            .as_str()
+            .expect("config"),
+    ));
+    assert_eq!(foreign_config["architecture"], FOREIGN, "{foreign_config}");
+    let manifest = json(blob(platforms[0]["digest"].as_str().expect("digest")));
     let config = json(blob(manifest["config"]["digest"].as_str().expect("config")));
     assert_eq!(
         config["config"]["Entrypoint"],
