@@ -37,6 +37,7 @@ ensure_runtime_deps() {
 # CNI_TEST_SKIP: the one way to leave a step of the suite out on purpose, a
 # comma-separated list of step names:
 #   fullkernel   the full-kernel VM step (scripts/vm/run.sh)
+#   arch         the arm64 and s390x kernel step (scripts/arch-test.sh)
 #   containerd   the tests that start a real containerd (tests/tests/containerd.rs)
 #   go-clients   the tests' calls through go-cni-cri and go-cnitool
 # A skipped step says SKIPPED in the last lines of scripts/test.sh. Under
@@ -54,9 +55,9 @@ check_skip_setting() {
     exit 1
   fi
   for step in ${CNI_TEST_SKIP//,/ }; do
-    case $step in fullkernel | containerd | go-clients) ;;
+    case $step in fullkernel | arch | containerd | go-clients) ;;
     *)
-      echo "error: CNI_TEST_SKIP: unknown step '$step' (fullkernel, containerd, go-clients)" >&2
+      echo "error: CNI_TEST_SKIP: unknown step '$step' (fullkernel, arch, containerd, go-clients)" >&2
       exit 1
       ;;
     esac

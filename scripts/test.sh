@@ -2,7 +2,8 @@
 # The whole test suite: unit tests and black-box tests in throwaway network
 # namespaces (through our cnitool, the Go clients of tests/go and a real
 # containerd of its own), the chains again against the multicall form and
-# the release's binaries, then the fullkernel_* tests in one VM with
+# the release's binaries, the chain on arm64's and s390x's own kernels
+# (scripts/arch-test.sh), then the fullkernel_* tests in one VM with
 # Debian's full kernel (scripts/fullkernel.sh). Installs what it needs; run
 # as root on Debian, from a clone with nothing beside it. CNI_TEST_SKIP
 # leaves named steps out on purpose (scripts/deps.sh); never in CI.
@@ -49,7 +50,8 @@ multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p test
 # the DaemonSet (its image built from that cni-rs).
 release_out=$repo/target/release-test
 rm -rf "$release_out"
-if scripts/release.sh --out "$release_out/dist"; then
+# This machine's architecture only: the others are the arch step's.
+if scripts/release.sh --arch "$(. scripts/arch.sh && arch_host)" --out "$release_out/dist"; then
   mkdir -p "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-linux-*.tgz -C "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
@@ -58,6 +60,15 @@ if scripts/release.sh --out "$release_out/dist"; then
 else
   echo "error: scripts/release.sh failed: the release form is not tested" >&2
   status=1
+fi
+
+# Other architectures: the multicall form and cnitool of arm64 and of s390x
+# (big-endian: netlink in host order, nftables payloads in network order),
+# built as the release builds them, run the chain on Debian's kernel of
+# their own architecture under QEMU (scripts/arch-test.sh; arm and ppc64le
+# run it from scripts/release.sh).
+if ! skip_step arch; then
+  scripts/arch-test.sh arm64 s390x || status=1
 fi
 
 # The full-kernel step: one VM boot (scripts/fullkernel.sh) runs every
@@ -86,7 +97,7 @@ if [ -n "$left" ]; then
   status=1
 fi
 # What was left out on purpose, last, where it is seen.
-for step in fullkernel containerd go-clients; do
+for step in fullkernel arch containerd go-clients; do
   skip_step "$step" && echo "SKIPPED: the $step step (CNI_TEST_SKIP=$CNI_TEST_SKIP)" >&2
 done
 exit $status
