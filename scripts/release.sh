@@ -44,9 +44,10 @@
 # The binaries are the workspace's bin targets (scripts/suite.sh), the
 # version is the workspace's. The host's architecture builds with the
 # machine's Rust, a foreign one with Debian's cross toolchain, installed when
-# missing (scripts/arch.sh). Every binary is static, and each must be under
-# 6 MB as the multicall binary. Reproducible: the same commit gives the same
-# bytes, wherever the source and the target dir are. Paths are remapped
+# missing (scripts/arch.sh). Every binary must be static and of its
+# architecture's machine, and the multicall binary under 6 MB.
+# Reproducible: the same commit gives the same bytes, wherever the source
+# and the target dir are. Paths are remapped
 # (--remap-path-prefix for the source, CARGO_HOME and the target dir), rustc
 # and the linker write no time stamps, the tarball's entries are sorted with
 # owner root and mtime SOURCE_DATE_EPOCH (default: the last commit's time),
