@@ -416,15 +416,19 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     );
 
     // The foreign architecture's binaries: of its machine, static.
+    // Each tarball apart: the multicall one's plugins are links.
     let f = work.path().join("f");
-    std::fs::create_dir_all(&f).expect("mkdir");
-    for t in [tgz_of(FOREIGN), multicall_of(FOREIGN)] {
+    for (t, sub) in [
+        (tgz_of(FOREIGN), "bins"),
+        (multicall_of(FOREIGN), "multicall"),
+    ] {
+        std::fs::create_dir_all(f.join(sub)).expect("mkdir");
         run_ok(
             Command::new("tar")
                 .arg("-xzf")
                 .arg(dist.join(&t))
                 .arg("-C")
-                .arg(&f),
+                .arg(f.join(sub)),
         );
     }
     run_ok(
@@ -433,12 +437,9 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
             .arg(dist.join(&foreign_deb))
             .arg(f.join("deb")),
     );
-    for b in bins
-        .iter()
-        .copied()
-        .chain(["cni-rs", "deb/usr/sbin/cni-rs"])
-    {
-        let out = run_ok(Command::new("file").arg("-b").arg(f.join(b)));
+    let shipped = bins.iter().map(|b| format!("bins/{b}"));
+    for b in shipped.chain(["multicall/cni-rs".into(), "deb/usr/sbin/cni-rs".into()]) {
+        let out = run_ok(Command::new("file").arg("-b").arg(f.join(&b)));
         let out = String::from_utf8_lossy(&out.stdout).into_owned();
         assert!(
             out.contains("MSB") && out.contains("IBM S/390") && out.contains("statically linked"),
