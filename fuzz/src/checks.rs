@@ -116,6 +116,10 @@ impl Plugin for Stub {
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
         args.prev_result().map(|_| ())
     }
+    /// Keeps nothing, so collects nothing.
+    fn gc(&self, _args: &CmdArgs) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// The whole plugin entry point: the first byte picks the verb and the

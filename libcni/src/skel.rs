@@ -197,7 +197,8 @@ pub fn test_args(stdin: &str) -> CmdArgs {
     }
 }
 
-/// The verbs of a plugin. GC and STATUS default to "nothing to do".
+/// The verbs of a plugin. STATUS defaults to "ready"; GC has no default:
+/// each plugin says what it collects, or why there is nothing to collect.
 pub trait Plugin {
     /// The spec versions this plugin speaks: VERSION lists them, and a
     /// config of any other version is refused with code 1. All seven unless
@@ -208,9 +209,7 @@ pub trait Plugin {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error>;
     fn del(&self, args: &CmdArgs) -> Result<(), Error>;
     fn check(&self, args: &CmdArgs) -> Result<(), Error>;
-    fn gc(&self, _args: &CmdArgs) -> Result<(), Error> {
-        Ok(())
-    }
+    fn gc(&self, args: &CmdArgs) -> Result<(), Error>;
     fn status(&self, _args: &CmdArgs) -> Result<(), Error> {
         Ok(())
     }
@@ -498,6 +497,10 @@ mod tests {
         fn check(&self, a: &CmdArgs) -> Result<(), Error> {
             self.record(a);
             Err(Error::config("ipam", "check failed"))
+        }
+        fn gc(&self, a: &CmdArgs) -> Result<(), Error> {
+            self.record(a);
+            Ok(())
         }
     }
 

@@ -93,6 +93,12 @@ impl Plugin for Loopback {
         }
         Ok(())
     }
+
+    /// Nothing to collect: `lo` lives and dies with its namespace, and
+    /// nothing is kept on the node.
+    fn gc(&self, _args: &CmdArgs) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// `lo`'s addresses, or the refusal when one is not a loopback address.

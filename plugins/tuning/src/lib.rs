@@ -43,6 +43,14 @@ impl Plugin for Tuning {
         check(args)
     }
 
+    /// Nothing, as Go's tuning has no GC. Its only state is a backup per
+    /// attachment in `dataDir`; a dead container's is collected by the node
+    /// command (`cni-rs gc`, the operator's `tuningBackup` rows), which
+    /// finds it under every runtime, containerd too, which never calls GC.
+    fn gc(&self, _args: &CmdArgs) -> Result<(), Error> {
+        Ok(())
+    }
+
     /// STATUS: backups can be written under `dataDir` (code 50 naming the
     /// path otherwise), since no ADD can succeed until that is mended. The
     /// sysctls are ADD's to judge: they name the interface, which STATUS
