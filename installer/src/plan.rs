@@ -238,6 +238,8 @@ pub fn check_bin_dir(bin_dir: &Path) -> Result<(), PlanError> {
     }
     let path = std::ffi::CString::new(bin_dir.as_os_str().as_encoded_bytes())
         .map_err(|_| PlanError(format!("bin dir {shown}: a NUL in the path")))?;
+    // SAFETY: statvfs is plain data (integers), for which all zeroes is a
+    // valid value.
     let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is a NUL-terminated string and `vfs` a valid out-buffer.
     if unsafe { libc::statvfs(path.as_ptr(), &mut vfs) } == 0 && vfs.f_flag & libc::ST_RDONLY != 0 {
