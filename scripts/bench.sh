@@ -17,18 +17,10 @@ ensure_cmd strace strace
 
 # Namespaces and temp dirs of an earlier run that was killed with SIGKILL
 # (its guard never ran): those whose process is gone.
-stale() {
-  local pid=${1#cnit-bench-}
-  pid=${pid%%-*}
-  case $pid in '' | *[!0-9]*) return 1 ;; esac
-  ! kill -0 "$pid" 2>/dev/null
-}
-for ns in $(ip netns list | awk '{print $1}' | grep '^cnit-bench-' || true); do
-  if stale "$ns"; then ip netns del "$ns" || true; fi
-done
+for ns in $(ended_namespaces); do ip netns del "$ns" || true; done
 for dir in "${TMPDIR:-/tmp}"/cnit-bench-*; do
   [ -d "$dir" ] || continue
-  if stale "$(basename "$dir")"; then rm -rf "$dir"; fi
+  if namespace_owner_ended "$(basename "$dir")"; then rm -rf "$dir"; fi
 done
 
 # Ours, static as released, and the same plugins dynamic (RUSTFLAGS=""

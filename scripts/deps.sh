@@ -34,6 +34,25 @@ ensure_runtime_deps() {
   [ -x /usr/sbin/dnsmasq ] || apt_install dnsmasq-base
 }
 
+# The throwaway namespaces of test and benchmark processes that have
+# ended: `cnit-<pid>-...` (the tests' Netns), `cnit-bench-<pid>-...` (the
+# benchmark's). A process killed with SIGKILL never ran its guard, so its
+# namespaces stay until a later run removes them; a live process's are
+# its own.
+namespace_owner_ended() { # NAME
+  local pid=${1#cnit-}
+  pid=${pid#bench-}
+  pid=${pid%%-*}
+  case $pid in '' | *[!0-9]*) return 1 ;; esac
+  ! kill -0 "$pid" 2>/dev/null
+}
+ended_namespaces() {
+  local ns
+  for ns in $(ip netns list | awk '{print $1}' | grep -E '^cnit-(bench-)?[0-9]' || true); do
+    if namespace_owner_ended "$ns"; then echo "$ns"; fi
+  done
+}
+
 # CNI_TEST_SKIP: the one way to leave a step of the suite out on purpose, a
 # comma-separated list of step names:
 #   fullkernel   the full-kernel VM step (scripts/vm/run.sh)

@@ -22,6 +22,13 @@ ensure_release_test_deps
 ensure_firewalld
 ensure_prometheus
 
+# What killed runs left (their own guard never ran) is not this run's:
+# removed before it, so that the check at the end sees only this run's.
+for ns in $(ended_namespaces); do
+  echo "note: removing $ns, left by a process that has ended" >&2
+  ip netns del "$ns" || true
+done
+
 cargo build --workspace --bins
 status=0
 # The fullkernel_* tests need link kinds this kernel lacks: they run in the
@@ -83,14 +90,11 @@ else
   status=1
 fi
 
-# Every test namespace (cnit-<pid>-<n>-<tag>) of a test process that has
-# ended must be gone, whatever happened; a live process's (another test run
-# on the machine) is its own.
-left=$(ip netns list | awk '{print $1}' | grep '^cnit-[0-9]' |
-  while read -r ns; do
-    pid=${ns#cnit-}
-    kill -0 "${pid%%-*}" 2>/dev/null || echo "$ns"
-  done || true)
+# Every throwaway namespace (cnit-<pid>-<n>-<tag> of the tests,
+# cnit-bench-<pid>-... of the benchmark) of a process that has ended must
+# be gone, whatever happened; a live process's (another run on the
+# machine) is its own.
+left=$(ended_namespaces)
 if [ -n "$left" ]; then
   echo "error: test namespaces left behind:" $left >&2
   for ns in $left; do ip netns del "$ns" || true; done
