@@ -24,6 +24,8 @@
 # about a minute per target, and needs no foreign dpkg architecture on
 # the build machine.
 
+. "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
+
 arch_names() { echo amd64 arm64 arm ppc64le s390x; }
 
 arch_host() {
@@ -61,10 +63,10 @@ arch_elf_machine() {
   esac
 }
 
-# Debian's packages for a foreign ARCH's build, when missing. Needs root
-# and apt; the host architecture needs nothing.
+# Debian's packages for a foreign ARCH's build, when missing (apt_install of
+# scripts/deps.sh). Needs root and apt; the host architecture needs nothing.
 ensure_cross_toolchain() {
-  local arch=$1 gnu deb pkgs=() log
+  local arch=$1 gnu deb pkgs=()
   [ "$arch" = "$(arch_host)" ] && return 0
   gnu=$(arch_gnu "$arch") && deb=$(arch_debian "$arch") || return 1
   [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] || pkgs+=(rustc-web cargo-web)
@@ -72,16 +74,10 @@ ensure_cross_toolchain() {
   command -v "$gnu-gcc" >/dev/null || pkgs+=("gcc-$gnu")
   [ -f "/usr/$gnu/lib/libc.a" ] || pkgs+=("libc6-dev-$deb-cross")
   [ ${#pkgs[@]} -eq 0 ] && return 0
-  echo "installing ${pkgs[*]} (the $arch build)" >&2
-  log=$(mktemp)
-  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; } >"$log" 2>&1; then
-    tail -20 "$log" >&2
-    rm -f "$log"
-    echo "error: apt-get install ${pkgs[*]} failed" >&2
+  apt_install --no-install-recommends "${pkgs[@]}" || {
+    echo "error: apt-get install ${pkgs[*]} (the $arch build) failed" >&2
     return 1
-  fi
-  rm -f "$log"
+  }
 }
 
 # cargo for ARCH: the machine's own for the host's architecture; Debian's

@@ -68,22 +68,13 @@ s390x) deb=s390x flavour=s390x qemu=qemu-system-s390x qemu_pkg=qemu-system-misc
 *) die "unknown architecture $arch (amd64, arm64, arm, ppc64le, s390x)" ;;
 esac
 
-host_install() { # PACKAGE...
-	local log
-	log=$(mktemp)
-	if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -qq --no-install-recommends "$@"; } >"$log" 2>&1; then
-		tail -20 "$log" >&2
-		rm -f "$log"
-		die "apt-get install $* failed"
-	fi
-	rm -f "$log"
-}
+. "$here/../deps.sh"
 missing=()
 command -v "$qemu" >/dev/null || missing+=("$qemu_pkg")
 command -v cpio >/dev/null || missing+=(cpio)
 command -v depmod >/dev/null || missing+=(kmod)
-[ ${#missing[@]} -eq 0 ] || host_install "${missing[@]}"
+[ ${#missing[@]} -eq 0 ] || apt_install --no-install-recommends "${missing[@]}" ||
+	die "apt-get install ${missing[*]} failed"
 
 mkdir -p "$cache/$deb" || die "cannot create $cache/$deb"
 exec 9>"$cache/$deb/.lock"
