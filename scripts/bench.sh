@@ -22,6 +22,7 @@ for dir in "${TMPDIR:-/tmp}"/cnit-bench-*; do
   [ -d "$dir" ] || continue
   if namespace_owner_ended "$(basename "$dir")"; then rm -rf "$dir"; fi
 done
+before=$(throwaway_namespaces | tr '\n' ' ')
 
 # Ours, static as released, and the same plugins dynamic (RUSTFLAGS=""
 # replaces .cargo/config.toml's crt-static), measured against each other.
@@ -47,7 +48,7 @@ else
 fi
 ip netns del "$scrape_ns"
 
-left=$(ip netns list | awk '{print $1}' | grep '^cnit-bench-' || true)
+left=$(ended_namespaces_since "$before")
 if [ -n "$left" ]; then
   echo "error: benchmark namespaces left behind:" $left >&2
   status=1

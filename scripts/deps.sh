@@ -46,10 +46,23 @@ namespace_owner_ended() { # NAME
   case $pid in '' | *[!0-9]*) return 1 ;; esac
   ! kill -0 "$pid" 2>/dev/null
 }
+throwaway_namespaces() {
+  ip netns list | awk '{print $1}' | grep -E '^cnit-(bench-)?[0-9]' || true
+}
 ended_namespaces() {
   local ns
-  for ns in $(ip netns list | awk '{print $1}' | grep -E '^cnit-(bench-)?[0-9]' || true); do
+  for ns in $(throwaway_namespaces); do
     if namespace_owner_ended "$ns"; then echo "$ns"; fi
+  done
+}
+# Those of ended processes that were not there at the start, whose names
+# are BEFORE: the run's own leaks. A namespace there before the run is
+# another process's, even when that process ends during the run (or its
+# pid was reused by one alive when the run started).
+ended_namespaces_since() { # BEFORE
+  local ns
+  for ns in $(ended_namespaces); do
+    case " $1 " in *" $ns "*) ;; *) echo "$ns" ;; esac
   done
 }
 

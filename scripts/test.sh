@@ -28,6 +28,7 @@ for ns in $(ended_namespaces); do
   echo "note: removing $ns, left by a process that has ended" >&2
   ip netns del "$ns" || true
 done
+before=$(throwaway_namespaces | tr '\n' ' ')
 
 cargo build --workspace --bins
 status=0
@@ -91,10 +92,10 @@ else
 fi
 
 # Every throwaway namespace (cnit-<pid>-<n>-<tag> of the tests,
-# cnit-bench-<pid>-... of the benchmark) of a process that has ended must
-# be gone, whatever happened; a live process's (another run on the
-# machine) is its own.
-left=$(ended_namespaces)
+# cnit-bench-<pid>-... of the benchmark) that this run made, of a process
+# that has ended, must be gone, whatever happened; a live process's, or
+# one there before the run, is another run's.
+left=$(ended_namespaces_since "$before")
 if [ -n "$left" ]; then
   echo "error: test namespaces left behind:" $left >&2
   for ns in $left; do ip netns del "$ns" || true; done
