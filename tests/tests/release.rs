@@ -105,6 +105,95 @@ fn every_binary_prints_name_and_version_and_plugins_say_it_in_version_and_about(
     }
 }
 
+/// What a Rust user types at the root, `cargo build --release`, builds
+/// every shipped crate and none that turns on libcni's `fault-points` (the
+/// crash campaign's hook): the workspace's `default-members` leave out
+/// `tests`, its CRI client and the benchmark, and nothing else. The exact
+/// command is run (into its own target dir, this run's being locked), and
+/// every binary it wrote is read.
+#[test]
+fn a_plain_release_build_at_the_root_has_no_fault_hook() {
+    let root = workspace_root();
+    let meta = run_ok(Command::new("cargo").current_dir(&root).args([
+        "metadata",
+        "--no-deps",
+        "--format-version",
+        "1",
+    ]));
+    let meta: Value = serde_json::from_slice(&meta.stdout).expect("metadata");
+    let names = |key: &str| -> Vec<String> {
+        let ids: Vec<&str> = meta[key]
+            .as_array()
+            .expect(key)
+            .iter()
+            .map(|v| v.as_str().expect("id"))
+            .collect();
+        let mut out: Vec<String> = meta["packages"]
+            .as_array()
+            .expect("packages")
+            .iter()
+            .filter(|p| ids.contains(&p["id"].as_str().expect("id")))
+            .map(|p| p["name"].as_str().expect("name").to_string())
+            .collect();
+        out.sort();
+        out
+    };
+    let test_only = ["bench", "cri-client", "tests"];
+    let mut shipped = names("workspace_members");
+    shipped.retain(|n| !test_only.contains(&n.as_str()));
+    assert_eq!(
+        names("workspace_default_members"),
+        shipped,
+        "Cargo.toml's default-members: every member but {test_only:?}"
+    );
+
+    let target = root.join("target/plain-release-build");
+    let out = run_ok(
+        Command::new("cargo")
+            .current_dir(&root)
+            .args([
+                "build",
+                "--release",
+                "--message-format=json-render-diagnostics",
+            ])
+            .env("CARGO_TARGET_DIR", &target)
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS"),
+    );
+    let mut built = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if let Some(exe) = msg["executable"].as_str() {
+            built.push(PathBuf::from(exe));
+        }
+    }
+    let mut built_names: Vec<String> = built
+        .iter()
+        .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+        .collect();
+    built_names.sort();
+    for want in plugins()
+        .iter()
+        .map(String::as_str)
+        .chain(["cnitool", "cni-rs"])
+    {
+        assert!(
+            built_names.iter().any(|b| b == want),
+            "{want} in {built_names:?}"
+        );
+    }
+    for exe in &built {
+        let bytes = std::fs::read(exe).expect("read binary");
+        assert!(
+            !bytes.windows(15).any(|w| w == b"CNI_FAULT_POINT"),
+            "{} from `cargo build --release` holds the fault hook",
+            exe.display()
+        );
+    }
+}
+
 /// Go libcni, as runtimes call it (`invoke.GetVersionInfo`), decodes our
 /// VERSION answers, `pluginVersion` and all, to the versions we list.
 #[test]
