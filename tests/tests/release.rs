@@ -807,6 +807,14 @@ fn package_in_vm() {
     let units = dhcp_units();
     let lib = Path::new("/usr/lib/cni");
     let opt = Path::new("/opt/cni/bin");
+    // The guest's root is the host's, read through: the host's live CNI
+    // state (a lease another run writes meanwhile) must not show here.
+    // The node's CNI dirs are the guest's own, empty.
+    for dir in ["/var/lib/cni", "/run/cni", "/opt/cni", "/etc/cni"] {
+        sh_ok(&format!(
+            "mkdir -p {dir} && mount -t tmpfs cnit-node-state {dir}"
+        ));
+    }
 
     // The node as a Debian node with the Go plugins and some state.
     assert_eq!(
