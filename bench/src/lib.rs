@@ -12,9 +12,11 @@
 //! the separate binaries), [`static_build`] (static binaries against
 //! dynamic ones), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
 //! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
-//! output: [`report`] (RESULTS.md) and [`plot`] (the SVG).
+//! output: [`report`] (RESULTS.md, its table cells in [`cells`]) and
+//! [`plot`] (the SVG).
 
 pub mod calllog_cost;
+pub mod cells;
 pub mod chains;
 pub mod dhcp;
 pub mod diagnose;

@@ -4,10 +4,10 @@
 //! every iteration as the main table does; the sizes of the suite in each
 //! form beside Debian's Go package; and the section of RESULTS.md.
 
+use crate::cells::{fine_ratio as x, megabytes as mb, p50_cell as ms};
 use crate::chains::Chain;
 use crate::measure::{self, ChainOutcome, Setting};
 use crate::namespaces::Namespaces;
-use crate::report::{fine_ratio as x, megabytes as mb, p50_cell as ms};
 use crate::stats::{ratio, Samples};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
 //! `bench/RESULTS.md`: the targets of issue 8 with PASS/FAIL, the tables,
 //! the machine, the method, and where the time of our plugins goes.
 
+use crate::cells::{kib, ms, pair, thousands, x};
 use crate::chains::{self, Chain, Side};
 use crate::diagnose::{KernelFloor, NftFloor, StartCosts, Syscalls, KERNEL_WORK};
 use crate::machine::{Machine, REFERENCE_FIVE};
@@ -75,47 +76,6 @@ pub struct Report<'a> {
     pub load: &'a str,
 }
 
-fn ms(v: Option<f64>) -> String {
-    match v {
-        None => "–".into(),
-        Some(v) if v >= 100.0 => format!("{v:.0}"),
-        Some(v) if v >= 10.0 => format!("{v:.1}"),
-        Some(v) => format!("{v:.2}"),
-    }
-}
-
-fn pair(s: &Samples) -> String {
-    if s.is_empty() {
-        return "–".into();
-    }
-    format!("{} / {}", ms(s.p50()), ms(s.p90()))
-}
-
-fn x(r: Option<f64>) -> String {
-    match r {
-        None => "–".into(),
-        Some(r) if r >= 10.0 => format!("{r:.1}x"),
-        Some(r) => format!("{r:.2}x"),
-    }
-}
-
-/// The p50 of `s` in ms with two decimals, for tables of close numbers.
-pub fn p50_cell(s: &Samples) -> String {
-    s.p50()
-        .map(|v| format!("{v:.2}"))
-        .unwrap_or_else(|| "–".into())
-}
-
-/// A ratio with three decimals, for comparisons of near-equal forms.
-pub fn fine_ratio(r: Option<f64>) -> String {
-    r.map(|r| format!("{r:.3}x")).unwrap_or_else(|| "–".into())
-}
-
-/// Bytes as megabytes (10^6).
-pub fn megabytes(b: u64) -> String {
-    format!("{:.2} MB", b as f64 / 1e6)
-}
-
 /// The lease sweep's DEL without `prevResult` and STATUS, per level.
 fn lease_verbs_table(s: &mut String, sw: &Sweep) {
     if sw.levels.iter().all(|l| l.lease_verbs.is_none()) {
@@ -150,28 +110,12 @@ fn lease_verbs_table(s: &mut String, sw: &Sweep) {
     let _ = writeln!(s);
 }
 
-fn kib(v: Option<u64>) -> String {
-    v.map(|v| v.to_string()).unwrap_or_else(|| "–".into())
-}
-
 fn verdict(pass: Option<bool>) -> &'static str {
     match pass {
         Some(true) => "**PASS**",
         Some(false) => "**FAIL**",
         None => "not measured",
     }
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// A process's name in the tables: the plugin name for ours and the

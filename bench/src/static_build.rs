@@ -6,10 +6,10 @@
 //! ADDed at once (as a node does when a deployment scales up or a node
 //! comes back) and DELed at once; and the sizes of both forms.
 
+use crate::cells::{fine_ratio as x, megabytes as mb, p50_cell as ms};
 use crate::chains::{self, Chain, Side};
 use crate::measure::{self, ChainOutcome, Setting};
 use crate::namespaces::Namespaces;
-use crate::report::{fine_ratio as x, megabytes as mb, p50_cell as ms};
 use crate::runner::{runtime_conf, SideSetup};
 use crate::stats::{ratio, Samples};
 use cnitool::RuntimeConf;
