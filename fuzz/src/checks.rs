@@ -461,14 +461,14 @@ pub fn plugin_config(data: &[u8]) {
     match vlan::config::Conf::parse(&args) {
         Ok(c) => {
             assert!(c.vlan_id <= 4094);
-            assert!(c.ipam.as_deref().is_none_or(|t| !t.is_empty()));
-            assert!(c.mtu.is_none_or(|m| m > 0));
+            assert!(c.link.ipam.as_deref().is_none_or(|t| !t.is_empty()));
+            assert!(c.link.mtu.is_none_or(|m| m > 0));
         }
         Err(e) => assert_spec_code(&e, "vlan"),
     }
     match ipvlan::config::Conf::parse(&args) {
         Ok(c) => {
-            assert!(c.mtu.is_none_or(|m| m > 0));
+            assert!(c.link.mtu.is_none_or(|m| m > 0));
             // The chained master and addresses, from any prevResult.
             let prev = args.prev_result();
             if let Ok(prev) = &prev {

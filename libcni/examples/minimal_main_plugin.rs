@@ -22,14 +22,16 @@
 //! turns an `Error` into the spec's error JSON with its code; `attach::add`
 //! opens the namespace, refuses an existing interface, finds IPAM before
 //! anything is made, and undoes every step when a later one fails;
-//! `attach::del` is best effort and succeeds when things are already gone.
+//! `attach::ContainerLinkPlugin` gives DEL (best effort, success when
+//! things are already gone), GC and STATUS (IPAM's) to a plugin whose one
+//! piece of state is its link in the container.
 
-use libcni::attach::{self, Add, Check, KindLink, Lower};
+use libcni::attach::{self, Add, Check, ContainerLinkPlugin, KindLink, Lower};
 use libcni::ipam::IfaceOptions;
 use libcni::netlink::link_kinds::{NewKind, DUMMY_SUPPORT};
-use libcni::skel::{self, CmdArgs, Plugin};
+use libcni::skel::{self, CmdArgs};
 use libcni::types::{CniResult, IpamConf};
-use libcni::{Error, ErrorList};
+use libcni::Error;
 use serde::Deserialize;
 
 /// The plugin's own keys (Go's decoding rules: exact key, then any case;
@@ -51,7 +53,7 @@ fn ipam_type(args: &CmdArgs) -> Result<String, Error> {
 
 struct Minimal;
 
-impl Plugin for Minimal {
+impl ContainerLinkPlugin for Minimal {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
         let ipam = ipam_type(args)?;
         attach::add(
@@ -71,10 +73,6 @@ impl Plugin for Minimal {
         )
     }
 
-    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::del(args, ErrorList::new)
-    }
-
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
         let ipam = ipam_type(args)?;
         let mut check = Check::begin(args, Some(&ipam))?;
@@ -82,13 +80,8 @@ impl Plugin for Minimal {
         check.addresses_and_routes().map(drop)
     }
 
-    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::gc(args, ErrorList::new())
-    }
-
-    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::kind_status("minimal_main_plugin", &DUMMY_SUPPORT)?;
-        attach::status(args)
+    fn status_before_ipam(&self, _args: &CmdArgs) -> Result<(), Error> {
+        attach::kind_status("minimal_main_plugin", &DUMMY_SUPPORT)
     }
 }
 

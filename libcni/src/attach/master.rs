@@ -3,10 +3,159 @@
 //! the interface of the default route; looked up in the plugin's namespace
 //! or, with `linkInContainer`, in the container's. Every refusal is code 7
 //! naming `master` (or `mtu`).
+//!
+//! The three stacked-link plugins share here what is not their link's
+//! own: the keys they read alike ([`StackedConf`]), CHECK's lookup of the
+//! master ([`find_for_check`]) and STATUS ([`check_status`]).
 
+use serde::Deserialize;
+
+use crate::netlink::link_kinds::LinkKindSupport;
 use crate::netlink::{Link, Netlink};
+use crate::skel::CmdArgs;
+use crate::types::config::validate_link_name;
+use crate::types::{Dns, DnsConf, IpamConf};
 use crate::Error;
 use crate::IpFamily;
+
+/// The keys the stacked-link plugins share, as they come (JSON types
+/// only). Each plugin decodes its own keys from the same stdin beside
+/// these (Go ignores the keys a struct does not name, and so do we).
+#[derive(Debug, Default, Deserialize)]
+struct RawStacked {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(default)]
+    mtu: i64,
+    #[serde(rename = "linkInContainer", default)]
+    link_in_container: bool,
+    #[serde(default)]
+    ipam: Option<IpamConf>,
+    #[serde(default)]
+    dns: Option<DnsConf>,
+}
+
+/// The validated keys of a stacked-link plugin's config that macvlan,
+/// ipvlan and vlan read alike. Every rejection is code 7 naming the key.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StackedConf {
+    /// `master`; `None` takes the interface of the default route (ipvlan,
+    /// chained, the single interface of `prevResult` first).
+    pub master: Option<String>,
+    /// `mtu`; `None` (0) takes the master's.
+    pub mtu: Option<u32>,
+    /// `linkInContainer`: the master is in the container's namespace.
+    pub link_in_container: bool,
+    /// `ipam.type`; `None` (no `ipam`, or no type): layer 2 only, or, for
+    /// ipvlan, the chained `prevResult`'s addresses.
+    pub ipam: Option<String>,
+    /// `dns`, which replaces the IPAM plugin's when it sets anything
+    /// ([`DnsConf::into_set`]: a list present, even empty).
+    pub dns: Option<Dns>,
+}
+
+impl StackedConf {
+    /// Decodes and validates the shared keys of `config` (the plugin's
+    /// stdin).
+    pub fn parse(config: &[u8]) -> Result<StackedConf, Error> {
+        let raw: RawStacked = crate::skel::parse_config(config)?;
+        let master = match raw.master.filter(|m| !m.is_empty()) {
+            Some(m) => {
+                validate_link_name("master", &m)?;
+                Some(m)
+            }
+            None => None,
+        };
+        let mtu = match raw.mtu {
+            0 => None,
+            m @ 1..=0x7fff_ffff => Some(m as u32),
+            m => {
+                return Err(Error::config(
+                    "mtu",
+                    format!("invalid MTU {m}: must be 0 (the master's) or positive"),
+                ))
+            }
+        };
+        Ok(StackedConf {
+            master,
+            mtu,
+            link_in_container: raw.link_in_container,
+            ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
+            dns: raw.dns.and_then(DnsConf::into_set),
+        })
+    }
+}
+
+/// What STATUS reads: only what it needs, so a config that ADD would
+/// refuse for another key still gets an answer about the master.
+#[derive(Deserialize, Default)]
+struct StatusKeys {
+    #[serde(default)]
+    master: Option<String>,
+    #[serde(rename = "linkInContainer", default)]
+    link_in_container: bool,
+}
+
+/// What a stacked-link plugin's STATUS checks besides the master.
+pub struct StatusOf {
+    /// The link kind, when a kernel may lack it (checked first, code 50).
+    pub kind: Option<&'static LinkKindSupport>,
+    /// Chained (no `master`, no `ipam.type`), the master comes from
+    /// `prevResult`, which STATUS does not have: not checked (ipvlan).
+    pub master_may_be_chained: bool,
+}
+
+/// A stacked-link plugin's STATUS before IPAM's answer: the kernel's
+/// support for the kind, then the master ([`status`]).
+pub fn check_status(args: &CmdArgs, of: &StatusOf) -> Result<(), Error> {
+    if let Some(support) = of.kind {
+        super::kind_status(support.kind, support)?;
+    }
+    let keys: StatusKeys = args.config()?;
+    let name = keys.master.filter(|m| !m.is_empty());
+    let chained = of.master_may_be_chained && name.is_none() && args.conf.ipam_type()?.is_none();
+    if chained {
+        return Ok(());
+    }
+    status(name.as_deref(), keys.link_in_container)
+}
+
+/// CHECK's master: [`find`] in the namespace it lives in (the container's,
+/// `container`, with `in_container`); one that is not there is a failed
+/// check naming `master`.
+pub fn find_for_check(
+    container: &mut Netlink,
+    name: Option<&str>,
+    in_container: bool,
+) -> Result<Link, Error> {
+    let found = if in_container {
+        find(container, name, true)
+    } else {
+        find(&mut Netlink::open()?, name, false)
+    };
+    found.map_err(|e| match e {
+        Error::InvalidConfig { msg, .. } => Error::CheckFailed(format!("master: {msg}")),
+        other => other,
+    })
+}
+
+/// Whether `link`, in the container, is stacked directly on `master`: its
+/// lower device is `master`, in the container with `in_container` (no
+/// netnsid), else in the plugin's namespace (a netnsid is reported).
+pub fn is_on(link: &Link, master: &Link, in_container: bool) -> bool {
+    link.peer_index == Some(master.index) && link.link_netnsid.is_some() != in_container
+}
+
+/// The failed check of a `what` (`"container VLAN \"eth0\""`) that is
+/// not on `master`.
+pub fn not_on(what: &str, master: &Link, in_container: bool) -> Error {
+    Error::CheckFailed(format!(
+        "{what} is not on master {:?} (index {}) of {}",
+        master.name,
+        master.index,
+        place(in_container)
+    ))
+}
 
 /// Where the master is looked up, for messages.
 pub fn place(in_container: bool) -> &'static str {

@@ -511,6 +511,50 @@ pub fn interface_of(link: &Link, sandbox: &str) -> Interface {
 
 // ---- DEL, GC, STATUS --------------------------------------------------------
 
+/// A main plugin whose one piece of state is its link in the container
+/// (dummy, ipvlan, macvlan, tap, vlan): it writes ADD, CHECK and what
+/// STATUS checks before IPAM's answer, and [`crate::skel::Plugin`] comes
+/// with the rest, written once:
+/// - DEL: [`del`], the container link and IPAM DEL, best effort; it reads
+///   only `ipam.type`, so a config ADD refused is still deletable;
+/// - GC: the link lives in the container and goes with it, so there is
+///   nothing of the plugin's own to collect: GC goes to IPAM ([`gc`]),
+///   with the same stdin (and so the same `cni.dev/valid-attachments`);
+/// - STATUS: [`ContainerLinkPlugin::status_before_ipam`], then IPAM's
+///   answer ([`status`]).
+pub trait ContainerLinkPlugin {
+    /// ADD, over [`add`].
+    fn add(&self, args: &CmdArgs) -> Result<CniResult>;
+    /// CHECK, over [`Check`].
+    fn check(&self, args: &CmdArgs) -> Result<()>;
+    /// What STATUS checks before IPAM: the kernel's support for the link
+    /// kind, the master the link would be stacked on.
+    fn status_before_ipam(&self, args: &CmdArgs) -> Result<()>;
+}
+
+impl<P: ContainerLinkPlugin> crate::skel::Plugin for P {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult> {
+        ContainerLinkPlugin::add(self, args)
+    }
+
+    fn del(&self, args: &CmdArgs) -> Result<()> {
+        del(args, ErrorList::new)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<()> {
+        ContainerLinkPlugin::check(self, args)
+    }
+
+    fn gc(&self, args: &CmdArgs) -> Result<()> {
+        gc(args, ErrorList::new())
+    }
+
+    fn status(&self, args: &CmdArgs) -> Result<()> {
+        self.status_before_ipam(args)?;
+        status(args)
+    }
+}
+
 /// DEL's shared part, best effort: IPAM DEL (the config's `ipam.type`,
 /// read leniently) and then the deletion of `CNI_IFNAME` in the container
 /// ([`delete_container_link`]), in that order (the dhcp IPAM releases its

@@ -8,12 +8,12 @@
 
 pub mod config;
 
-use libcni::attach::{self, Add, Check, KindLink, Lower};
+use libcni::attach::{self, Add, Check, ContainerLinkPlugin, KindLink, Lower};
 use libcni::ipam::IfaceOptions;
 use libcni::netlink::link_kinds::{NewKind, DUMMY_SUPPORT};
-use libcni::skel::{CmdArgs, Plugin};
+use libcni::skel::CmdArgs;
 use libcni::types::CniResult;
-use libcni::{Error, ErrorList};
+use libcni::Error;
 
 use crate::config::Conf;
 
@@ -23,7 +23,7 @@ pub const NAME: &str = "dummy";
 
 pub struct Dummy;
 
-impl Plugin for Dummy {
+impl ContainerLinkPlugin for Dummy {
     /// Over the shared flow (`libcni::attach`): the dummy created in the
     /// container (a kernel without dummy links refuses it before anything
     /// exists: code 2 naming the module), IPAM, the addresses and routes.
@@ -43,12 +43,6 @@ impl Plugin for Dummy {
         })
     }
 
-    /// Best effort: the dummy in the container (if the namespace and the
-    /// link are still there) and IPAM DEL. DEL reads only `ipam.type`.
-    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::del(args, ErrorList::new)
-    }
-
     /// IPAM's CHECK, then the interface of `prevResult` in this sandbox: a
     /// dummy, up, with the result's MAC; its addresses and routes. A
     /// difference is code 102.
@@ -65,16 +59,8 @@ impl Plugin for Dummy {
         c.addresses_and_routes().map(drop)
     }
 
-    /// The dummy lives in the container and goes with it: GC goes to IPAM,
-    /// with the same stdin.
-    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::gc(args, ErrorList::new())
-    }
-
-    /// ADD can be served when the kernel has dummy links and IPAM says it
-    /// can.
-    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::kind_status("dummy", &DUMMY_SUPPORT)?;
-        attach::status(args)
+    /// The kernel has dummy links.
+    fn status_before_ipam(&self, _args: &CmdArgs) -> Result<(), Error> {
+        attach::kind_status("dummy", &DUMMY_SUPPORT)
     }
 }

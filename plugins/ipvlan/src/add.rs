@@ -25,7 +25,7 @@ pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let prev = args.prev_result()?;
     let addresses = conf.addresses(prev.as_ref())?;
     let master = conf.master_for_add(prev.as_ref())?;
-    attach::add(args, "ipvlan", conf.ipam.as_deref(), |a| {
+    attach::add(args, "ipvlan", conf.link.ipam.as_deref(), |a| {
         steps(a, &conf, master.as_deref(), addresses)
     })
 }
@@ -36,7 +36,7 @@ fn steps(
     master: Option<&str>,
     addresses: Addresses,
 ) -> Result<CniResult, Error> {
-    let m = a.master(master, conf.link_in_container, conf.mtu)?;
+    let m = a.master(master, conf.link.link_in_container, conf.link.mtu)?;
     let kind = NewKind::Ipvlan {
         master_index: m.index,
         mode: conf.mode,
@@ -44,8 +44,8 @@ fn steps(
     let link = a
         .create_kind(KindLink {
             kind,
-            mtu: conf.mtu,
-            lower: Lower::of_link_in_container(conf.link_in_container),
+            mtu: conf.link.mtu,
+            lower: Lower::of_link_in_container(conf.link.link_in_container),
             support: &IPVLAN_SUPPORT,
         })
         .map_err(|e| {
@@ -64,6 +64,6 @@ fn steps(
     };
     a.notify_neighbours()?;
     let mut result = a.configure_single(&link, allocated, IfaceOptions::default())?;
-    attach::apply_dns(&mut result, conf.dns.as_ref());
+    attach::apply_dns(&mut result, conf.link.dns.as_ref());
     Ok(result)
 }

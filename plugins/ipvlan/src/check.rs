@@ -13,7 +13,8 @@ use crate::config::Conf;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
-    let mut c = Check::begin(args, conf.ipam.as_deref())?;
+    let in_container = conf.link.link_in_container;
+    let mut c = Check::begin(args, conf.link.ipam.as_deref())?;
     let ifname = &args.ifname;
     let failed = |msg: String| Err(Error::CheckFailed(msg));
 
@@ -29,26 +30,12 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
             conf.mode
         ));
     }
-    match conf.master.as_deref() {
+    match conf.link.master.as_deref() {
         Some(name) => {
-            let mut host;
-            let nl = if conf.link_in_container {
-                &mut c.container
-            } else {
-                host = Netlink::open()?;
-                &mut host
-            };
-            let m = master::find(nl, Some(name), conf.link_in_container).map_err(|e| match e {
-                Error::InvalidConfig { msg, .. } => Error::CheckFailed(format!("master: {msg}")),
-                other => other,
-            })?;
-            if !on_master(&link, &m, conf.link_in_container) {
-                return failed(format!(
-                    "container ipvlan {ifname:?} is not on master {:?} (index {}) of {}",
-                    m.name,
-                    m.index,
-                    master::place(conf.link_in_container)
-                ));
+            let m = master::find_for_check(&mut c.container, Some(name), in_container)?;
+            if !on_master(&link, &m, in_container) {
+                let what = format!("container ipvlan {ifname:?}");
+                return Err(master::not_on(&what, &m, in_container));
             }
         }
         // Chained or the default route's: the master is not known here;
@@ -75,8 +62,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
 /// is in the plugin's namespace (a netnsid is reported) unless the master
 /// is the container's.
 fn on_master(link: &Link, m: &Link, in_container: bool) -> bool {
-    let right_ns = link.link_netnsid.is_some() != in_container;
-    let direct = link.peer_index == Some(m.index) && right_ns;
+    let direct = master::is_on(link, m, in_container);
     let stacked = m.kind.as_deref() == Some("ipvlan") && link.peer_index == m.peer_index;
     direct || stacked
 }

@@ -3,28 +3,20 @@
 //! What depends on the master (that it exists, its MTU) is checked when
 //! ADD looks it up (`libcni::attach::master`).
 
+use libcni::attach::master::StackedConf;
 use libcni::netlink::link_kinds::IpvlanMode;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
-use libcni::types::{CniResult, Dns, DnsConf, IpamConf};
+use libcni::types::CniResult;
 use libcni::Error;
 use serde::Deserialize;
 
-/// The keys as they come (JSON types only).
+/// The ipvlan's own keys as they come (JSON types only); the shared ones
+/// are [`StackedConf`]'s.
 #[derive(Debug, Default, Deserialize)]
 struct Raw {
     #[serde(default)]
-    master: Option<String>,
-    #[serde(default)]
     mode: Option<String>,
-    #[serde(default)]
-    mtu: i64,
-    #[serde(rename = "linkInContainer", default)]
-    link_in_container: bool,
-    #[serde(default)]
-    ipam: Option<IpamConf>,
-    #[serde(default)]
-    dns: Option<DnsConf>,
 }
 
 /// Where the ipvlan's addresses come from.
@@ -40,37 +32,24 @@ pub enum Addresses {
 /// A validated ipvlan config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conf {
-    /// `master`; `None` takes, chained, the single interface of
-    /// `prevResult`, else the interface of the default route.
-    pub master: Option<String>,
+    /// `master`, `mtu`, `linkInContainer`, `ipam.type` and `dns`. Without
+    /// `master`, chained, the master is the single interface of
+    /// `prevResult`; without `ipam.type`, the addresses are its too.
+    pub link: StackedConf,
     /// `mode`: l2 unless said otherwise.
     pub mode: IpvlanMode,
-    /// `mtu`; `None` (0) takes the master's.
-    pub mtu: Option<u32>,
-    /// `linkInContainer`: the master is in the container's namespace.
-    pub link_in_container: bool,
-    /// `ipam.type`; `None` when the addresses come from `prevResult`.
-    pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it sets anything
-    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
-    pub dns: Option<Dns>,
 }
 
 impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK); DEL
     /// reads only `ipam.type`.
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
-        Conf::from_raw(args.config()?)
+        Conf::from_json(&args.stdin)
     }
 
-    fn from_raw(raw: Raw) -> Result<Conf, Error> {
-        let master = match raw.master.filter(|m| !m.is_empty()) {
-            Some(m) => {
-                validate_link_name("master", &m)?;
-                Some(m)
-            }
-            None => None,
-        };
+    fn from_json(config: &[u8]) -> Result<Conf, Error> {
+        let link = StackedConf::parse(config)?;
+        let raw: Raw = libcni::skel::parse_config(config)?;
         let mode = match raw.mode.as_deref() {
             None | Some("") => IpvlanMode::L2,
             Some(m) => IpvlanMode::parse(m).ok_or_else(|| {
@@ -80,30 +59,13 @@ impl Conf {
                 )
             })?,
         };
-        let mtu = match raw.mtu {
-            0 => None,
-            m @ 1..=0x7fff_ffff => Some(m as u32),
-            m => {
-                return Err(Error::config(
-                    "mtu",
-                    format!("invalid MTU {m}: must be 0 (the master's) or positive"),
-                ))
-            }
-        };
-        Ok(Conf {
-            master,
-            mode,
-            mtu,
-            link_in_container: raw.link_in_container,
-            ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
-            dns: raw.dns.and_then(DnsConf::into_set),
-        })
+        Ok(Conf { link, mode })
     }
 
     /// Where ADD takes the addresses from, as the reference: without
     /// `ipam.type`, the chained `prevResult`'s, which must have some.
     pub fn addresses(&self, prev: Option<&CniResult>) -> Result<Addresses, Error> {
-        if let Some(plugin) = &self.ipam {
+        if let Some(plugin) = &self.link.ipam {
             return Ok(Addresses::Ipam(plugin.clone()));
         }
         match prev {
@@ -120,8 +82,8 @@ impl Conf {
     /// the single named interface of `prevResult` (the reference's rule);
     /// `None` takes the default route's interface.
     pub fn master_for_add(&self, prev: Option<&CniResult>) -> Result<Option<String>, Error> {
-        if self.master.is_some() {
-            return Ok(self.master.clone());
+        if self.link.master.is_some() {
+            return Ok(self.link.master.clone());
         }
         let Some(prev) = prev else {
             return Ok(None);
@@ -149,8 +111,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn conf(v: Value) -> Result<Conf, Error> {
-        let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes())?;
-        Conf::from_raw(raw)
+        Conf::from_json(v.to_string().as_bytes())
     }
 
     fn prev(names: &[&str], ips: bool) -> CniResult {
@@ -170,12 +131,11 @@ mod tests {
         assert_eq!(
             c,
             Conf {
-                master: None,
+                link: StackedConf {
+                    ipam: Some("host-local".into()),
+                    ..StackedConf::default()
+                },
                 mode: IpvlanMode::L2,
-                mtu: None,
-                link_in_container: false,
-                ipam: Some("host-local".into()),
-                dns: None,
             }
         );
         assert_eq!(c.master_for_add(None).unwrap(), None);

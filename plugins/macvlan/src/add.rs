@@ -18,15 +18,21 @@ use crate::config::Conf;
 
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
-    attach::add(args, "macvlan", conf.ipam.as_deref(), |a| steps(a, &conf))
+    attach::add(args, "macvlan", conf.link.ipam.as_deref(), |a| {
+        steps(a, &conf)
+    })
 }
 
 fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     let args = a.args();
     // The master lives in the plugin's namespace, or in the container's.
-    let master = a.master(conf.master.as_deref(), conf.link_in_container, conf.mtu)?;
+    let master = a.master(
+        conf.link.master.as_deref(),
+        conf.link.link_in_container,
+        conf.link.mtu,
+    )?;
     let link = a.create_link_named(|a, name| {
-        if conf.link_in_container {
+        if conf.link.link_in_container {
             a.container()
                 .add_macvlan(&spec(name, conf, master.index, None))
         } else {
@@ -36,7 +42,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
     })?;
     fault::point("macvlan/link");
 
-    let mut result = if let Some(plugin) = &conf.ipam {
+    let mut result = if let Some(plugin) = &conf.link.ipam {
         let allocated = a.ipam_add(plugin)?;
         fault::point("macvlan/ipam");
         a.notify_neighbours()?;
@@ -53,7 +59,7 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         }
     };
 
-    attach::apply_dns(&mut result, conf.dns.as_ref());
+    attach::apply_dns(&mut result, conf.link.dns.as_ref());
     Ok(result)
 }
 
@@ -69,7 +75,7 @@ fn spec<'a>(
         name,
         master_index,
         mode: conf.mode,
-        mtu: conf.mtu,
+        mtu: conf.link.mtu,
         mac: conf.mac,
         bc_queue_len: conf.bc_queue_len,
         netns,

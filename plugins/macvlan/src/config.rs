@@ -3,35 +3,25 @@
 //! (code 4 for `CNI_ARGS`). What depends on the master (that it exists, its
 //! MTU) is checked at ADD, by `libcni::attach::master`.
 
+use libcni::attach::master::StackedConf;
 use libcni::mac::{self, MacSource};
 use libcni::netlink::macvlan::MacvlanMode;
 use libcni::skel::CmdArgs;
-use libcni::types::config::validate_link_name;
-use libcni::types::{Dns, DnsConf, IpamConf};
 use libcni::Error;
 use serde::Deserialize;
 
-/// The keys as they come (JSON types only).
+/// The macvlan's own keys as they come (JSON types only); the shared ones
+/// are [`StackedConf`]'s.
 #[derive(Debug, Default, Deserialize)]
 struct Raw {
     #[serde(default)]
-    master: Option<String>,
-    #[serde(default)]
     mode: Option<String>,
     #[serde(default)]
-    mtu: i64,
-    #[serde(default)]
     mac: Option<String>,
-    #[serde(rename = "linkInContainer", default)]
-    link_in_container: bool,
     #[serde(default)]
     bcqueuelen: i64,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RawRuntimeConfig>,
-    #[serde(default)]
-    ipam: Option<IpamConf>,
-    #[serde(default)]
-    dns: Option<DnsConf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -43,49 +33,29 @@ struct RawRuntimeConfig {
 /// A validated macvlan config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conf {
-    /// `master`; `None` takes the interface of the default route.
-    pub master: Option<String>,
+    /// `master`, `mtu`, `linkInContainer`, `ipam.type` (`None`: layer 2
+    /// only) and `dns`.
+    pub link: StackedConf,
     /// `mode`, bridge unless said otherwise.
     pub mode: MacvlanMode,
-    /// `mtu`; `None` (0) takes the master's.
-    pub mtu: Option<u32>,
     /// `mac` < `CNI_ARGS` `MAC` < `runtimeConfig.mac`, as in the reference.
     pub mac: Option<[u8; 6]>,
-    /// `linkInContainer`: the master is in the container's namespace.
-    pub link_in_container: bool,
     /// `bcqueuelen`; `None` (0) keeps the kernel's default.
     pub bc_queue_len: Option<u32>,
-    /// `ipam.type`; `None` for no IPAM (layer 2 only).
-    pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it sets anything
-    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
-    pub dns: Option<Dns>,
 }
 
 impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
-        let raw: Raw = args.config()?;
         let cni_args = args.cni_args()?;
         cni_args.check_known(&["MAC"])?;
         let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_raw(raw, env_mac)
+        Conf::from_json(&args.stdin, env_mac)
     }
 
-    fn from_raw(raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {
-        let ipam = raw
-            .ipam
-            .as_ref()
-            .map(|i| i.plugin_type.clone())
-            .filter(|t| !t.is_empty());
-        let dns = raw.dns.clone();
-        let master = match raw.master.filter(|m| !m.is_empty()) {
-            Some(m) => {
-                validate_link_name("master", &m)?;
-                Some(m)
-            }
-            None => None,
-        };
+    fn from_json(config: &[u8], env_mac: Option<&str>) -> Result<Conf, Error> {
+        let link = StackedConf::parse(config)?;
+        let raw: Raw = libcni::skel::parse_config(config)?;
         let mode = match raw.mode.as_deref() {
             None | Some("") => MacvlanMode::Bridge,
             Some(m @ ("bridge" | "private" | "vepa" | "passthru")) => {
@@ -95,16 +65,6 @@ impl Conf {
                 return Err(Error::config(
                     "mode",
                     format!("unknown macvlan mode {m:?} (want bridge, private, vepa or passthru)"),
-                ))
-            }
-        };
-        let mtu = match raw.mtu {
-            0 => None,
-            m @ 1..=0x7fff_ffff => Some(m as u32),
-            m => {
-                return Err(Error::config(
-                    "mtu",
-                    format!("invalid MTU {m}: must be 0 (the master's) or positive"),
                 ))
             }
         };
@@ -126,14 +86,10 @@ impl Conf {
             (MacSource::RuntimeConfig, runtime_mac.as_deref()),
         ])?;
         Ok(Conf {
-            master,
+            link,
             mode,
-            mtu,
             mac,
-            link_in_container: raw.link_in_container,
             bc_queue_len,
-            ipam,
-            dns: dns.and_then(DnsConf::into_set),
         })
     }
 }
@@ -147,8 +103,7 @@ mod tests {
         if v.get("ipam").is_none() {
             v["ipam"] = json!({"type": "host-local"});
         }
-        let raw: Raw = libcni::skel::parse_config(v.to_string().as_bytes())?;
-        Conf::from_raw(raw, env_mac)
+        Conf::from_json(v.to_string().as_bytes(), env_mac)
     }
 
     fn conf(v: Value) -> Result<Conf, Error> {
@@ -161,18 +116,20 @@ mod tests {
         assert_eq!(
             c,
             Conf {
-                master: None,
+                link: StackedConf {
+                    ipam: Some("host-local".into()),
+                    ..StackedConf::default()
+                },
                 mode: MacvlanMode::Bridge,
-                mtu: None,
                 mac: None,
-                link_in_container: false,
                 bc_queue_len: None,
-                ipam: Some("host-local".into()),
-                dns: None,
             }
         );
         let c = conf(json!({"master": "", "mode": "", "mtu": 0, "bcqueuelen": 0})).unwrap();
-        assert_eq!((c.master, c.mode, c.mtu), (None, MacvlanMode::Bridge, None));
+        assert_eq!(
+            (c.link.master, c.mode, c.link.mtu),
+            (None, MacvlanMode::Bridge, None)
+        );
     }
 
     #[test]
@@ -241,7 +198,10 @@ mod tests {
         let v = json!({"mac": "0a:00:00:00:00:01", "bcqueuelen": 100, "linkInContainer": true});
         let c = conf(v.clone()).unwrap();
         assert_eq!(c.mac, Some([0x0a, 0, 0, 0, 0, 1]));
-        assert_eq!((c.bc_queue_len, c.link_in_container), (Some(100), true));
+        assert_eq!(
+            (c.bc_queue_len, c.link.link_in_container),
+            (Some(100), true)
+        );
         let c = conf_env(v.clone(), Some("0a:00:00:00:00:02")).unwrap();
         assert_eq!(c.mac, Some([0x0a, 0, 0, 0, 0, 2]));
         let mut rc = v;

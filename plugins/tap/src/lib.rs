@@ -8,10 +8,10 @@ pub mod add;
 pub mod check;
 pub mod config;
 
-use libcni::attach;
-use libcni::skel::{CmdArgs, Plugin};
+use libcni::attach::ContainerLinkPlugin;
+use libcni::skel::CmdArgs;
 use libcni::types::CniResult;
-use libcni::{Error, ErrorList};
+use libcni::Error;
 
 /// The upstream plugin this one replaces, as its about line names it
 /// (`CNI tap plugin v…`).
@@ -19,29 +19,17 @@ pub const NAME: &str = "tap";
 
 pub struct Tap;
 
-impl Plugin for Tap {
+impl ContainerLinkPlugin for Tap {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
         add::add(args)
-    }
-
-    /// Best effort: the tap in the container (if the namespace and the
-    /// tap are still there) and IPAM DEL. DEL reads only `ipam.type`.
-    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::del(args, ErrorList::new)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
         check::check(args)
     }
 
-    /// The tap keeps no state on the node: GC goes to IPAM, with the same
-    /// stdin (and so the same `cni.dev/valid-attachments`).
-    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::gc(args, ErrorList::new())
-    }
-
     /// The tap can always serve ADD; STATUS is IPAM's answer.
-    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::status(args)
+    fn status_before_ipam(&self, _args: &CmdArgs) -> Result<(), Error> {
+        Ok(())
     }
 }

@@ -17,22 +17,23 @@ use crate::config::Conf;
 
 pub fn add(args: &CmdArgs) -> Result<CniResult, Error> {
     let conf = Conf::parse(args)?;
-    attach::add(args, "vlan", conf.ipam.as_deref(), |a| steps(a, &conf))
+    attach::add(args, "vlan", conf.link.ipam.as_deref(), |a| steps(a, &conf))
 }
 
 fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
-    let master = a.master(conf.master.as_deref(), conf.link_in_container, conf.mtu)?;
+    let link = &conf.link;
+    let master = a.master(link.master.as_deref(), link.link_in_container, link.mtu)?;
     let kind = NewKind::Vlan {
         master_index: master.index,
         id: conf.vlan_id,
     };
     let link = a.create_kind(KindLink {
         kind,
-        mtu: conf.mtu,
-        lower: Lower::of_link_in_container(conf.link_in_container),
+        mtu: link.mtu,
+        lower: Lower::of_link_in_container(link.link_in_container),
         support: &VLAN_SUPPORT,
     })?;
-    let mut result = match &conf.ipam {
+    let mut result = match &conf.link.ipam {
         Some(plugin) => {
             let allocated = a.ipam_add(plugin)?;
             a.configure_single(&link, allocated, IfaceOptions::default())?
@@ -46,6 +47,6 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
             }
         }
     };
-    attach::apply_dns(&mut result, conf.dns.as_ref());
+    attach::apply_dns(&mut result, conf.link.dns.as_ref());
     Ok(result)
 }

@@ -5,7 +5,6 @@
 //! differs.
 
 use libcni::attach::{master, Check};
-use libcni::netlink::Netlink;
 use libcni::skel::CmdArgs;
 use libcni::Error;
 
@@ -13,20 +12,13 @@ use crate::config::Conf;
 
 pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let conf = Conf::parse(args)?;
-    let mut c = Check::begin(args, conf.ipam.as_deref())?;
+    let link_conf = &conf.link;
+    let mut c = Check::begin(args, link_conf.ipam.as_deref())?;
     let ifname = &args.ifname;
     let failed = |msg: String| Err(Error::CheckFailed(msg));
 
-    let name = conf.master.as_deref();
-    let m = if conf.link_in_container {
-        master::find(&mut c.container, name, true)
-    } else {
-        master::find(&mut Netlink::open()?, name, false)
-    }
-    .map_err(|e| match e {
-        Error::InvalidConfig { msg, .. } => Error::CheckFailed(format!("master: {msg}")),
-        other => other,
-    })?;
+    let in_container = link_conf.link_in_container;
+    let m = master::find_for_check(&mut c.container, link_conf.master.as_deref(), in_container)?;
     let link = c.container_link("vlan")?;
     let Some(d) = c.container.link_details(link.index)? else {
         return failed(format!("container interface {ifname:?} not found"));
@@ -38,19 +30,11 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
             conf.vlan_id
         ));
     }
-    // Its lower device: in the container with linkInContainer (no netnsid),
-    // else in the plugin's namespace (the index is the one there).
-    let on_master =
-        link.peer_index == Some(m.index) && link.link_netnsid.is_some() != conf.link_in_container;
-    if !on_master {
-        return failed(format!(
-            "container VLAN {ifname:?} is not on master {:?} (index {}) of {}",
-            m.name,
-            m.index,
-            master::place(conf.link_in_container)
-        ));
+    if !master::is_on(&link, &m, in_container) {
+        let what = format!("container VLAN {ifname:?}");
+        return Err(master::not_on(&what, &m, in_container));
     }
-    if let Some(mtu) = conf.mtu {
+    if let Some(mtu) = link_conf.mtu {
         if link.mtu != mtu {
             return failed(format!(
                 "container VLAN {ifname:?} has MTU {}, mtu is {mtu}",

@@ -11,12 +11,11 @@ pub mod add;
 pub mod check;
 pub mod config;
 
-use libcni::attach;
+use libcni::attach::{master, ContainerLinkPlugin};
 use libcni::netlink::link_kinds::VLAN_SUPPORT;
-use libcni::skel::{CmdArgs, Plugin};
+use libcni::skel::CmdArgs;
 use libcni::types::CniResult;
-use libcni::{Error, ErrorList};
-use serde::Deserialize;
+use libcni::Error;
 
 /// The upstream plugin this one replaces, as its about line names it
 /// (`CNI vlan plugin v…`).
@@ -24,48 +23,23 @@ pub const NAME: &str = "vlan";
 
 pub struct Vlan;
 
-/// What STATUS reads: only what it needs, so a config that ADD would refuse
-/// for another key still gets an answer about the master.
-#[derive(Deserialize, Default)]
-struct StatusConf {
-    #[serde(default)]
-    master: Option<String>,
-    #[serde(rename = "linkInContainer", default)]
-    link_in_container: bool,
-}
-
-impl Plugin for Vlan {
+impl ContainerLinkPlugin for Vlan {
     fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
         add::add(args)
-    }
-
-    /// Best effort: the VLAN link in the container (if the namespace and
-    /// the link are still there) and IPAM DEL. DEL reads only `ipam.type`,
-    /// so a config ADD refused (a master that is gone, a bad `vlanId`) is
-    /// still deletable.
-    fn del(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::del(args, ErrorList::new)
     }
 
     fn check(&self, args: &CmdArgs) -> Result<(), Error> {
         check::check(args)
     }
 
-    /// The VLAN link lives in the container and goes with it: GC goes to
-    /// IPAM, with the same stdin (and so the same
-    /// `cni.dev/valid-attachments`).
-    fn gc(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::gc(args, ErrorList::new())
-    }
-
-    /// ADD can be served when the kernel has 802.1Q VLANs, the master is
-    /// there (in the plugin's namespace; with `linkInContainer` there is no
-    /// container to look in) and IPAM says it can.
-    fn status(&self, args: &CmdArgs) -> Result<(), Error> {
-        attach::kind_status("vlan", &VLAN_SUPPORT)?;
-        let s: StatusConf = args.config()?;
-        let name = s.master.filter(|m| !m.is_empty());
-        attach::master::status(name.as_deref(), s.link_in_container)?;
-        attach::status(args)
+    /// The kernel has 802.1Q VLANs, and the master is there (in the
+    /// plugin's namespace; with `linkInContainer` there is no container to
+    /// look in).
+    fn status_before_ipam(&self, args: &CmdArgs) -> Result<(), Error> {
+        let of = master::StatusOf {
+            kind: Some(&VLAN_SUPPORT),
+            master_may_be_chained: false,
+        };
+        master::check_status(args, &of)
     }
 }
