@@ -21,6 +21,10 @@
 //! - **GC** and **STATUS** ([`gc`], [`status`]): forwarded to IPAM with
 //!   the same stdin, after the plugin's own part.
 //!
+//! A plugin whose one piece of state is its link in the container
+//! implements [`ContainerLinkPlugin`] (ADD, CHECK, its STATUS checks) and
+//! gets DEL, GC and the rest of STATUS from it.
+//!
 //! # The rollback
 //!
 //! An [`Add`] records what it creates as it goes: the links it made (on the
