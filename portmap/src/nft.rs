@@ -33,7 +33,7 @@
 use std::net::IpAddr;
 
 use crate::conditions::{self, Condition};
-use libcni::netfilter::ledger::{self, Entry, Ledger};
+use libcni::netfilter::ledger::{self, Ledger};
 use libcni::netfilter::nft::expr::{self, CmpOp, Expr, Verdict};
 use libcni::netfilter::nft::{
     BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_DSTNAT, PRIORITY_SRCNAT,
@@ -236,21 +236,6 @@ fn rule_port(family: IpFamily, r: &RuleInfo) -> Option<RemovedPort> {
     })
 }
 
-/// The ledger's entries whose rule still exists with `comment`, and
-/// whether every entry did (a missing one means the chains changed behind
-/// the ledger: the caller lists them instead).
-fn verified(nft: &mut Nft, entries: &[Entry], comment: &str) -> Result<(Vec<Entry>, bool)> {
-    let mut out = Vec::new();
-    let mut all = true;
-    for e in entries {
-        match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
-            Some(r) if r.comment.as_deref() == Some(comment) => out.push(e.clone()),
-            _ => all = false,
-        }
-    }
-    Ok((out, all))
-}
-
 /// The rules of `comment` in the owned chains of both families, by one
 /// listing of each chain: state the Go plugin wrote, or an ADD killed
 /// before it wrote its ledger.
@@ -352,7 +337,7 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     })?;
     ledger::commit_recorded(nft, ledger.as_ref(), &mut |nft, b| {
         if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
-            for e in verified(nft, &old, &comment)?.0 {
+            for e in ledger::verified(nft, &old, &comment)?.entries {
                 b.del_rule(e.family, &e.table, &e.chain, e.handle);
             }
         }
@@ -406,8 +391,9 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
         let mut removed = Vec::new();
         let (mut doomed, complete) = match ledger.as_ref().and_then(Ledger::load) {
             Some(entries) => {
-                let (ok, all) = verified(nft, &entries, &comment)?;
-                let doomed: Vec<(IpFamily, u64, String, Option<RemovedPort>)> = ok
+                let v = ledger::verified(nft, &entries, &comment)?;
+                let doomed: Vec<(IpFamily, u64, String, Option<RemovedPort>)> = v
+                    .entries
                     .iter()
                     .map(|e| {
                         let family = e.family.ip().unwrap_or(IpFamily::V4);
@@ -419,7 +405,7 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
                         )
                     })
                     .collect();
-                (doomed, all)
+                (doomed, v.complete)
             }
             None => (Vec::new(), false),
         };
@@ -465,7 +451,7 @@ pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<Vec<Remo
             continue;
         }
         let comment = rule_comment(&Owner::new(network, &cid));
-        for e in verified(nft, &entries, &comment)?.0 {
+        for e in ledger::verified(nft, &entries, &comment)?.entries {
             let family = e.family.ip().unwrap_or(IpFamily::V4);
             removed.extend(note_port(family, &e.note));
             b.del_rule(e.family, &e.table, &e.chain, e.handle);

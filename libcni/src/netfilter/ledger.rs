@@ -24,6 +24,32 @@ use super::nft::{Batch, Family, Nft};
 use crate::files::{self, Contents, Durability};
 use crate::{Error, Result};
 
+/// What of a ledger is still true ([`verified`]).
+pub struct Verified {
+    /// The entries whose rule is still there with the attachment's comment.
+    pub entries: Vec<Entry>,
+    /// Whether every entry was: one missing means the chains changed
+    /// behind the ledger, and the caller lists them instead.
+    pub complete: bool,
+}
+
+/// Reads back the rule of every entry of `entries` (by its handle) and
+/// keeps those that still carry `comment`: a handle is used only after
+/// that ([`Verified`]).
+pub fn verified(nft: &mut Nft, entries: &[Entry], comment: &str) -> Result<Verified> {
+    let mut out = Verified {
+        entries: Vec::new(),
+        complete: true,
+    };
+    for e in entries {
+        match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
+            Some(r) if r.comment.as_deref() == Some(comment) => out.entries.push(e.clone()),
+            _ => out.complete = false,
+        }
+    }
+    Ok(out)
+}
+
 /// Where the ledgers live.
 pub const ROOT: &str = "/run/cni";
 

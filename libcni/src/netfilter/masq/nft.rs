@@ -5,7 +5,7 @@ use super::*;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use crate::netfilter::ledger::{self, Entry, Ledger};
+use crate::netfilter::ledger::{self, Ledger};
 use crate::netfilter::nft::expr::{self, CmpOp, Expr, Verdict};
 use crate::netfilter::nft::{BaseChain, Batch, Elem, Family, Hook, Nft, RuleInfo, PRIORITY_SRCNAT};
 use crate::netfilter::Owner;
@@ -147,20 +147,6 @@ fn skeleton(b: &mut Batch) {
     }
 }
 
-/// The entries of `entries` whose rule is still there with `comment`, and
-/// whether all were.
-fn verified(nft: &mut Nft, entries: &[Entry], comment: &str) -> Result<(Vec<Entry>, bool)> {
-    let mut out = Vec::new();
-    let mut all = true;
-    for e in entries {
-        match nft.get_rule(e.family, &e.table, &e.chain, e.handle)? {
-            Some(r) if r.comment.as_deref() == Some(comment) => out.push(e.clone()),
-            _ => all = false,
-        }
-    }
-    Ok((out, all))
-}
-
 /// The rules of `masq_checks` whose comment starts with `prefix` (one
 /// listing; none when the table is not there).
 fn listed(nft: &mut Nft, prefix: &str) -> Result<Vec<RuleInfo>> {
@@ -207,7 +193,7 @@ pub fn setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> 
             skeleton(b);
         }
         if let Some(old) = ledger.as_ref().and_then(Ledger::load) {
-            for e in verified(nft, &old, &comment)?.0 {
+            for e in ledger::verified(nft, &old, &comment)?.entries {
                 b.del_rule(e.family, &e.table, &e.chain, e.handle);
             }
         }
@@ -240,8 +226,8 @@ pub fn teardown(nft: &mut Nft, owner: &Owner, ifname: &str) -> Result<()> {
         let (mut handles, complete): (Vec<u64>, bool) = match ledger.as_ref().and_then(Ledger::load)
         {
             Some(entries) => {
-                let (ok, all) = verified(nft, &entries, &comment)?;
-                (ok.iter().map(|e| e.handle).collect(), all)
+                let v = ledger::verified(nft, &entries, &comment)?;
+                (v.entries.iter().map(|e| e.handle).collect(), v.complete)
             }
             None => (Vec::new(), false),
         };
