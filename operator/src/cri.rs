@@ -13,6 +13,8 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::error::{CriProblem, Error, Result};
+
 /// Where the runtimes listen by default, in the order tried.
 pub const DEFAULT_SOCKETS: [&str; 2] =
     ["/run/containerd/containerd.sock", "/var/run/crio/crio.sock"];
@@ -45,19 +47,20 @@ pub fn default_socket() -> Option<PathBuf> {
 }
 
 /// The IDs of every sandbox the runtime at `socket` lists, ready or not.
-pub fn sandbox_ids(socket: &Path, timeout: Duration) -> Result<BTreeSet<String>, String> {
-    let fail = |e: std::io::Error| format!("CRI socket {}: {e}", socket.display());
-    let mut s = UnixStream::connect(socket).map_err(fail)?;
-    s.set_read_timeout(Some(timeout)).map_err(fail)?;
-    s.set_write_timeout(Some(timeout)).map_err(fail)?;
-    s.write_all(&request()).map_err(fail)?;
-    let message =
-        read_answer(&mut s).map_err(|e| format!("CRI socket {}: {e}", socket.display()))?;
-    sandbox_ids_of(&message).ok_or_else(|| {
-        format!(
-            "CRI socket {}: the ListPodSandbox answer does not decode",
-            socket.display()
-        )
+pub fn sandbox_ids(socket: &Path, timeout: Duration) -> Result<BTreeSet<String>> {
+    let ask = || -> std::result::Result<BTreeSet<String>, CriProblem> {
+        let io = |doing| move |source| CriProblem::Io { doing, source };
+        let mut s = UnixStream::connect(socket).map_err(io("connecting"))?;
+        s.set_read_timeout(Some(timeout))
+            .and_then(|()| s.set_write_timeout(Some(timeout)))
+            .map_err(io("setting its timeouts"))?;
+        s.write_all(&request()).map_err(io("sending the call"))?;
+        let message = read_answer(&mut s)?;
+        sandbox_ids_of(&message).ok_or(CriProblem::NotASandboxList)
+    };
+    ask().map_err(|problem| Error::Cri {
+        socket: socket.to_path_buf(),
+        problem,
     })
 }
 
@@ -113,38 +116,44 @@ fn literal(block: &mut Vec<u8>, name_index: Option<u8>, name: &str, value: &str)
 /// Reads frames until stream 1 ends; returns the gRPC message. Trailers
 /// are not decoded (HPACK with Huffman): a failed call sends no message
 /// (gRPC's "trailers only"), which is how it is told apart.
-fn read_answer(s: &mut UnixStream) -> Result<Vec<u8>, String> {
+fn read_answer(s: &mut UnixStream) -> std::result::Result<Vec<u8>, CriProblem> {
+    let reading = |source| CriProblem::Io {
+        doing: "reading the answer",
+        source,
+    };
+    let writing = |source| CriProblem::Io {
+        doing: "writing",
+        source,
+    };
     let mut body = Vec::new();
     loop {
         let mut head = [0u8; 9];
-        s.read_exact(&mut head)
-            .map_err(|e| format!("reading the answer: {e}"))?;
+        s.read_exact(&mut head).map_err(reading)?;
         let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
         let (kind, flags) = (head[3], head[4]);
         let stream = u32::from_be_bytes([head[5], head[6], head[7], head[8]]) & 0x7fff_ffff;
         if len > MAX_ANSWER {
-            return Err(format!("a frame of {len} bytes"));
+            return Err(CriProblem::FrameTooLarge(len));
         }
         let mut payload = vec![0u8; len];
-        s.read_exact(&mut payload)
-            .map_err(|e| format!("reading the answer: {e}"))?;
+        s.read_exact(&mut payload).map_err(reading)?;
         match kind {
             SETTINGS if flags & ACK == 0 => {
                 let mut ack = Vec::new();
                 frame(&mut ack, SETTINGS, ACK, 0, &[]);
-                s.write_all(&ack).map_err(|e| format!("writing: {e}"))?;
+                s.write_all(&ack).map_err(writing)?;
             }
             PING if flags & ACK == 0 => {
                 let mut pong = Vec::new();
                 frame(&mut pong, PING, ACK, 0, &payload);
-                s.write_all(&pong).map_err(|e| format!("writing: {e}"))?;
+                s.write_all(&pong).map_err(writing)?;
             }
-            GOAWAY => return Err("the runtime closed the connection (GOAWAY)".into()),
-            RST_STREAM if stream == 1 => return Err("the runtime reset the call".into()),
+            GOAWAY => return Err(CriProblem::GoAway),
+            RST_STREAM if stream == 1 => return Err(CriProblem::Reset),
             DATA if stream == 1 => {
                 body.extend(unpadded(&payload, flags, 0)?);
                 if body.len() > MAX_ANSWER {
-                    return Err("the answer is too large".into());
+                    return Err(CriProblem::AnswerTooLarge);
                 }
             }
             HEADERS if stream == 1 => {
@@ -159,25 +168,25 @@ fn read_answer(s: &mut UnixStream) -> Result<Vec<u8>, String> {
     }
     // One length-prefixed message: flag byte (0: not compressed), length.
     if body.len() < 5 {
-        return Err("the call failed (no message; is the socket a CRI runtime's?)".into());
+        return Err(CriProblem::NoMessage);
     }
     if body[0] != 0 {
-        return Err("a compressed answer".into());
+        return Err(CriProblem::Compressed);
     }
     let n = u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize;
     body.get(5..5 + n)
         .map(<[u8]>::to_vec)
-        .ok_or_else(|| "a truncated answer".into())
+        .ok_or(CriProblem::Truncated)
 }
 
-fn unpadded(payload: &[u8], flags: u8, skip: usize) -> Result<&[u8], String> {
+fn unpadded(payload: &[u8], flags: u8, skip: usize) -> std::result::Result<&[u8], CriProblem> {
     if flags & PADDED == 0 {
-        return payload.get(skip..).ok_or_else(|| "a short frame".into());
+        return payload.get(skip..).ok_or(CriProblem::ShortFrame);
     }
-    let pad = *payload.first().ok_or("a short frame")? as usize;
+    let pad = *payload.first().ok_or(CriProblem::ShortFrame)? as usize;
     payload
         .get(1 + skip..payload.len().saturating_sub(pad))
-        .ok_or_else(|| "a bad padding".into())
+        .ok_or(CriProblem::BadPadding)
 }
 
 /// `ListPodSandboxResponse.items[].id`: field 1 of each field-1 message.

@@ -53,7 +53,7 @@ fn plugin_type(plugin: &Map<String, Value>) -> &str {
     key(plugin, "type").and_then(Value::as_str).unwrap_or("")
 }
 
-pub fn run(paths: &NodePaths, judge: &dyn Fn() -> Result<Judge, String>) -> Findings {
+pub fn run(paths: &NodePaths, judge: &dyn Fn() -> crate::error::Result<Judge>) -> Findings {
     let mut f = Findings::default();
     let runner = CniConfig::new(paths.bin_path.clone(), &paths.cache_dir);
     let configured = node::load_networks(paths);

@@ -34,6 +34,7 @@ use cnitool::conf::NetworkConfigList;
 use cnitool::exec::{CniConfig, RuntimeConf};
 
 use crate::collect::{self, AttachmentKey, Kind, NodeState, Piece, Row};
+use crate::error::{Error, Result};
 use crate::liveness::{Judge, Liveness, Verdicts};
 use crate::node::NodePaths;
 
@@ -110,14 +111,14 @@ fn present(row: &Row) -> impl Iterator<Item = &Piece> {
 
 pub fn run(
     paths: &NodePaths,
-    judge: &dyn Fn() -> Result<Judge, String>,
+    judge: &dyn Fn() -> crate::error::Result<Judge>,
     opts: &GcOptions,
 ) -> GcReport {
     let mut report = GcReport::default();
     let (state, verdicts) = match read(paths, judge) {
         Ok(read) => read,
         Err(e) => {
-            report.failures.push(e);
+            report.failures.push(e.to_string());
             return report;
         }
     };
@@ -210,7 +211,7 @@ pub fn run(
                     }
                 }
             }
-            Err(e) => report.failures.push(e),
+            Err(e) => report.failures.push(e.to_string()),
         }
     }
     report
@@ -221,11 +222,11 @@ pub fn run(
 /// of the node (the CRI runtime) that failed between steps.
 fn apply(
     paths: &NodePaths,
-    judge: &dyn Fn() -> Result<Judge, String>,
+    judge: &dyn Fn() -> crate::error::Result<Judge>,
     state: &NodeState,
     targets: &[AttachmentKey],
     report: &mut GcReport,
-) -> Result<BTreeMap<Kind, usize>, String> {
+) -> Result<BTreeMap<Kind, usize>> {
     let runner = CniConfig::new(paths.bin_path.clone(), &paths.cache_dir);
 
     // 1. DEL through the chain.
@@ -315,8 +316,8 @@ fn apply(
 /// The node read, and each row judged (the CRI runtime asked again).
 fn read(
     paths: &NodePaths,
-    judge: &dyn Fn() -> Result<Judge, String>,
-) -> Result<(NodeState, Verdicts), String> {
+    judge: &dyn Fn() -> crate::error::Result<Judge>,
+) -> Result<(NodeState, Verdicts)> {
     let judged = judge()?;
     let state = collect::collect(paths);
     let verdicts = judged.judge(&state.rows);
@@ -362,15 +363,12 @@ fn del_list(list: &NetworkConfigList, row: &Row) -> NetworkConfigList {
 }
 
 /// Removes one piece nothing claimed, if it is of a kind removed by file.
-fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> Result<(), String> {
+fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> Result<()> {
     match p.kind {
         Kind::Cache => {
             let k = &row.key;
-            let key =
-                CacheKey::new(&k.network, &k.container_id, &k.ifname).map_err(|e| e.to_string())?;
-            ResultCache::new(&paths.cache_dir)
-                .remove(&key)
-                .map_err(|e| e.to_string())
+            let key = CacheKey::new(&k.network, &k.container_id, &k.ifname)?;
+            Ok(ResultCache::new(&paths.cache_dir).remove(&key)?)
         }
         Kind::Lease => remove_lease(&p.location),
         Kind::FlannelConfig | Kind::TuningBackup => remove_file(&p.location),
@@ -379,16 +377,16 @@ fn remove_piece(paths: &NodePaths, state: &NodeState, row: &Row, p: &Piece) -> R
         Kind::FirewallRecord if !has(row, Kind::FirewallRules) => remove_file(&p.location),
         // The daemon holds the lease (and renews it): only its release
         // ends it, and the daemon takes up at start every file it finds.
-        Kind::DhcpLease => Err("the dhcp daemon's: a DEL through it releases it \
-             (is the daemon running?)"
-            .into()),
+        Kind::DhcpLease => Err(Error::LeftAlone(
+            "the dhcp daemon's: a DEL through it releases it (is the daemon running?)",
+        )),
         _ => {
             let why = if state.network(&row.key.network).is_some() {
                 "still there after its DEL"
             } else {
                 "no config of its network to DEL it with"
             };
-            Err(why.into())
+            Err(Error::LeftAlone(why))
         }
     }
 }
@@ -397,16 +395,20 @@ fn has(row: &Row, kind: Kind) -> bool {
     row.pieces.iter().any(|p| p.kind == kind && p.present)
 }
 
-fn remove_file(path: &str) -> Result<(), String> {
-    libcni::files::remove_if_present(std::path::Path::new(path)).map_err(|e| e.to_string())
+fn remove_file(path: &str) -> Result<()> {
+    let path = std::path::Path::new(path);
+    libcni::files::remove_if_present(path).map_err(|source| Error::File {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Releases a lease under host-local's lock, with its index links.
-fn remove_lease(location: &str) -> Result<(), String> {
+fn remove_lease(location: &str) -> Result<()> {
     use host_local::store::Store;
     let path = std::path::Path::new(location);
     let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
-        return Err("not a lease path".into());
+        return Err(Error::LeftAlone("not a lease path"));
     };
     let loc = host_local::config::Location {
         data_dir: dir.parent().unwrap_or(dir).to_path_buf(),
@@ -416,15 +418,12 @@ fn remove_lease(location: &str) -> Result<(), String> {
             .unwrap_or_default()
             .to_string(),
     };
-    let Some(store) = Store::open_locked(&loc).map_err(|e| e.to_string())? else {
+    let Some(store) = Store::open_locked(&loc)? else {
         return Ok(());
     };
-    let scan = store.scan(&|_, _| false).map_err(|e| e.to_string())?;
+    let scan = store.scan(&|_, _| false)?;
     match scan.leases.iter().find(|l| l.name == name) {
-        Some(l) => store
-            .release(name, &l.links)
-            .map(|_| ())
-            .map_err(|e| e.to_string()),
+        Some(l) => Ok(store.release(name, &l.links).map(|_| ())?),
         None => Ok(()),
     }
 }

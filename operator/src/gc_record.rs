@@ -17,6 +17,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
+use crate::error::{Error, Result};
+
 /// The record's directory under the cache dir, and its file.
 const DIR: &str = "cni-rs";
 const FILE: &str = "gc.json";
@@ -37,22 +39,30 @@ pub fn path(cache_dir: &Path) -> PathBuf {
 
 /// The record at `path`: `Ok(None)` when there is none yet, an error
 /// naming the file when it cannot be read as one.
-pub fn load(path: &Path) -> Result<Option<GcRecord>, String> {
+pub fn load(path: &Path) -> Result<Option<GcRecord>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(source) => {
+            return Err(Error::File {
+                path: path.to_path_buf(),
+                source,
+            })
+        }
     };
-    let v = libcni::gojson::parse_value(&bytes)
-        .map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let malformed = |problem: String| Error::Malformed {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let v = libcni::gojson::parse_value(&bytes).map_err(|e| malformed(format!("not JSON: {e}")))?;
     let last_run_seconds = v["lastRunSeconds"]
         .as_f64()
-        .ok_or_else(|| format!("{}: no lastRunSeconds", path.display()))?;
+        .ok_or_else(|| malformed("no lastRunSeconds".into()))?;
     let mut collected = BTreeMap::new();
     for (kind, n) in v["collected"].as_object().into_iter().flatten() {
         let n = n
             .as_u64()
-            .ok_or_else(|| format!("{}: collected.{kind} is not a count", path.display()))?;
+            .ok_or_else(|| malformed(format!("collected.{kind} is not a count")))?;
         collected.insert(kind.clone(), n);
     }
     Ok(Some(GcRecord {
@@ -66,7 +76,7 @@ pub fn add_pass(
     cache_dir: &Path,
     collected: &BTreeMap<&'static str, usize>,
     now: SystemTime,
-) -> Result<(), String> {
+) -> Result<()> {
     let file = path(cache_dir);
     let mut record = load(&file)?.unwrap_or_default();
     for (kind, n) in collected {
@@ -77,13 +87,22 @@ pub fn add_pass(
         .map(|d| d.as_secs_f64())
         .unwrap_or_default();
     let dir = cache_dir.join(DIR);
-    libcni::files::create_dir_all(&dir, 0o755).map_err(|e| format!("{}: {e}", dir.display()))?;
+    libcni::files::create_dir_all(&dir, 0o755).map_err(|source| Error::File {
+        path: dir.clone(),
+        source,
+    })?;
     let v: Value = json!({
         "lastRunSeconds": record.last_run_seconds,
         "collected": record.collected,
     });
-    libcni::files::write_atomic(&dir, ".gc", FILE, v.to_string().as_bytes())
-        .map_err(|e| format!("{}: {:?} {}: {}", file.display(), e.step, e.temp, e.source))
+    libcni::files::write_atomic(&dir, ".gc", FILE, v.to_string().as_bytes()).map_err(|e| {
+        Error::Write {
+            path: file,
+            step: e.step,
+            temp: e.temp,
+            source: e.source,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -94,7 +113,7 @@ mod tests {
     fn passes_add_up_and_read_back() {
         let dir = std::env::temp_dir().join(format!("gc-record-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(load(&path(&dir)), Ok(None));
+        assert_eq!(load(&path(&dir)).unwrap(), None);
         let at = UNIX_EPOCH + std::time::Duration::from_secs(1_000);
         let pass = BTreeMap::from([("lease", 2usize), ("cache", 1)]);
         add_pass(&dir, &pass, at).unwrap();
@@ -106,7 +125,9 @@ mod tests {
             BTreeMap::from([("cache".to_string(), 1), ("lease".to_string(), 3)])
         );
         std::fs::write(path(&dir), "{").unwrap();
-        assert!(load(&path(&dir)).unwrap_err().contains("not JSON"));
+        let e = load(&path(&dir)).unwrap_err();
+        assert!(matches!(e, Error::Malformed { .. }), "{e}");
+        assert!(e.to_string().contains("not JSON"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -12,6 +12,7 @@
 pub mod collect;
 pub mod cri;
 pub mod doctor;
+pub mod error;
 pub mod gc;
 pub mod gc_record;
 pub mod inspect;
@@ -25,6 +26,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
+use error::Error;
 use liveness::Judge;
 use node::NodePaths;
 
@@ -207,7 +209,8 @@ fn env_path(var: &str, default: &str) -> PathBuf {
 }
 
 /// The options both commands take; the rest are returned as flags.
-fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
+fn parse(args: &[String], flags_known: &[&str]) -> error::Result<Common> {
+    let usage = |msg: String| Error::Usage(msg);
     let bin_path = std::env::var("CNI_PATH")
         .ok()
         .filter(|p| !p.is_empty())
@@ -230,7 +233,7 @@ fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
         let mut value = |name: &str| {
             it.next()
                 .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
+                .ok_or_else(|| usage(format!("{name} needs a value")))
         };
         match a.as_str() {
             "--conf-dir" => c.paths.conf_dir = value(a)?.into(),
@@ -245,16 +248,16 @@ fn parse(args: &[String], flags_known: &[&str]) -> Result<Common, String> {
                 let v = value(a)?;
                 let secs: u64 = v
                     .parse()
-                    .map_err(|_| format!("--grace {v:?}: not a number of seconds"))?;
+                    .map_err(|_| usage(format!("--grace {v:?}: not a number of seconds")))?;
                 c.grace = Duration::from_secs(secs);
             }
             "--every" if flags_known.contains(&"--every") => {
                 c.every = Some(repeat::parse_interval(&value(a)?)?)
             }
             f if flags_known.contains(&f) => c.flags.push(f.to_string()),
-            f if f.starts_with('-') => return Err(format!("unknown option {f:?}")),
+            f if f.starts_with('-') => return Err(usage(format!("unknown option {f:?}"))),
             n if c.network.is_none() => c.network = Some(n.to_string()),
-            n => return Err(format!("one network at most ({n:?} is a second)")),
+            n => return Err(usage(format!("one network at most ({n:?} is a second)"))),
         }
     }
     Ok(c)
@@ -268,7 +271,7 @@ fn split_path(p: &str) -> Vec<PathBuf> {
 }
 
 impl Common {
-    fn judge(&self) -> Result<Judge, String> {
+    fn judge(&self) -> error::Result<Judge> {
         let sandboxes = match &self.cri {
             Some(s) => Some(cri::sandbox_ids(s, Duration::from_secs(10))?),
             None => None,
@@ -281,7 +284,7 @@ impl Common {
     }
 }
 
-fn usage_error(cmd: &str, msg: &str, usage: &str) -> ExitCode {
+fn usage_error(cmd: &str, msg: &dyn std::fmt::Display, usage: &str) -> ExitCode {
     eprintln!("cni-rs {cmd}: {msg}\n\n{usage}");
     ExitCode::from(2)
 }
@@ -382,7 +385,7 @@ pub fn doctor_main(args: &[String]) -> ExitCode {
     }
     let c = match parse(args, &[]) {
         Ok(c) if c.network.is_none() => c,
-        Ok(_) => return usage_error("doctor", "doctor takes no network", DOCTOR_USAGE),
+        Ok(_) => return usage_error("doctor", &"doctor takes no network", DOCTOR_USAGE),
         Err(e) => return usage_error("doctor", &e, DOCTOR_USAGE),
     };
     let findings = doctor::run(&c.paths, &|| c.judge());
@@ -415,14 +418,14 @@ pub fn metrics_main(args: &[String]) -> ExitCode {
             }
             "--call-log" => match it.next() {
                 Some(v) => call_log = Some(v.into()),
-                None => return usage_error("metrics", "--call-log needs a value", METRICS_USAGE),
+                None => return usage_error("metrics", &"--call-log needs a value", METRICS_USAGE),
             },
             _ => rest.push(a.clone()),
         }
     }
     let c = match parse(&rest, &[]) {
         Ok(c) if c.network.is_none() => c,
-        Ok(_) => return usage_error("metrics", "metrics takes no network", METRICS_USAGE),
+        Ok(_) => return usage_error("metrics", &"metrics takes no network", METRICS_USAGE),
         Err(e) => return usage_error("metrics", &e, METRICS_USAGE),
     };
     let call_log = call_log.or_else(|| {

@@ -8,6 +8,8 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, Result};
+
 /// How much of a file is read at once.
 const CHUNK: usize = 64 << 10;
 /// A line longer than this is not one the plugins write: it is skipped.
@@ -38,17 +40,17 @@ pub struct Call {
 }
 
 /// A line, or why it is not a call's line.
-pub type Parsed = Result<Call, String>;
+pub type Parsed = Result<Call>;
 
 impl Call {
     /// Reads one line as the plugins write it ([`libcni::calllog`]).
     pub fn parse(line: &[u8]) -> Parsed {
-        let v = libcni::gojson::parse_value(line).map_err(|e| e.to_string())?;
+        let v = libcni::gojson::parse_value(line).map_err(|e| Error::CallLine(e.to_string()))?;
         let text = |k: &str| v[k].as_str().map(str::to_string);
         let (Some(plugin), Some(command), Some(ms)) =
             (text("plugin"), text("command"), v["durationMs"].as_f64())
         else {
-            return Err("no plugin, command or durationMs".into());
+            return Err(Error::CallLine("no plugin, command or durationMs".into()));
         };
         let error_code = v.get("error").map(|e| e["code"].as_u64().unwrap_or(999));
         Ok(Call {
@@ -86,7 +88,7 @@ impl Tail {
 
     /// Feeds every whole line written since the last call to `each`.
     /// An error is a file that exists and cannot be read.
-    pub fn read_new(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<(), String> {
+    pub fn read_new(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<()> {
         let current = identity(&self.log);
         match self.file {
             _ if !self.started => {
@@ -120,7 +122,7 @@ impl Tail {
         self.follow(each)
     }
 
-    fn follow(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<(), String> {
+    fn follow(&mut self, each: &mut dyn FnMut(&[u8])) -> Result<()> {
         if self.file.is_none() {
             return Ok(());
         }
@@ -130,25 +132,21 @@ impl Tail {
 
     /// Reads `path` from `offset` to its end, feeding whole lines; returns
     /// the offset reached. A missing file reads as empty.
-    fn read_from(
-        &mut self,
-        path: &Path,
-        offset: u64,
-        each: &mut dyn FnMut(&[u8]),
-    ) -> Result<u64, String> {
+    fn read_from(&mut self, path: &Path, offset: u64, each: &mut dyn FnMut(&[u8])) -> Result<u64> {
+        let failed = |source| Error::File {
+            path: path.to_path_buf(),
+            source,
+        };
         let mut f = match File::open(path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(offset),
-            Err(e) => return Err(format!("{}: {e}", path.display())),
+            Err(e) => return Err(failed(e)),
         };
-        f.seek(SeekFrom::Start(offset))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        f.seek(SeekFrom::Start(offset)).map_err(failed)?;
         let mut at = offset;
         let mut buf = vec![0u8; CHUNK];
         loop {
-            let n = f
-                .read(&mut buf)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let n = f.read(&mut buf).map_err(failed)?;
             if n == 0 {
                 return Ok(at);
             }

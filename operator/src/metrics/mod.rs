@@ -183,13 +183,13 @@ impl Metrics {
     }
 
     /// Reads the node and the call log's new lines into the registry.
-    pub fn refresh(&mut self, paths: &NodePaths, judge: &dyn Fn() -> Result<Judge, String>) {
+    pub fn refresh(&mut self, paths: &NodePaths, judge: &dyn Fn() -> crate::error::Result<Judge>) {
         self.refresh_node(paths, judge);
         self.refresh_calls();
         self.refresh_gc(paths);
     }
 
-    fn refresh_node(&mut self, paths: &NodePaths, judge: &dyn Fn() -> Result<Judge, String>) {
+    fn refresh_node(&mut self, paths: &NodePaths, judge: &dyn Fn() -> crate::error::Result<Judge>) {
         let judge = match judge() {
             Ok(j) => j,
             Err(e) => {

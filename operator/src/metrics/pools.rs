@@ -12,6 +12,7 @@ use host_local::config::IpamConfig;
 use serde_json::{json, Map, Value};
 
 use crate::collect::{Kind, NodeState};
+use crate::error::Result;
 use crate::liveness::{Liveness, Verdicts};
 use crate::node::{key, Network};
 
@@ -131,7 +132,7 @@ fn lease_address(path: &Path) -> Option<IpAddr> {
 /// host-local's config in each plugin of `net` that takes addresses from
 /// it: an `ipam` of type host-local, or flannel's delegate as flannel
 /// renders it from its subnet.env.
-fn ipam_configs(net: &Network) -> Result<Vec<IpamConfig>, String> {
+fn ipam_configs(net: &Network) -> Result<Vec<IpamConfig>> {
     let mut out = Vec::new();
     for plugin in &net.list.plugins {
         let ty = key(plugin, "type").and_then(Value::as_str).unwrap_or("");
@@ -145,25 +146,19 @@ fn ipam_configs(net: &Network) -> Result<Vec<IpamConfig>, String> {
             continue;
         }
         let conf = json!({"name": net.name(), "cniVersion": "1.1.0", "ipam": ipam});
-        let conf = IpamConfig::from_network_plugin(conf.to_string().as_bytes())
-            .map_err(|e| e.to_string())?;
+        let conf = IpamConfig::from_network_plugin(conf.to_string().as_bytes())?;
         out.push(conf);
     }
     Ok(out)
 }
 
 /// The `ipam` flannel hands its delegate, rendered from subnet.env.
-fn flannel_ipam(
-    net: &Network,
-    plugin: &Map<String, Value>,
-) -> Result<Option<Map<String, Value>>, String> {
+fn flannel_ipam(net: &Network, plugin: &Map<String, Value>) -> Result<Option<Map<String, Value>>> {
     let mut stdin = plugin.clone();
     stdin.insert("name".into(), json!(net.name()));
     let bytes = Value::Object(stdin).to_string();
-    let conf =
-        flannel_meta::config::FlannelConf::parse(bytes.as_bytes()).map_err(|e| e.to_string())?;
-    let env = flannel_meta::subnet_env::SubnetEnv::load(&conf.subnet_file)
-        .map_err(|e| format!("{}: {e}", conf.subnet_file.display()))?;
+    let conf = flannel_meta::config::FlannelConf::parse(bytes.as_bytes())?;
+    let env = flannel_meta::subnet_env::SubnetEnv::load(&conf.subnet_file)?;
     let delegate = flannel_meta::delegate_conf::render(&conf, &env);
     Ok(key(&delegate, "ipam").and_then(Value::as_object).cloned())
 }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Format, Metrics, Sources};
+use crate::error::Error;
 use crate::liveness::Judge;
 
 /// Where `--listen` without an address binds: loopback only.
@@ -43,7 +44,7 @@ impl Answer {
     }
 }
 
-type Judging = dyn Fn() -> Result<Judge, String> + Send + Sync;
+type Judging = dyn Fn() -> crate::error::Result<Judge> + Send + Sync;
 
 /// Binds `addr`, then serves until SIGTERM or SIGINT.
 pub fn serve(
@@ -51,9 +52,13 @@ pub fn serve(
     sources: Sources,
     metrics: Metrics,
     judge: Box<Judging>,
-) -> Result<(), String> {
-    let listener = TcpListener::bind(addr).map_err(|e| format!("--listen {addr}: {e}"))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+) -> crate::error::Result<()> {
+    let listening = |source| Error::Listen {
+        addr: addr.to_string(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).map_err(listening)?;
+    let bound = listener.local_addr().map_err(listening)?;
     eprintln!("cni-rs metrics: serving http://{bound}/metrics");
     crate::repeat::until_stopped(move || accept(listener, sources, metrics, judge))
 }
@@ -63,7 +68,11 @@ fn accept(
     sources: Sources,
     metrics: Metrics,
     judge: Box<Judging>,
-) -> Result<(), String> {
+) -> crate::error::Result<()> {
+    let addr = listener.local_addr().map_err(|source| Error::Listen {
+        addr: "?".into(),
+        source,
+    })?;
     let shared = Arc::new((sources, Mutex::new(metrics), judge));
     let clients = Arc::new(AtomicUsize::new(0));
     for stream in listener.incoming() {
@@ -85,7 +94,10 @@ fn accept(
             clients.fetch_sub(1, Ordering::SeqCst);
         });
     }
-    Err("the listening socket failed".into())
+    Err(Error::Listen {
+        addr: addr.to_string(),
+        source: std::io::Error::other("the listening socket stopped accepting"),
+    })
 }
 
 /// Reads one request from `stream` and answers it.
