@@ -10,6 +10,33 @@ use dhcproto::v4::{DhcpOption, Message, OptionCode};
 use dhcproto::Decodable;
 use libcni::types::{CniResult, Dns, IpConfig, IpPrefix, Route};
 
+/// Why a DHCP message cannot be used: it does not decode, or it is a
+/// DHCPACK that gives no lease one can configure.
+#[derive(Debug, thiserror::Error)]
+pub enum MessageError {
+    /// An option whose length is not the one its code has.
+    #[error("malformed DHCP message: option {code} of {len} bytes")]
+    OptionLength { code: u8, len: u8 },
+    /// What the decoder said.
+    #[error("malformed DHCP message: {0}")]
+    Undecodable(String),
+    /// The decoder panicked on it (a bug of its).
+    #[error("malformed DHCP message (the decoder failed on it)")]
+    DecoderFailed,
+    /// `yiaddr` is no address a host can take.
+    #[error("the DHCPACK gives no usable address ({0})")]
+    NoUsableAddress(Ipv4Addr),
+    /// No Subnet Mask option.
+    #[error("DHCP option Subnet Mask not found in DHCPACK")]
+    NoSubnetMask,
+    /// A mask with holes.
+    #[error("the DHCPACK's subnet mask {0} is not contiguous")]
+    MaskNotContiguous(Ipv4Addr),
+    /// No Server Identifier option, and no source address to take.
+    #[error("the DHCPACK has no server identifier")]
+    NoServerIdentifier,
+}
+
 /// Lease time used when an ACK has none (RFC 2131 requires one; the
 /// reference assumes an hour).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(3600);
@@ -64,7 +91,7 @@ fn length_is_sane(code: u8, len: usize) -> bool {
 /// LAN can send one, so an option with a length `dhcproto` does not
 /// expect makes the message malformed rather than reach the decoder, and
 /// a panic in the decoder (a bug of its) is a malformed message too.
-pub fn decode(bytes: &[u8]) -> Result<Message, String> {
+pub fn decode(bytes: &[u8]) -> Result<Message, MessageError> {
     let mut at = OPTIONS_AT;
     while let Some(&code) = bytes.get(at) {
         match code {
@@ -73,9 +100,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, String> {
             _ => {
                 let Some(&len) = bytes.get(at + 1) else { break };
                 if !length_is_sane(code, usize::from(len)) {
-                    return Err(format!(
-                        "malformed DHCP message: option {code} of {len} bytes"
-                    ));
+                    return Err(MessageError::OptionLength { code, len });
                 }
                 at += 2 + usize::from(len);
             }
@@ -83,33 +108,31 @@ pub fn decode(bytes: &[u8]) -> Result<Message, String> {
     }
     match std::panic::catch_unwind(|| Message::from_bytes(bytes)) {
         Ok(Ok(m)) => Ok(m),
-        Ok(Err(e)) => Err(format!("malformed DHCP message: {e}")),
-        Err(_) => Err("malformed DHCP message (the decoder failed on it)".into()),
+        Ok(Err(e)) => Err(MessageError::Undecodable(e.to_string())),
+        Err(_) => Err(MessageError::DecoderFailed),
     }
 }
 
 /// The binding of `ack`. `source` is the address the ACK came from.
-pub fn binding(ack: &Message, source: Option<Ipv4Addr>) -> Result<Binding, String> {
+pub fn binding(ack: &Message, source: Option<Ipv4Addr>) -> Result<Binding, MessageError> {
     let address = ack.yiaddr();
     if address.is_unspecified() || address.is_broadcast() || address.is_multicast() {
-        return Err(format!("the DHCPACK gives no usable address ({address})"));
+        return Err(MessageError::NoUsableAddress(address));
     }
     let mask = match ack.opts().get(OptionCode::SubnetMask) {
         Some(DhcpOption::SubnetMask(m)) => *m,
-        _ => return Err("DHCP option Subnet Mask not found in DHCPACK".into()),
+        _ => return Err(MessageError::NoSubnetMask),
     };
     let bits = u32::from(mask);
     if bits.leading_ones() + bits.trailing_zeros() != 32 {
-        return Err(format!(
-            "the DHCPACK's subnet mask {mask} is not contiguous"
-        ));
+        return Err(MessageError::MaskNotContiguous(mask));
     }
     let prefix_len = bits.leading_ones() as u8;
     let server = match ack.opts().get(OptionCode::ServerIdentifier) {
         Some(DhcpOption::ServerIdentifier(s)) => *s,
         _ => source
             .filter(|s| !s.is_unspecified())
-            .ok_or("the DHCPACK has no server identifier")?,
+            .ok_or(MessageError::NoServerIdentifier)?,
     };
     let secs = |code| match ack.opts().get(code) {
         Some(
@@ -308,7 +331,15 @@ mod tests {
             opt.extend(std::iter::repeat_n(7u8, len.into()));
             bad.splice(end..end, opt);
             let e = decode(&bad).unwrap_err();
-            assert!(e.contains(&format!("option {code} of {len} bytes")), "{e}");
+            assert!(
+                matches!(e, MessageError::OptionLength { code: c, len: l } if (c, l) == (code, len)),
+                "{e}"
+            );
+            assert!(
+                e.to_string()
+                    .contains(&format!("option {code} of {len} bytes")),
+                "{e}"
+            );
         }
         assert!(decode(&good[..100]).is_err());
     }
@@ -317,12 +348,14 @@ mod tests {
     fn binding_needs_a_mask() {
         let mut a = ack(vec![]);
         a.opts_mut().remove(OptionCode::SubnetMask);
+        let e = binding(&a, None).unwrap_err();
         assert_eq!(
-            binding(&a, None).unwrap_err(),
+            e.to_string(),
             "DHCP option Subnet Mask not found in DHCPACK"
         );
         let a = ack(vec![DhcpOption::SubnetMask(Ipv4Addr::new(255, 0, 255, 0))]);
-        assert!(binding(&a, None).unwrap_err().contains("not contiguous"));
+        let e = binding(&a, None).unwrap_err();
+        assert!(matches!(e, MessageError::MaskNotContiguous(_)), "{e}");
         let mut a = ack(vec![]);
         a.opts_mut().remove(OptionCode::ServerIdentifier);
         assert!(binding(&a, None).is_err());

@@ -51,6 +51,37 @@ Usage: dhcp daemon [flags]
   -resendtimeout D     how long an ADD tries before it fails (default 3m28s)
 ";
 
+/// A command line the daemon cannot run, in the words of Go's `flag`
+/// package (the reference daemon's), naming the flag or argument.
+#[derive(Debug, thiserror::Error)]
+pub enum FlagError {
+    /// A word that is not a flag, before `--`.
+    #[error("unexpected argument {0:?}")]
+    Unexpected(String),
+    /// `---x`, `-=x`, `-`.
+    #[error("bad flag syntax: {0}")]
+    Syntax(String),
+    /// A flag the daemon does not have.
+    #[error("flag provided but not defined: -{0}")]
+    NotDefined(String),
+    /// A flag given last, without its value.
+    #[error("flag needs an argument: -{0}")]
+    NeedsArgument(String),
+    /// `-broadcast=` with what Go's `strconv.ParseBool` refuses.
+    #[error("invalid boolean value {0:?} for -broadcast: parse error")]
+    NotABoolean(String),
+    /// A value the flag cannot take, and what it wants.
+    #[error("invalid value {value:?} for -{flag}: {wants}")]
+    InvalidValue {
+        flag: &'static str,
+        value: String,
+        wants: &'static str,
+    },
+    /// A relative `-pidfile` (the reference's message, at its start).
+    #[error("Error writing pidfile {0:?}: path not absolute")]
+    RelativePidfile(String),
+}
+
 /// What parsing gave: the flags, or a request for help.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
@@ -59,7 +90,7 @@ pub enum Parsed {
 }
 
 /// Parses the arguments after `daemon`.
-pub fn parse(args: &[String]) -> Result<Parsed, String> {
+pub fn parse(args: &[String]) -> Result<Parsed, FlagError> {
     let mut f = Flags::default();
     let mut i = 0;
     while i < args.len() {
@@ -69,10 +100,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             break;
         }
         let Some(body) = arg.strip_prefix("--").or_else(|| arg.strip_prefix('-')) else {
-            return Err(format!("unexpected argument {arg:?}"));
+            return Err(FlagError::Unexpected(arg.clone()));
         };
         if body.is_empty() || body.starts_with('-') || body.starts_with('=') {
-            return Err(format!("bad flag syntax: {arg}"));
+            return Err(FlagError::Syntax(arg.clone()));
         }
         let (name, inline) = match body.split_once('=') {
             Some((n, v)) => (n, Some(v.to_string())),
@@ -84,13 +115,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         if name == "broadcast" {
             f.broadcast = match inline.as_deref() {
                 None => true,
-                Some(v) => parse_bool(v).ok_or_else(|| {
-                    format!("invalid boolean value {v:?} for -broadcast: parse error")
-                })?,
+                Some(v) => parse_bool(v).ok_or_else(|| FlagError::NotABoolean(v.to_string()))?,
             };
             continue;
         }
-        let known = [
+        const KNOWN: [&str; 7] = [
             "socketpath",
             "pidfile",
             "hostprefix",
@@ -99,24 +128,28 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "resendmax",
             "resendtimeout",
         ];
-        if !known.contains(&name) {
-            return Err(format!("flag provided but not defined: -{name}"));
-        }
+        let Some(name) = KNOWN.iter().copied().find(|k| *k == name) else {
+            return Err(FlagError::NotDefined(name.to_string()));
+        };
         let value = match inline {
             Some(v) => v,
             None => {
                 let v = args
                     .get(i)
-                    .ok_or_else(|| format!("flag needs an argument: -{name}"))?
+                    .ok_or_else(|| FlagError::NeedsArgument(name.to_string()))?
                     .clone();
                 i += 1;
                 v
             }
         };
         let duration = |v: &str| {
-            parse_duration(v).filter(|d| !d.is_zero()).ok_or_else(|| {
-                format!("invalid value {v:?} for -{name}: a positive duration such as 10s")
-            })
+            parse_duration(v)
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| FlagError::InvalidValue {
+                    flag: name,
+                    value: v.to_string(),
+                    wants: "a positive duration such as 10s",
+                })
         };
         match name {
             "socketpath" if !value.is_empty() => f.socket_path = PathBuf::from(value),
@@ -124,18 +157,18 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "pidfile" if value.is_empty() => f.pidfile = None,
             "pidfile" => {
                 if !value.starts_with('/') {
-                    return Err(format!(
-                        "Error writing pidfile {value:?}: path not absolute"
-                    ));
+                    return Err(FlagError::RelativePidfile(value));
                 }
                 f.pidfile = Some(PathBuf::from(value));
             }
             "hostprefix" => f.host_prefix = value,
             "leasedir" => {
                 if !value.starts_with('/') {
-                    return Err(format!(
-                        "invalid value {value:?} for -leasedir: not an absolute path"
-                    ));
+                    return Err(FlagError::InvalidValue {
+                        flag: "leasedir",
+                        value,
+                        wants: "not an absolute path",
+                    });
                 }
                 f.lease_dir = PathBuf::from(value);
             }
@@ -146,10 +179,11 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         }
     }
     if !f.socket_path.is_absolute() {
-        return Err(format!(
-            "invalid value {:?} for -socketpath: not an absolute path",
-            f.socket_path
-        ));
+        return Err(FlagError::InvalidValue {
+            flag: "socketpath",
+            value: f.socket_path.display().to_string(),
+            wants: "not an absolute path",
+        });
     }
     Ok(Parsed::Run(f))
 }
@@ -215,10 +249,10 @@ mod tests {
         a.iter().map(|s| s.to_string()).collect()
     }
 
-    fn run(a: &[&str]) -> Result<Flags, String> {
+    fn run(a: &[&str]) -> Result<Flags, FlagError> {
         match parse(&args(a))? {
             Parsed::Run(f) => Ok(f),
-            Parsed::Help => Err("help".into()),
+            Parsed::Help => panic!("{a:?} asks for help"),
         }
     }
 
@@ -266,7 +300,7 @@ mod tests {
             (vec!["stray"], "unexpected argument"),
             (vec!["---x"], "bad flag syntax"),
         ] {
-            let e = run(&a).unwrap_err();
+            let e = run(&a).unwrap_err().to_string();
             assert!(e.contains(needle), "{a:?}: {e}");
         }
     }

@@ -100,9 +100,44 @@ struct Listening {
     path: Option<PathBuf>,
 }
 
+/// Why the daemon has no socket to serve on, naming the socket or the
+/// setting to look at.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// `LISTEN_FDS` is set to something else than a count.
+    #[error("LISTEN_FDS={0:?} is not a number")]
+    FdsNotANumber(String),
+    /// systemd's descriptor 3 is not a socket.
+    #[error("LISTEN_FDS=1 but descriptor 3 is not a socket: {0}")]
+    NotASocket(#[source] std::io::Error),
+    /// It is a socket, but not a listening unix stream one.
+    #[error(
+        "LISTEN_FDS=1 but descriptor 3 is not a listening unix stream socket \
+         (ListenStream= of a .socket unit)"
+    )]
+    NotAUnixListener,
+    /// More than the one socket the daemon serves.
+    #[error("Too many ({0}) descriptors passed through socket activation: one is expected")]
+    TooMany(u32),
+    /// `-socketpath` names a file that is not a socket.
+    #[error("{} exists and is not a socket: remove it or choose another -socketpath", .0.display())]
+    NotASocketFile(PathBuf),
+    /// A daemon answers on `-socketpath` already.
+    #[error("another daemon already listens on {}", .0.display())]
+    InUse(PathBuf),
+    /// A step on the socket's path that the system refused.
+    #[error("{doing} {}: {source}", path.display())]
+    Io {
+        doing: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The socket systemd passed (`LISTEN_FDS`/`LISTEN_PID`), if any; the
 /// variables are cleared so nothing we run inherits them.
-fn activated() -> Result<Option<UnixListener>, String> {
+fn activated() -> Result<Option<UnixListener>, ListenError> {
     let fds = std::env::var("LISTEN_FDS").ok();
     let pid = std::env::var("LISTEN_PID").ok();
     std::env::remove_var("LISTEN_FDS");
@@ -118,7 +153,7 @@ fn activated() -> Result<Option<UnixListener>, String> {
     }
     let n: u32 = fds
         .parse()
-        .map_err(|_| format!("LISTEN_FDS={fds:?} is not a number"))?;
+        .map_err(|_| ListenError::FdsNotANumber(fds.clone()))?;
     match n {
         0 => Ok(None),
         1 => {
@@ -142,56 +177,47 @@ fn activated() -> Result<Option<UnixListener>, String> {
                 || get(libc::SO_ACCEPTCONN, &mut listening) != 0
                 || get(libc::SO_DOMAIN, &mut domain) != 0
             {
-                return Err(format!(
-                    "LISTEN_FDS=1 but descriptor 3 is not a socket: {}",
-                    std::io::Error::last_os_error()
-                ));
+                return Err(ListenError::NotASocket(std::io::Error::last_os_error()));
             }
             if domain != libc::AF_UNIX || ty != libc::SOCK_STREAM || listening == 0 {
-                return Err(
-                    "LISTEN_FDS=1 but descriptor 3 is not a listening unix stream socket \
-                     (ListenStream= of a .socket unit)"
-                        .into(),
-                );
+                return Err(ListenError::NotAUnixListener);
             }
             // SAFETY: descriptor 3 was handed to us and is used only here.
             unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
             // SAFETY: as above; the listener owns it from now on.
             Ok(Some(unsafe { UnixListener::from_raw_fd(fd) }))
         }
-        n => Err(format!(
-            "Too many ({n}) descriptors passed through socket activation: one is expected"
-        )),
+        n => Err(ListenError::TooMany(n)),
     }
 }
 
 /// Binds `path`: its directory created 0700, the socket 0600. A stale
 /// socket file (nobody accepting) is replaced; a live one is an error.
-fn bind(path: &Path) -> Result<UnixListener, String> {
+fn bind(path: &Path) -> Result<UnixListener, ListenError> {
+    let failed = |doing, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ListenError::Io {
+            doing,
+            path,
+            source,
+        }
+    };
     if let Some(dir) = path.parent() {
-        libcni::files::create_dir_all(dir, 0o700)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        libcni::files::create_dir_all(dir, 0o700).map_err(failed("creating", dir))?;
     }
     match std::fs::symlink_metadata(path) {
         Ok(m) => {
             use std::os::unix::fs::FileTypeExt;
             if !m.file_type().is_socket() {
-                return Err(format!(
-                    "{} exists and is not a socket: remove it or choose another -socketpath",
-                    path.display()
-                ));
+                return Err(ListenError::NotASocketFile(path.to_path_buf()));
             }
             if UnixStream::connect(path).is_ok() {
-                return Err(format!(
-                    "another daemon already listens on {}",
-                    path.display()
-                ));
+                return Err(ListenError::InUse(path.to_path_buf()));
             }
-            std::fs::remove_file(path)
-                .map_err(|e| format!("removing the stale socket {}: {e}", path.display()))?;
+            std::fs::remove_file(path).map_err(failed("removing the stale socket", path))?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", path.display())),
+        Err(e) => return Err(failed("reading", path)(e)),
     }
     // Nothing else runs yet: the umask makes the socket 0600 from the start.
     // SAFETY: umask(2) cannot fail.
@@ -199,13 +225,13 @@ fn bind(path: &Path) -> Result<UnixListener, String> {
     let bound = UnixListener::bind(path);
     // SAFETY: as above.
     unsafe { libc::umask(old) };
-    let listener = bound.map_err(|e| format!("listening on {}: {e}", path.display()))?;
+    let listener = bound.map_err(failed("listening on", path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        .map_err(failed("chmod", path))?;
     Ok(listener)
 }
 
-fn listen(flags: &Flags) -> Result<Listening, String> {
+fn listen(flags: &Flags) -> Result<Listening, ListenError> {
     if let Some(l) = activated()? {
         log(format_args!("listening on the socket systemd passed"));
         return Ok(Listening {
@@ -250,7 +276,8 @@ fn wait_for_signal(set: &libc::sigset_t) -> i32 {
 fn run(flags: &Flags) -> Result<(), Error> {
     let fail = |what: String| Error::io(what, std::io::Error::other(""));
     let set = block_signals();
-    let listening = listen(flags).map_err(|e| Error::io(e, std::io::Error::other("listen")))?;
+    let listening =
+        listen(flags).map_err(|e| Error::io(e.to_string(), std::io::Error::other("listen")))?;
     // The pidfile is not under -hostprefix (as the reference's).
     if let Some(path) = &flags.pidfile {
         write_pidfile(path)

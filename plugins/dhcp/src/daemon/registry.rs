@@ -158,9 +158,12 @@ impl Registry {
                 let _ = ctx.store.remove(&key);
                 e
             };
-            ctx.store
-                .write(&held)
-                .map_err(|why| undo(Error::io("saving the lease", std::io::Error::other(why))))?;
+            ctx.store.write(&held).map_err(|why| {
+                undo(Error::io(
+                    "saving the lease",
+                    std::io::Error::other(why.to_string()),
+                ))
+            })?;
             let running = lease::spawn(ctx.clone(), held.clone(), Start::Fresh)
                 .map_err(|e| undo(Error::io("starting the lease's thread", e)))?;
             *slot = Some(running);

@@ -16,9 +16,44 @@ use libcni::files::{self, Contents, Durability};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::ack::{self, Binding};
+use crate::ack::{self, Binding, MessageError};
 use crate::config::DhcpOptions;
 use crate::proto::Key;
+
+/// Why a lease cannot be kept or taken up: its ACK, its record, or the
+/// file it is written to.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The ACK gives no lease one can configure, or does not decode.
+    #[error(transparent)]
+    Message(#[from] MessageError),
+    /// The ACK or the record could not be encoded.
+    #[error("encode the {what}: {reason}")]
+    Encode { what: &'static str, reason: String },
+    /// A record of another daemon's format.
+    #[error("format {0} (this daemon reads {FORMAT})")]
+    Format(u32),
+    /// A record whose attachment key is not one a plugin sends.
+    #[error(transparent)]
+    Key(libcni::Error),
+    /// A record whose ACK is not hex.
+    #[error("its ack is not hex")]
+    AckNotHex,
+    /// A record that is not the daemon's JSON.
+    #[error("{0}")]
+    Json(String),
+    /// The lease directory is not there to write in.
+    #[error("{} is gone", .0.display())]
+    DirGone(PathBuf),
+    /// The lease directory or file could not be opened or written.
+    #[error("{doing} {}: {source}", path.display())]
+    Io {
+        doing: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Version of the lease file format.
 const FORMAT: u32 = 1;
@@ -113,9 +148,12 @@ impl Held {
         ack: Message,
         from: Ipv4Addr,
         from_mac: Option<[u8; 6]>,
-    ) -> Result<Held, String> {
+    ) -> Result<Held, LeaseError> {
         let binding = ack::binding(&ack, Some(from))?;
-        let bytes = ack.to_vec().map_err(|e| format!("encode the ACK: {e}"))?;
+        let bytes = ack.to_vec().map_err(|e| LeaseError::Encode {
+            what: "ACK",
+            reason: e.to_string(),
+        })?;
         Ok(Held {
             record: Record {
                 format: FORMAT,
@@ -141,7 +179,7 @@ impl Held {
         ack: Message,
         from: Ipv4Addr,
         from_mac: Option<[u8; 6]>,
-    ) -> Result<Held, String> {
+    ) -> Result<Held, LeaseError> {
         let mut h = Held::new(
             self.record.key.clone(),
             self.record.netns.clone(),
@@ -159,15 +197,12 @@ impl Held {
         Ok(h)
     }
 
-    fn from_record(record: Record) -> Result<Held, String> {
+    fn from_record(record: Record) -> Result<Held, LeaseError> {
         if record.format != FORMAT {
-            return Err(format!(
-                "format {} (this daemon reads {FORMAT})",
-                record.format
-            ));
+            return Err(LeaseError::Format(record.format));
         }
-        record.key.validate().map_err(|e| e.to_string())?;
-        let bytes = unhex(&record.ack).ok_or("its ack is not hex")?;
+        record.key.validate().map_err(LeaseError::Key)?;
+        let bytes = unhex(&record.ack).ok_or(LeaseError::AckNotHex)?;
         let ack = ack::decode(&bytes)?;
         let binding = ack::binding(&ack, Some(record.ack_from))?;
         Ok(Held {
@@ -232,13 +267,20 @@ impl Store {
     }
 
     /// Writes `held` (whole or not at all).
-    pub fn write(&self, held: &Held) -> Result<(), String> {
-        let mut bytes = serde_json::to_vec_pretty(&held.record)
-            .map_err(|e| format!("encode the lease: {e}"))?;
+    pub fn write(&self, held: &Held) -> Result<(), LeaseError> {
+        let mut bytes =
+            serde_json::to_vec_pretty(&held.record).map_err(|e| LeaseError::Encode {
+                what: "lease",
+                reason: e.to_string(),
+            })?;
         bytes.push(b'\n');
         let dir = files::open_dir(&self.dir)
-            .map_err(|e| format!("open {}: {e}", self.dir.display()))?
-            .ok_or_else(|| format!("{} is gone", self.dir.display()))?;
+            .map_err(|source| LeaseError::Io {
+                doing: "open".into(),
+                path: self.dir.clone(),
+                source: source.into(),
+            })?
+            .ok_or_else(|| LeaseError::DirGone(self.dir.clone()))?;
         files::replace_at(
             dir.as_fd(),
             TEMP_PREFIX,
@@ -246,13 +288,10 @@ impl Store {
             &bytes,
             Durability::ProcessCrash,
         )
-        .map_err(|e| {
-            format!(
-                "write {}: {:?}: {}",
-                self.path_of(&held.record.key).display(),
-                e.step,
-                e.source
-            )
+        .map_err(|e| LeaseError::Io {
+            doing: format!("write ({:?})", e.step),
+            path: self.path_of(&held.record.key),
+            source: e.source,
         })
     }
 
@@ -281,7 +320,7 @@ impl Store {
                 }
             };
             let parsed = libcni::gojson::from_slice::<Record>(&bytes)
-                .map_err(|e| e.to_string())
+                .map_err(|e| LeaseError::Json(e.to_string()))
                 .and_then(Held::from_record);
             match parsed {
                 Ok(h) if file_name(&h.record.key) == name => held.push(h),
