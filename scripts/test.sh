@@ -55,7 +55,8 @@ multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p test
 
 # The release form: the tarball's binaries and the multicall tarball's
 # cni-rs, as scripts/release.sh ships them, in the empty root and through
-# the DaemonSet (its image built from that cni-rs).
+# the DaemonSet (its image built from that cni-rs); the docs' sizes are
+# checked against them (tests/tests/tidy.rs).
 release_out=$repo/target/release-test
 rm -rf "$release_out"
 # This machine's architecture only: the others are the arch step's.
@@ -64,7 +65,7 @@ if scripts/release.sh --arch "$(. scripts/arch.sh && arch_host)" --out "$release
   tar -xzf "$release_out"/dist/cni-rs-linux-*.tgz -C "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
   env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 cargo test -p tests --test suite --no-fail-fast \
-    -- empty_root:: daemonset:: || status=$?
+    -- empty_root:: daemonset:: tidy::the_sizes || status=$?
 else
   echo "error: scripts/release.sh failed: the release form is not tested" >&2
   status=1

@@ -1,21 +1,9 @@
-//! loopback, the skel every plugin shares, and the runtime (our cnitool and
-//! the upstream Go libcni's), in real namespaces.
+//! loopback, the skel every plugin shares (checked on all of them), and
+//! the runtime (our cnitool and the upstream Go libcni's), in real
+//! namespaces.
 
 use serde_json::{json, Value};
 use tests::*;
-
-/// Every plugin binary built so far.
-const PLUGINS: &[&str] = &[
-    "loopback",
-    "host-local",
-    "bridge",
-    "bandwidth",
-    "flannel",
-    "portmap",
-    "firewall",
-    "tuning",
-    "macvlan",
-];
 
 /// The plugins that open `CNI_NETNS` on ADD.
 const NETNS_PLUGINS: &[&str] = &["loopback", "bridge"];
@@ -24,11 +12,13 @@ const ALL_VERSIONS: &[&str] = &[
     "0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0",
 ];
 
-/// What VERSION lists: all seven, except for bandwidth, which (as the Go
-/// plugin) needs results with interfaces, from 0.3.0 on.
+/// What VERSION lists: all seven, except for the plugins that (as their
+/// Go originals) need results with interfaces: bandwidth and
+/// tc-redirect-tap from 0.3.0 on, vrf from 0.3.1.
 fn supported_versions(plugin: &str) -> &'static [&'static str] {
     match plugin {
-        "bandwidth" => &ALL_VERSIONS[2..],
+        "bandwidth" | "tc-redirect-tap" => &ALL_VERSIONS[2..],
+        "vrf" => &ALL_VERSIONS[3..],
         _ => ALL_VERSIONS,
     }
 }
@@ -49,7 +39,7 @@ fn conf(version: &str) -> String {
 
 #[test]
 fn every_plugin_answers_version_with_its_versions() {
-    for p in PLUGINS {
+    for p in &tests::release::plugins() {
         let out = call_plugin(None, &bin(p), &[("CNI_COMMAND", "VERSION")], "");
         assert_eq!(out.exit_code, 0, "{p}: {out:?}");
         assert_eq!(
@@ -66,7 +56,7 @@ fn every_plugin_answers_version_with_its_versions() {
 
 #[test]
 fn skel_rejects_bad_env_and_config_with_spec_codes() {
-    for p in PLUGINS {
+    for p in &tests::release::plugins() {
         let plugin = bin(p);
         // Missing env: code 4 naming the variables.
         let out = call_plugin(None, &plugin, &[("CNI_COMMAND", "ADD")], &conf("1.0.0"));

@@ -44,5 +44,6 @@ mod soak;
 mod r#static;
 mod tap;
 mod tc_redirect_tap;
+mod tidy;
 mod tuning;
 mod upstream;

@@ -148,6 +148,7 @@ mod tests {
         assert_eq!((c.tap_name(), c.is_template()), ("tap%d", true));
         // SAFETY: no preconditions.
         assert_eq!(c.owner(), unsafe { libc::geteuid() });
+        // SAFETY: no preconditions.
         assert_eq!(c.group(), unsafe { libc::getegid() });
         // An empty name is no name, as in awslabs' plugin.
         assert_eq!(conf("TC_REDIRECT_TAP_NAME=").unwrap().name, None);

@@ -367,6 +367,8 @@ fn peer_uid(stream: &UnixStream) -> std::io::Result<u32> {
     // SAFETY: reads a ucred into a local of its size.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt(2) writes at most `len` bytes into `cred`, a
+    // local of that size, and the descriptor is the stream's, open.
     let r = unsafe {
         libc::getsockopt(
             stream.as_raw_fd(),
