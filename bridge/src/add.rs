@@ -131,9 +131,9 @@ fn spoof_check(a: &mut Add<'_>, pair: &Veth) -> Result<(), Error> {
         )
     })?;
     a.undo("removing the MAC spoof check", move || {
-        spoofcheck::teardown(&args.container_id, &args.ifname)
+        spoofcheck::del(&args.container_id, &args.ifname)
     });
-    spoofcheck::setup(&pair.host.name, mac, &args.container_id, &args.ifname)?;
+    spoofcheck::add(&pair.host.name, mac, &args.container_id, &args.ifname)?;
     fault::point("bridge/spoofchk");
     Ok(())
 }
@@ -176,9 +176,9 @@ fn masquerade(a: &mut Add<'_>, conf: &Conf, result: &CniResult) -> Result<(), Er
     a.undo("removing the masquerade", {
         let owner = owner.clone();
         let ifname = args.ifname.clone();
-        move || masq::teardown(backend, &owner, &ifname)
+        move || masq::del(backend, &owner, &ifname)
     });
-    masq::setup(backend, &owner, &args.ifname, &addrs)
+    masq::add(backend, &owner, &args.ifname, &addrs)
 }
 
 /// The result's interfaces as the kernel has them now (the host veth's

@@ -79,16 +79,12 @@ pub fn owner(args: &CmdArgs) -> Owner {
 pub fn del(args: &CmdArgs, keys: &Keys) -> ErrorList {
     let mut errors = ErrorList::new();
     if keys.macspoofchk {
-        errors.record(spoofcheck::teardown(&args.container_id, &args.ifname));
+        errors.record(spoofcheck::del(&args.container_id, &args.ifname));
     }
     if keys.ip_masq {
         // Both backends: nftables by owner tag, iptables by the hashed chain
         // name (which also finds the Go plugin's rules).
-        errors.record(masq::teardown(
-            keys.masq_backend(),
-            &owner(args),
-            &args.ifname,
-        ));
+        errors.record(masq::del(keys.masq_backend(), &owner(args), &args.ifname));
     }
     errors
 }

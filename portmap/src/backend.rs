@@ -15,16 +15,16 @@ use libcni::IpFamily;
 use libcni::{ErrorList, Result};
 
 use crate::spec::{PortMapSpec, RemovedPort};
-use crate::{ipt, nft};
+use crate::{ipt, ipt_netlink, nft};
 
 /// ADD's rules on `backend`.
 pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
     match Route::of(backend) {
         Route::Nftables => nft::add(&mut Nft::open()?, spec),
-        Route::Iptables(IptablesPath::Netlink) => ipt::netlink_add(&mut Nft::open()?, spec),
+        Route::Iptables(IptablesPath::Netlink) => ipt_netlink::add(&mut Nft::open()?, spec),
         Route::Iptables(IptablesPath::Programs) => {
             for family in IpFamily::BOTH {
-                ipt::restore_add(spec, family)?;
+                ipt::add(spec, family)?;
                 fault::point("portmap/between-families");
             }
             Ok(())
@@ -36,10 +36,10 @@ pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
 pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
     match Route::of(backend) {
         Route::Nftables => nft::check(&mut Nft::open()?, spec),
-        Route::Iptables(IptablesPath::Netlink) => ipt::netlink_check(&mut Nft::open()?, spec),
+        Route::Iptables(IptablesPath::Netlink) => ipt_netlink::check(&mut Nft::open()?, spec),
         Route::Iptables(IptablesPath::Programs) => {
             for family in IpFamily::BOTH {
-                ipt::restore_check(spec, family)?;
+                ipt::check(spec, family)?;
             }
             Ok(())
         }
@@ -83,7 +83,7 @@ impl BothBackends for Del<'_> {
     }
 
     fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        let removed = ipt::netlink_del(n, self.owner)?;
+        let removed = ipt_netlink::del(n, self.owner)?;
         self.keep_udp(removed);
         Ok(())
     }
@@ -93,7 +93,7 @@ impl BothBackends for Del<'_> {
     }
 
     fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::restore_del(self.owner, family)
+        ipt::del(self.owner, family)
     }
 }
 
@@ -117,7 +117,7 @@ impl BothBackends for Gc<'_> {
     }
 
     fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        ipt::netlink_gc(n, self.network, self.valid)
+        ipt_netlink::gc(n, self.network, self.valid)
     }
 
     fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
@@ -125,7 +125,7 @@ impl BothBackends for Gc<'_> {
     }
 
     fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::restore_gc(self.network, self.valid, family)
+        ipt::gc(self.network, self.valid, family)
     }
 }
 

@@ -3,26 +3,20 @@
 //! container with the hairpin/localhost mark rules and the DNAT rules,
 //! `CNI-HOSTPORT-SETMARK` and `CNI-HOSTPORT-MASQ`; see [`libcni::netfilter::iptables`].
 //! The decisions (what to add, what to delete) are made on the table as
-//! `iptables-save` shows it; they are applied by `iptables-restore`, or, on
-//! a node whose iptables is iptables-nft, written over netlink by
-//! [`libcni::netfilter::iptables_nft::nat`] (`netlink_*`), with the handles of a container's
-//! `CNI-HOSTPORT-DNAT` rules in a ledger so that neither ADD nor DEL lists
-//! that chain. With no `backend` key the default is the Go plugin's:
+//! `iptables-save` shows it; this file applies them by `iptables-restore`
+//! (legacy iptables), and [`crate::ipt_netlink`] writes them over netlink
+//! where the node's iptables is iptables-nft. With no `backend` key the default is the Go plugin's:
 //! iptables wherever the node has it ([`libcni::netfilter::default_backend`]).
 
 use std::collections::BTreeSet;
 
 use libcni::netfilter::iptables::{self, IptTable, Restore, SavedTable};
-use libcni::netfilter::iptables_nft::nat;
-use libcni::netfilter::ledger::{self, Entry, Ledger};
-use libcni::netfilter::nft::Nft;
 use libcni::netfilter::Owner;
 use libcni::types::{Attachment, IpPrefix};
 use libcni::IpFamily;
 use libcni::{Error, Result};
 
 use crate::spec::*;
-use libcni::netfilter::nft::Family;
 
 /// `CNI-HOSTPORT-DNAT`: jumped to for local destinations.
 pub const IPT_DNAT_CHAIN: &str = "CNI-HOSTPORT-DNAT";
@@ -31,7 +25,7 @@ pub const IPT_SETMARK_CHAIN: &str = "CNI-HOSTPORT-SETMARK";
 /// `CNI-HOSTPORT-MASQ`: masquerades marked packets.
 pub const IPT_MASQ_CHAIN: &str = "CNI-HOSTPORT-MASQ";
 /// The chain of old plugin versions' SNAT rules, cleaned up on DEL.
-const IPT_OLD_SNAT_CHAIN: &str = "CNI-HOSTPORT-SNAT";
+pub(crate) const IPT_OLD_SNAT_CHAIN: &str = "CNI-HOSTPORT-SNAT";
 
 /// The per-container chain `CNI-DN-<21 hex>`.
 pub fn dnat_chain(owner: &Owner) -> String {
@@ -65,7 +59,7 @@ fn port_lists(ports: &[u16]) -> Vec<String> {
 /// iptables ADD for one family: `CNI-DN-<hash>` rebuilt from scratch, its
 /// entry rules replaced, the shared chains completed where missing. One
 /// `iptables-save` and one `iptables-restore`.
-pub fn restore_add(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
+pub fn add(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
     if spec.container(family).is_none() || spec.mappings.is_empty() {
         return Ok(());
     }
@@ -77,8 +71,13 @@ pub fn restore_add(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
 }
 
 /// The changes of an iptables ADD for one family against the nat table
-/// `saved` (what [`ipt_add`] restores and [`ipt_add_native`] encodes).
-fn add_changes(spec: &PortMapSpec, family: IpFamily, saved: &SavedTable, r: &mut Restore) {
+/// `saved` (what [`add`] restores and [`crate::ipt_netlink::add`] encodes).
+pub(crate) fn add_changes(
+    spec: &PortMapSpec,
+    family: IpFamily,
+    saved: &SavedTable,
+    r: &mut Restore,
+) {
     let Some(container) = spec.container(family) else {
         return;
     };
@@ -278,7 +277,7 @@ fn dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, family: IpFamily
 /// the old `CNI-SN-<hash>`) removed, the chains flushed and deleted; found
 /// by the hashed name, so no mapping needs to be known. Nothing is run
 /// when nothing is there.
-pub fn restore_del(owner: &Owner, family: IpFamily) -> Result<()> {
+pub fn del(owner: &Owner, family: IpFamily) -> Result<()> {
     let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
@@ -286,7 +285,7 @@ pub fn restore_del(owner: &Owner, family: IpFamily) -> Result<()> {
     iptables::restore(fam, &r)
 }
 
-fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
+pub(crate) fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
     for (chain, entry) in [
         (dnat_chain(owner), IPT_DNAT_CHAIN),
         (
@@ -308,7 +307,7 @@ fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
 
 /// iptables GC for one family: containers of `network` whose entry rules'
 /// comment names a container not in `valid` lose their chain.
-pub fn restore_gc(network: &str, valid: &[Attachment], family: IpFamily) -> Result<()> {
+pub fn gc(network: &str, valid: &[Attachment], family: IpFamily) -> Result<()> {
     let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
@@ -316,7 +315,7 @@ pub fn restore_gc(network: &str, valid: &[Attachment], family: IpFamily) -> Resu
     iptables::restore(fam, &r)
 }
 
-fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut Restore) {
+pub(crate) fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut Restore) {
     let mut done = BTreeSet::new();
     for line in saved.rules_of(IPT_DNAT_CHAIN) {
         let Some(comment) = iptables::rule_comment(line) else {
@@ -340,7 +339,7 @@ fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut R
 
 /// iptables CHECK for one family: the container's chain exists and holds
 /// the DNAT rule of every mapping.
-pub fn restore_check(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
+pub fn check(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
     if spec.container(family).is_none() {
         return Ok(());
     }
@@ -350,7 +349,7 @@ pub fn restore_check(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
 }
 
 /// [`ipt_check`] against the nat table `saved`.
-fn check_saved(spec: &PortMapSpec, family: IpFamily, saved: &SavedTable) -> Result<()> {
+pub(crate) fn check_saved(spec: &PortMapSpec, family: IpFamily, saved: &SavedTable) -> Result<()> {
     let Some(container) = spec.container(family) else {
         return Ok(());
     };
@@ -374,209 +373,4 @@ fn check_saved(spec: &PortMapSpec, family: IpFamily, saved: &SavedTable) -> Resu
         }
     }
     Ok(())
-}
-
-// ---- iptables rules on iptables-nft, natively -------------------------------
-
-/// The ledger feature of the iptables rules written natively: the
-/// handles of a container's jumps in `CNI-HOSTPORT-DNAT`.
-pub(crate) const IPT_LEDGER: &str = "portmap-iptables";
-
-fn ledger(owner: &Owner) -> Option<Ledger> {
-    Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
-}
-
-const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
-
-/// iptables ADD on iptables-nft, both families, with no process: the same
-/// changes as [`restore_add`], one batch per family; the handles of the
-/// container's jumps in `CNI-HOSTPORT-DNAT` go to its ledger. A family
-/// with `conditionsV4`/`conditionsV6` (free iptables text) is written by
-/// `iptables-restore`.
-pub fn netlink_add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
-    let own = dnat_chain(&spec.owner);
-    let mut entries = Vec::new();
-    for family in IpFamily::BOTH {
-        if spec.container(family).is_none() || spec.mappings.is_empty() {
-            continue;
-        }
-        if !spec.conditions.of(family).is_empty() {
-            restore_add(spec, family)?;
-            continue;
-        }
-        let mut chains: Vec<String> = [IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN, IPT_DNAT_CHAIN]
-            .into_iter()
-            .chain(NAT_BASE)
-            .map(str::to_string)
-            .collect();
-        chains.push(own.clone());
-        let rules_of = |found: &BTreeSet<String>| {
-            let mut v: Vec<String> = NAT_BASE
-                .into_iter()
-                .chain([IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN])
-                .map(str::to_string)
-                .collect();
-            // Old jumps to the container's chain exist only with it.
-            if found.contains(&own) {
-                v.push(IPT_DNAT_CHAIN.to_string());
-            }
-            v
-        };
-        let plan = nat::ReadPlan {
-            chains,
-            rules_of: &rules_of,
-        };
-        let added = nat::apply(
-            nft,
-            family,
-            &mut |n| nat::read(n, family, &plan),
-            &mut |saved, r| add_changes(spec, family, saved, r),
-            &|c| c == IPT_DNAT_CHAIN,
-        )?;
-        entries.extend(added.into_iter().map(|(_, chain, handle)| Entry {
-            family: Family::of(family),
-            table: nat::TABLE.to_string(),
-            chain,
-            handle,
-            note: own.clone(),
-        }));
-        crate::fault::point("portmap/between-families");
-    }
-    let Some(ledger) = ledger(&spec.owner) else {
-        return Ok(());
-    };
-    if let Err(e) = ledger.store(&entries) {
-        // A failed ADD leaves nothing.
-        let _ = netlink_del(nft, &spec.owner);
-        return Err(e);
-    }
-    Ok(())
-}
-
-/// What a native DEL reads of one family: the container's chains, and the
-/// jumps to them, from the ledger when each of its entries of the family
-/// reads back as such a jump, else by listing `CNI-HOSTPORT-DNAT`.
-fn read_container(
-    nft: &mut Nft,
-    family: IpFamily,
-    owner: &Owner,
-    entries: &[Entry],
-) -> Result<(SavedTable, nat::Handles)> {
-    let own = dnat_chain(owner);
-    let old = libcni::netfilter::go_chain_name("SN-", &owner.network, &owner.container_id);
-    let plan = nat::ReadPlan {
-        chains: vec![
-            own.clone(),
-            old.clone(),
-            IPT_DNAT_CHAIN.to_string(),
-            IPT_OLD_SNAT_CHAIN.to_string(),
-        ],
-        rules_of: &|_| Vec::new(),
-    };
-    let (mut saved, mut handles) = nat::read(nft, family, &plan)?;
-    let fam = Family::of(family);
-    if saved.has_chain(&own) {
-        for r in nft.rules_raw(fam, nat::TABLE, Some(&own))? {
-            nat::push_rule(&mut saved, &mut handles, &r, family);
-        }
-        let rules = nat::jumps_by_ledger(nft, family, entries, &own, IPT_DNAT_CHAIN)?;
-        for r in &rules {
-            nat::push_rule(&mut saved, &mut handles, r, family);
-        }
-    }
-    if saved.has_chain(&old) && saved.has_chain(IPT_OLD_SNAT_CHAIN) {
-        for r in nft.rules_raw(fam, nat::TABLE, Some(IPT_OLD_SNAT_CHAIN))? {
-            nat::push_rule(&mut saved, &mut handles, &r, family);
-        }
-    }
-    Ok((saved, handles))
-}
-
-/// The host port of a DNAT rule line of a container's chain.
-fn rule_port(family: IpFamily, line: &str) -> Option<RemovedPort> {
-    let t = iptables::split_tokens(line);
-    if !t.iter().any(|x| x == "DNAT") {
-        return None;
-    }
-    let after = |k: &str| t.iter().position(|x| x == k).and_then(|i| t.get(i + 1));
-    let proto = Protocol::parse(after("-p")?)?.number();
-    Some(RemovedPort {
-        family,
-        protocol: proto,
-        port: after("--dport")?.parse().ok()?,
-    })
-}
-
-/// iptables DEL on iptables-nft, both families, with no process: the same
-/// changes as [`restore_del`]. Costs a few lookups when the container has no
-/// chain; with one, its own rules are listed and its ledger spares
-/// listing `CNI-HOSTPORT-DNAT`. Returns the host ports its DNAT rules
-/// mapped.
-pub fn netlink_del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
-    let ledger = ledger(owner);
-    let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
-    let own = dnat_chain(owner);
-    let mut removed = Vec::new();
-    for family in IpFamily::BOTH {
-        let mut ports = Vec::new();
-        nat::apply(
-            nft,
-            family,
-            &mut |n| read_container(n, family, owner, &entries),
-            &mut |saved, r| {
-                ports = saved
-                    .rules_of(&own)
-                    .filter_map(|l| rule_port(family, l))
-                    .collect();
-                remove_container(saved, r, owner)
-            },
-            &|_| false,
-        )?;
-        removed.extend(ports);
-    }
-    if let Some(l) = ledger {
-        l.remove()?;
-    }
-    Ok(removed)
-}
-
-/// iptables GC on iptables-nft, both families, with no process (lists the
-/// table's chains and `CNI-HOSTPORT-DNAT`, as the Go plugin's GC does).
-pub fn netlink_gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    for family in IpFamily::BOTH {
-        nat::apply(
-            nft,
-            family,
-            &mut |n| nat::read_every_chain(n, family, &[IPT_DNAT_CHAIN, IPT_OLD_SNAT_CHAIN]),
-            &mut |saved, r| gc_changes(network, valid, saved, r),
-            &|_| false,
-        )?;
-    }
-    ledger::remove_unlisted(IPT_LEDGER, network, |cid| {
-        valid.iter().any(|a| a.container_id == cid)
-    })?;
-    Ok(())
-}
-
-/// iptables CHECK on iptables-nft, read over netlink.
-pub fn netlink_check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
-    let own = dnat_chain(&spec.owner);
-    for family in IpFamily::BOTH {
-        if spec.container(family).is_none() {
-            continue;
-        }
-        let plan = nat::ReadPlan {
-            chains: vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
-            rules_of: &|_| vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
-        };
-        let (saved, _) = nat::read(nft, family, &plan)?;
-        check_saved(spec, family, &saved)?;
-    }
-    Ok(())
-}
-
-/// Whether the nat table of iptables-nft holds the host port chains at
-/// all (seen through nf_tables).
-pub fn netlink_has_hostports(nft: &mut Nft, family: IpFamily) -> Result<bool> {
-    nft.has_chain(Family::of(family), nat::TABLE, IPT_DNAT_CHAIN)
 }

@@ -15,6 +15,7 @@ pub mod backend;
 pub mod conditions;
 pub mod config;
 pub mod ipt;
+pub mod ipt_netlink;
 pub mod nft;
 pub mod node_state;
 pub mod spec;

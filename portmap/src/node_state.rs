@@ -8,7 +8,7 @@ use libcni::netfilter::nft::{Family, Nft};
 /// The containers of `network` whose mappings a ledger of ours records
 /// (either backend): container ID and ledger path.
 pub fn recorded(network: &str) -> Vec<(String, PathBuf)> {
-    [crate::nft::LEDGER, crate::ipt::IPT_LEDGER]
+    [crate::nft::LEDGER, crate::ipt_netlink::LEDGER]
         .into_iter()
         .flat_map(|feature| ledger::list(feature, network))
         .map(|(l, _)| (l.name().to_string(), l.path()))

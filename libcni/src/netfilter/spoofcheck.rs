@@ -60,7 +60,7 @@ fn comment(r: &str) -> String {
 
 /// Drops frames from `host_ifname` whose source MAC is not `mac`, for the
 /// attachment (`container_id`, `ifname`). Idempotent.
-pub fn setup(host_ifname: &str, mac: [u8; 6], container_id: &str, ifname: &str) -> Result<()> {
+pub fn add(host_ifname: &str, mac: [u8; 6], container_id: &str, ifname: &str) -> Result<()> {
     let mut nft = Nft::open()?;
     let r = ref_id(container_id, ifname);
     let iface = iface_chain(&r);
@@ -120,7 +120,7 @@ pub fn setup(host_ifname: &str, mac: [u8; 6], container_id: &str, ifname: &str) 
 
 /// Removes the spoof check of (`container_id`, `ifname`); nothing there is
 /// success.
-pub fn teardown(container_id: &str, ifname: &str) -> Result<()> {
+pub fn del(container_id: &str, ifname: &str) -> Result<()> {
     let mut nft = Nft::open()?;
     teardown_ref(&mut nft, &ref_id(container_id, ifname))
 }
@@ -234,10 +234,10 @@ mod tests {
         );
 
         // The container's MAC passes.
-        node.run(|| setup("vhost", mac, "ctr-s", "eth0"))
+        node.run(|| add("vhost", mac, "ctr-s", "eth0"))
             .unwrap()
             .unwrap();
-        node.run(|| setup("vhost", mac, "ctr-s", "eth0"))
+        node.run(|| add("vhost", mac, "ctr-s", "eth0"))
             .unwrap()
             .unwrap();
         let listed = nft_list(&node);
@@ -279,8 +279,8 @@ mod tests {
         assert!(removed.is_empty());
         let removed = node.run(|| gc(&[], &|i| i != "vhost")).unwrap().unwrap();
         assert!(removed.is_empty(), "not ours: kept");
-        node.run(|| teardown("ctr-s", "eth0")).unwrap().unwrap();
-        node.run(|| teardown("ctr-s", "eth0")).unwrap().unwrap();
+        node.run(|| del("ctr-s", "eth0")).unwrap().unwrap();
+        node.run(|| del("ctr-s", "eth0")).unwrap().unwrap();
         let listed = nft_list(&node);
         assert!(!listed.contains("macspoofchk"), "{listed}");
         assert_eq!(
@@ -288,7 +288,7 @@ mod tests {
             Some("10.1.0.2")
         );
 
-        node.run(|| setup("vhost", mac, "ctr-t", "eth0"))
+        node.run(|| add("vhost", mac, "ctr-t", "eth0"))
             .unwrap()
             .unwrap();
         let removed = node.run(|| gc(&valid, &|i| i == "vhost")).unwrap().unwrap();

@@ -107,9 +107,9 @@ fn steps(a: &mut Add<'_>, conf: &Conf) -> Result<CniResult, Error> {
         a.undo("removing the masquerade", {
             let owner = owner.clone();
             let ifname = args.ifname.clone();
-            move || masq::teardown(backend, &owner, &ifname)
+            move || masq::del(backend, &owner, &ifname)
         });
-        masq::setup(backend, &owner, &args.ifname, &addrs)?;
+        masq::add(backend, &owner, &args.ifname, &addrs)?;
         fault::point("ptp/masq");
     }
 

@@ -44,7 +44,7 @@ impl Plugin for Ptp {
                 let keys = MasqKeys::lenient(args);
                 let mut errors = ErrorList::new();
                 if keys.ip_masq {
-                    errors.record(masq::teardown(
+                    errors.record(masq::del(
                         keys.masq_backend(),
                         &config::owner(args),
                         &args.ifname,

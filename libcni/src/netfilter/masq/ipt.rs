@@ -92,7 +92,7 @@ pub(super) fn setup_changes(
 }
 
 /// iptables setup for the addresses of one family: one save, one restore.
-pub fn setup(owner: &Owner, addrs: &[IpPrefix], family: IpFamily) -> Result<()> {
+pub fn add(owner: &Owner, addrs: &[IpPrefix], family: IpFamily) -> Result<()> {
     let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);
@@ -114,7 +114,7 @@ pub(super) fn remove(saved: &SavedTable, r: &mut Restore, chain: &str) {
 }
 
 /// iptables teardown for one family, by the hashed chain name.
-pub fn teardown(owner: &Owner, family: IpFamily) -> Result<()> {
+pub fn del(owner: &Owner, family: IpFamily) -> Result<()> {
     let fam = family;
     let saved = iptables::save(fam, IptTable::Nat)?;
     let mut r = Restore::new(IptTable::Nat);

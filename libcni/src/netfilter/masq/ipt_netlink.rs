@@ -15,20 +15,20 @@ use crate::Result;
 
 /// The ledger feature of the iptables rules written over netlink: the
 /// handles of a container's jumps in `POSTROUTING`.
-pub(crate) const IPT_LEDGER: &str = "ipmasq-iptables";
+pub(crate) const LEDGER: &str = "ipmasq-iptables";
 pub(super) const POSTROUTING: &str = "POSTROUTING";
 
 pub(super) fn ipt_ledger(owner: &Owner) -> Option<Ledger> {
-    Ledger::new(IPT_LEDGER, &owner.network, &owner.container_id)
+    Ledger::new(LEDGER, &owner.network, &owner.container_id)
 }
 
 /// iptables setup on iptables-nft with no process: the same changes as
-/// [`ipt::setup`], one batch per family. `POSTROUTING` is read only when
+/// [`ipt::add`], one batch per family. `POSTROUTING` is read only when
 /// the container's chain already exists (jumps to it exist only with it);
 /// the handles of the new jumps go to the container's ledger, which DEL
 /// reads instead of listing `POSTROUTING`. A setup that finds the chain
 /// (a repeated ADD) drops the ledger, so DEL lists.
-pub fn setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
+pub fn add(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let chain = ipt::chain(owner);
     let mut entries = Vec::new();
     let mut fresh = true;
@@ -82,7 +82,7 @@ pub fn setup(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     };
     if let Err(e) = stored {
         // A failed ADD leaves nothing.
-        let _ = teardown(nft, owner);
+        let _ = del(nft, owner);
         return Err(e);
     }
     Ok(())
@@ -115,8 +115,8 @@ fn ipt_read_container(
 }
 
 /// iptables teardown on iptables-nft, both families, with no process: the
-/// same changes as [`ipt::teardown`] (the Go plugins' rules go too).
-pub fn teardown(nft: &mut Nft, owner: &Owner) -> Result<()> {
+/// same changes as [`ipt::del`] (the Go plugins' rules go too).
+pub fn del(nft: &mut Nft, owner: &Owner) -> Result<()> {
     let ledger = ipt_ledger(owner);
     let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
     let own = ipt::chain(owner);
@@ -147,7 +147,7 @@ pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
             &|_| false,
         )?;
     }
-    ledger::remove_unlisted(IPT_LEDGER, network, |cid| {
+    ledger::remove_unlisted(LEDGER, network, |cid| {
         valid.iter().any(|a| a.container_id == cid)
     })?;
     Ok(())

@@ -74,16 +74,14 @@ pub const OLD_TABLE: &str = "cni_rs_masq";
 /// prefix, which gives the subnet left alone) on `backend`, in the calling
 /// thread's namespace. Idempotent.
 /// The iptables backend is written over netlink where the node's
-/// iptables is iptables-nft ([`ipt_netlink::setup`]), by `iptables-restore`
+/// iptables is iptables-nft ([`ipt_netlink::add`]), by `iptables-restore`
 /// elsewhere.
-pub fn setup(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+pub fn add(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     match Route::of(backend) {
-        Route::Nftables => nft::setup(&mut Nft::open()?, owner, ifname, addrs),
-        Route::Iptables(IptablesPath::Netlink) => {
-            ipt_netlink::setup(&mut Nft::open()?, owner, addrs)
-        }
+        Route::Nftables => nft::add(&mut Nft::open()?, owner, ifname, addrs),
+        Route::Iptables(IptablesPath::Netlink) => ipt_netlink::add(&mut Nft::open()?, owner, addrs),
         Route::Iptables(IptablesPath::Programs) => {
-            per_family(addrs, |fam, family| ipt::setup(owner, fam, family))
+            per_family(addrs, |fam, family| ipt::add(owner, fam, family))
         }
     }
 }
@@ -109,7 +107,7 @@ fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], IpFamily) -> Result<()
 /// when iptables-nft shows the container's chain, or when `backend` is
 /// iptables. Needs no address: DEL works after the namespace is gone.
 /// Best effort: every step runs, the first error is returned.
-pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
+pub fn del(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut errors = ErrorList::new();
     let mut state = Teardown {
         owner,
@@ -120,7 +118,7 @@ pub fn teardown(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     errors.finish_first()
 }
 
-/// One attachment's masquerade, for [`teardown`].
+/// One attachment's masquerade, for [`del`].
 struct Teardown<'a> {
     owner: &'a Owner,
     ifname: &'a str,
@@ -130,11 +128,11 @@ struct Teardown<'a> {
 
 impl BothBackends for Teardown<'_> {
     fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        nft::teardown(n, self.owner, self.ifname)
+        nft::del(n, self.owner, self.ifname)
     }
 
     fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        ipt_netlink::teardown(n, self.owner)
+        ipt_netlink::del(n, self.owner)
     }
 
     fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
@@ -145,7 +143,7 @@ impl BothBackends for Teardown<'_> {
     }
 
     fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::teardown(self.owner, family)
+        ipt::del(self.owner, family)
     }
 }
 
@@ -209,7 +207,7 @@ pub fn recorded(network: &str) -> Vec<(String, Option<String>, std::path::PathBu
             out.push((cid.to_string(), Some(ifname.to_string()), l.path()));
         }
     }
-    for (l, _) in ledger::list(ipt_netlink::IPT_LEDGER, network) {
+    for (l, _) in ledger::list(ipt_netlink::LEDGER, network) {
         out.push((l.name().to_string(), None, l.path()));
     }
     out

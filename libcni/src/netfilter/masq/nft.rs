@@ -185,7 +185,7 @@ fn old_teardown(nft: &mut Nft, b: &mut Batch, doomed: &dyn Fn(&str) -> bool) -> 
 /// nftables setup: the skeleton where it is not the Go plugins', a rule
 /// per address (echoed, its handle kept in the ledger), and the deletion of
 /// the attachment's rules of an earlier ADD, in one batch.
-pub fn setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+pub fn add(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
     let comment = rule_comment(&owner.network, ifname, &owner.container_id);
     let ledger = ledger_of(owner, ifname);
     ledger::commit_recorded(nft, ledger.as_ref(), &mut |nft, b| {
@@ -214,7 +214,7 @@ pub fn setup(nft: &mut Nft, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> 
 /// listing of `masq_checks` by the attachment's hash (so the Go plugins'
 /// rules go too); and its addresses in our previous release's table. One
 /// batch.
-pub fn teardown(nft: &mut Nft, owner: &Owner, ifname: &str) -> Result<()> {
+pub fn del(nft: &mut Nft, owner: &Owner, ifname: &str) -> Result<()> {
     const ATTEMPTS: usize = 3;
     let comment = rule_comment(&owner.network, ifname, &owner.container_id);
     let prefix = instance_hash(&owner.network, ifname, &owner.container_id);

@@ -21,10 +21,10 @@ fn masq_traffic(backend: Backend) {
     let owner = Owner::new("mnet", "ctr-m");
     let addrs = [prefix("10.1.0.2/24"), prefix("fd00:1::2/64")];
     assert_eq!(peer_seen(&pod, "10.9.0.2", 7000), None, "no masquerade yet");
-    node.run(|| setup(backend, &owner, "eth0", &addrs))
+    node.run(|| add(backend, &owner, "eth0", &addrs))
         .unwrap()
         .unwrap();
-    node.run(|| setup(backend, &owner, "eth0", &addrs))
+    node.run(|| add(backend, &owner, "eth0", &addrs))
         .unwrap()
         .unwrap();
     node.run(|| check(backend, &owner, "eth0", &addrs))
@@ -45,12 +45,8 @@ fn masq_traffic(backend: Backend) {
         Some("10.1.0.2")
     );
     // Teardown with nothing but the owner (the namespace may be gone).
-    node.run(|| teardown(backend, &owner, "eth0"))
-        .unwrap()
-        .unwrap();
-    node.run(|| teardown(backend, &owner, "eth0"))
-        .unwrap()
-        .unwrap();
+    node.run(|| del(backend, &owner, "eth0")).unwrap().unwrap();
+    node.run(|| del(backend, &owner, "eth0")).unwrap().unwrap();
     assert_eq!(peer_seen(&pod, "10.9.0.2", 7000), None);
     let e = node
         .run(|| check(backend, &owner, "eth0", &addrs))
@@ -85,14 +81,14 @@ fn netfilter_masq_nft_ruleset_and_gc() {
     let b = Owner::new("mnet", "ctr-b");
     let other = Owner::new("othernet", "ctr-c");
     node.run(|| {
-        setup(
+        add(
             Backend::Nftables,
             &a,
             "eth0",
             &[prefix("10.1.0.2/24"), prefix("fd00:1::2/64")],
         )?;
-        setup(Backend::Nftables, &b, "eth0", &[prefix("10.1.0.3/24")])?;
-        setup(Backend::Nftables, &other, "eth0", &[prefix("10.7.0.3/16")])
+        add(Backend::Nftables, &b, "eth0", &[prefix("10.1.0.3/24")])?;
+        add(Backend::Nftables, &other, "eth0", &[prefix("10.7.0.3/16")])
     })
     .unwrap()
     .unwrap();
@@ -153,13 +149,13 @@ fn netfilter_masq_iptables_writes_the_go_rules_and_collects() {
     let a = Owner::new("cbr0", "ctr-a");
     let b = Owner::new("cbr0", "ctr-b");
     node.run(|| {
-        setup(
+        add(
             Backend::Iptables,
             &a,
             "eth0",
             &[prefix("10.1.17.5/24"), prefix("fd00:1::5/64")],
         )?;
-        setup(Backend::Iptables, &b, "eth0", &[prefix("10.1.17.6/24")])
+        add(Backend::Iptables, &b, "eth0", &[prefix("10.1.17.6/24")])
     })
     .unwrap()
     .unwrap();
@@ -225,11 +221,11 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
     let native = crate::netns::testing::new_netns();
     let process = crate::netns::testing::new_netns();
     native
-        .run(|| ipt_netlink::setup(&mut Nft::open()?, &owner, &addrs))
+        .run(|| ipt_netlink::add(&mut Nft::open()?, &owner, &addrs))
         .unwrap()
         .unwrap();
     process
-        .run(|| per_family(&addrs, |fam, family| ipt::setup(&owner, fam, family)))
+        .run(|| per_family(&addrs, |fam, family| ipt::add(&owner, fam, family)))
         .unwrap()
         .unwrap();
     for save in ["iptables-save", "ip6tables-save"] {
@@ -246,11 +242,11 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
     assert!(entries.iter().all(|e| e.chain == POSTROUTING));
     // Each side's teardown removes the other's rules.
     native
-        .run(|| per_family(&addrs, |_, family| ipt::teardown(&owner, family)))
+        .run(|| per_family(&addrs, |_, family| ipt::del(&owner, family)))
         .unwrap()
         .unwrap();
     process
-        .run(|| ipt_netlink::teardown(&mut Nft::open()?, &owner))
+        .run(|| ipt_netlink::del(&mut Nft::open()?, &owner))
         .unwrap()
         .unwrap();
     for node in [&native, &process] {
@@ -262,12 +258,12 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
     // A teardown whose ledger is stale lists POSTROUTING.
     native
         .run(|| {
-            ipt_netlink::setup(&mut Nft::open()?, &owner, &addrs)?;
+            ipt_netlink::add(&mut Nft::open()?, &owner, &addrs)?;
             let l = ipt_ledger(&owner).unwrap();
             let mut e = l.load().unwrap();
             e[0].handle += 1000;
             l.store(&e)?;
-            ipt_netlink::teardown(&mut Nft::open()?, &owner)
+            ipt_netlink::del(&mut Nft::open()?, &owner)
         })
         .unwrap()
         .unwrap();
