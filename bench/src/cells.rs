@@ -1,6 +1,7 @@
-//! The cells of the report's tables: milliseconds, ratios, sizes and
-//! counts as RESULTS.md writes them, for [`crate::report`] and the
-//! sections it renders ([`crate::multicall`], [`crate::static_build`]).
+//! The cells of the report's tables and the plot's labels: milliseconds,
+//! ratios, sizes and counts as RESULTS.md and the SVG write them, for
+//! [`crate::report`], the sections it renders ([`crate::multicall`],
+//! [`crate::static_build`]) and [`crate::plot`].
 
 use crate::stats::Samples;
 
@@ -64,4 +65,17 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thousands_separators() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(100), "100");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(10000), "10,000");
+    }
 }

@@ -4,6 +4,7 @@
 //! (0 present is drawn one decade left of the first non-zero level, after
 //! an axis break).
 
+use crate::cells::thousands;
 use crate::stats::Samples;
 use crate::sweep::{Level, Sweep};
 use std::fmt::Write;
@@ -70,18 +71,6 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
-}
-
-fn thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// The SVG document for `sweeps` (two panels per row).
@@ -334,7 +323,7 @@ fn x_axis(s: &mut String, f: &Frame, levels: &[&Level], sweep: &Sweep, ox: f64) 
             s,
             r#"<text x="{x:.1}" y="{}" text-anchor="middle" font-size="11">{}</text>"#,
             y1 + 18.0,
-            thousands(l.present)
+            thousands(l.present as u64)
         );
     }
     // The axis break between 0 and the first non-zero level.
@@ -433,14 +422,6 @@ fn fmt_ms(v: f64) -> String {
 mod tests {
     use super::*;
     use crate::sweep::Level;
-
-    #[test]
-    fn thousands_separators() {
-        assert_eq!(thousands(0), "0");
-        assert_eq!(thousands(100), "100");
-        assert_eq!(thousands(1000), "1,000");
-        assert_eq!(thousands(10000), "10,000");
-    }
 
     #[test]
     fn zero_sits_one_decade_left() {
