@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use libcni::netfilter::iptables::{self, SavedTable};
 use libcni::netfilter::iptables_nft::nat;
-use libcni::netfilter::ledger::{self, Entry, Ledger};
+use libcni::netfilter::ledger::{Entry, Ledger};
 use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::Owner;
 use libcni::types::Attachment;
@@ -187,19 +187,14 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
 /// iptables GC on iptables-nft, both families, with no process (lists the
 /// table's chains and `CNI-HOSTPORT-DNAT`, as the Go plugin's GC does).
 pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    for family in IpFamily::BOTH {
-        nat::apply(
-            nft,
-            family,
-            &mut |n| nat::read_every_chain(n, family, &[IPT_DNAT_CHAIN, IPT_OLD_SNAT_CHAIN]),
-            &mut |saved, r| gc_changes(network, valid, saved, r),
-            &|_| false,
-        )?;
-    }
-    ledger::remove_unlisted(LEDGER, network, |cid| {
-        valid.iter().any(|a| a.container_id == cid)
-    })?;
-    Ok(())
+    nat::gc(
+        nft,
+        &[IPT_DNAT_CHAIN, IPT_OLD_SNAT_CHAIN],
+        &mut |saved, r| gc_changes(network, valid, saved, r),
+        LEDGER,
+        network,
+        valid,
+    )
 }
 
 /// iptables CHECK on iptables-nft, read over netlink.

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 pub use super::{push_rule, Handles};
 use super::{read_rules, render, Reader, Table};
 use crate::netfilter::iptables::{self, Restore, SavedTable};
-use crate::netfilter::ledger::Entry;
+use crate::netfilter::ledger::{self, Entry};
 use crate::netfilter::nft::{Family, Nft, RawRule};
+use crate::types::Attachment;
 use crate::IpFamily;
 use crate::Result;
 
@@ -100,6 +101,32 @@ pub fn jumps_by_ledger(
     } else {
         nft.rules_raw(fam, TABLE, Some(shared))
     }
+}
+
+/// GC of a nat feature's iptables rules over netlink: in each family, the
+/// changes `changes` makes (`iptables-save`'s view of `chains`, then the
+/// rules of attachments not in `valid` taken out), and then the ledgers
+/// (`feature`) of `network` whose container is not in `valid`.
+pub fn gc(
+    nft: &mut Nft,
+    chains: &[&str],
+    changes: &mut dyn FnMut(&SavedTable, &mut Restore),
+    feature: &str,
+    network: &str,
+    valid: &[Attachment],
+) -> Result<()> {
+    for family in IpFamily::BOTH {
+        apply(
+            nft,
+            family,
+            &mut |n| read_every_chain(n, family, chains),
+            changes,
+            &|_| false,
+        )?;
+    }
+    ledger::remove_unlisted(feature, network, |cid| {
+        valid.iter().any(|a| a.container_id == cid)
+    })
 }
 
 /// [`super::apply`] on the nat table.

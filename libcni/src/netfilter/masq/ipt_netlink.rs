@@ -6,7 +6,7 @@ use super::*;
 use std::collections::BTreeSet;
 
 use crate::netfilter::iptables::SavedTable;
-use crate::netfilter::ledger::{self, Entry, Ledger};
+use crate::netfilter::ledger::{Entry, Ledger};
 use crate::netfilter::nft::{Family, Nft};
 use crate::netfilter::{iptables_nft::nat, Owner};
 use crate::types::{Attachment, IpPrefix};
@@ -138,19 +138,14 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<()> {
 /// iptables GC on iptables-nft, both families, with no process (lists the
 /// table's chains and `POSTROUTING`, as the Go plugins' GC does).
 pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
-    for family in IpFamily::BOTH {
-        nat::apply(
-            nft,
-            family,
-            &mut |n| nat::read_every_chain(n, family, &[POSTROUTING]),
-            &mut |saved, r| ipt::gc_changes(network, valid, saved, r),
-            &|_| false,
-        )?;
-    }
-    ledger::remove_unlisted(LEDGER, network, |cid| {
-        valid.iter().any(|a| a.container_id == cid)
-    })?;
-    Ok(())
+    nat::gc(
+        nft,
+        &[POSTROUTING],
+        &mut |saved, r| ipt::gc_changes(network, valid, saved, r),
+        LEDGER,
+        network,
+        valid,
+    )
 }
 
 /// iptables CHECK on iptables-nft, read over netlink.
