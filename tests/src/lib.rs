@@ -1287,6 +1287,33 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The files of the source tree whose names end in one of `suffixes`,
+/// relative to its root and sorted; not the build's (`target`), git's, the
+/// fuzz corpus' or cargo-fuzz's `artifacts`.
+pub fn tree_files(suffixes: &[&str]) -> Vec<PathBuf> {
+    fn walk(root: &Path, dir: &Path, suffixes: &[&str], out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            if p.is_dir() {
+                if !matches!(name.as_str(), "target" | ".git" | "corpus" | "artifacts") {
+                    walk(root, &p, suffixes, out);
+                }
+            } else if suffixes.iter().any(|x| name.ends_with(x)) {
+                out.push(p.strip_prefix(root).expect("under the root").to_path_buf());
+            }
+        }
+    }
+    let root = workspace_root();
+    let mut out = Vec::new();
+    walk(&root, &root, suffixes, &mut out);
+    out.sort();
+    out
+}
+
 /// Every `fault::point("<name>")` under `<workspace>/<crate_dir>/src`,
 /// sorted and deduplicated: the crash points a plugin declares.
 pub fn fault_points_in(crate_dir: &str) -> Vec<String> {

@@ -6,31 +6,12 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use tests::workspace_root;
+use tests::{tree_files, workspace_root};
 
-/// The Markdown files of the tree, but not the build's, the fuzz corpus'
-/// or git's.
+/// The Markdown files of the tree (absolute paths).
 fn markdown_files() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().to_string();
-            if p.is_dir() {
-                if !matches!(name.as_str(), "target" | ".git" | "corpus" | "artifacts") {
-                    walk(&p, out);
-                }
-            } else if name.ends_with(".md") {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&workspace_root(), &mut out);
-    out.sort();
-    out
+    let root = workspace_root();
+    tree_files(&[".md"]).iter().map(|f| root.join(f)).collect()
 }
 
 /// The lines outside fenced code blocks.

@@ -11,33 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use tests::release::plugins;
-use tests::{bin, workspace_root};
-
-/// The files under the root with one of `extensions`, relative, but not
-/// the build's, git's, the fuzz corpus' or the Go clients' module cache.
-fn files_with(extensions: &[&str]) -> Vec<PathBuf> {
-    fn walk(root: &Path, dir: &Path, extensions: &[&str], out: &mut Vec<PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().to_string();
-            if p.is_dir() {
-                if !matches!(name.as_str(), "target" | ".git" | "corpus" | "artifacts") {
-                    walk(root, &p, extensions, out);
-                }
-            } else if extensions.iter().any(|x| name.ends_with(x)) {
-                out.push(p.strip_prefix(root).expect("under the root").to_path_buf());
-            }
-        }
-    }
-    let root = workspace_root();
-    let mut out = Vec::new();
-    walk(&root, &root, extensions, &mut out);
-    out.sort();
-    out
-}
+use tests::{bin, tree_files, workspace_root};
 
 fn read(rel: &Path) -> String {
     std::fs::read_to_string(workspace_root().join(rel))
@@ -102,7 +76,7 @@ fn map_names(rel: &Path) -> Vec<String> {
 #[test]
 fn every_source_file_is_on_the_code_map() {
     let words = code_map_words();
-    let missing: Vec<String> = files_with(&[".rs", ".sh"])
+    let missing: Vec<String> = tree_files(&[".rs", ".sh"])
         .iter()
         .filter(|f| !map_names(f).iter().any(|n| words.contains(n)))
         .map(|f| f.display().to_string())
@@ -201,7 +175,7 @@ fn undocumented_unsafe(text: &str) -> Vec<usize> {
 fn every_unsafe_block_says_why_it_is_sound() {
     let mut missing = Vec::new();
     let mut seen = 0;
-    for f in files_with(&[".rs"]) {
+    for f in tree_files(&[".rs"]) {
         let text = read(&f);
         seen += text.lines().filter(|l| opens_unsafe(l)).count();
         for line in undocumented_unsafe(&text) {
@@ -379,7 +353,7 @@ fn module_cycles(files: &[(PathBuf, Vec<String>, String)]) -> Vec<String> {
 
 #[test]
 fn no_module_depends_on_itself_through_others() {
-    let files: Vec<(PathBuf, Vec<String>, String)> = files_with(&[".rs"])
+    let files: Vec<(PathBuf, Vec<String>, String)> = tree_files(&[".rs"])
         .iter()
         .filter_map(|f| {
             let (krate, module) = module_of(f)?;
@@ -502,7 +476,7 @@ fn marked_numbers(file: &str, text: &str) -> Result<Vec<Marked>, String> {
 
 fn every_marked_number() -> Vec<Marked> {
     let mut out = Vec::new();
-    for f in files_with(&[".md"]) {
+    for f in tree_files(&[".md"]) {
         let name = f.display().to_string();
         out.extend(marked_numbers(&name, &read(&f)).unwrap_or_else(|e| panic!("{e}")));
     }
