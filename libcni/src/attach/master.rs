@@ -20,9 +20,11 @@ use crate::IpFamily;
 
 /// The keys the stacked-link plugins share, as they come (JSON types
 /// only). Each plugin decodes its own keys from the same stdin beside
-/// these (Go ignores the keys a struct does not name, and so do we).
+/// these (Go ignores the keys a struct does not name, and so do we), and
+/// validates both only once both decoded: a key of the wrong type is
+/// reported before a value out of range, as in one decode.
 #[derive(Debug, Default, Deserialize)]
-struct RawStacked {
+pub struct RawStacked {
     #[serde(default)]
     master: Option<String>,
     #[serde(default)]
@@ -54,11 +56,15 @@ pub struct StackedConf {
     pub dns: Option<Dns>,
 }
 
-impl StackedConf {
-    /// Decodes and validates the shared keys of `config` (the plugin's
-    /// stdin).
-    pub fn parse(config: &[u8]) -> Result<StackedConf, Error> {
-        let raw: RawStacked = crate::skel::parse_config(config)?;
+impl RawStacked {
+    /// Decodes the shared keys of `config` (the plugin's stdin).
+    pub fn decode(config: &[u8]) -> Result<RawStacked, Error> {
+        crate::skel::parse_config(config)
+    }
+
+    /// Validates them.
+    pub fn validate(self) -> Result<StackedConf, Error> {
+        let raw = self;
         let master = match raw.master.filter(|m| !m.is_empty()) {
             Some(m) => {
                 validate_link_name("master", &m)?;

@@ -3,7 +3,7 @@
 //! What depends on the master (that it exists, its MTU) is checked when
 //! ADD looks it up (`libcni::attach::master`).
 
-use libcni::attach::master::StackedConf;
+use libcni::attach::master::{RawStacked, StackedConf};
 use libcni::netlink::link_kinds::IpvlanMode;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
@@ -48,8 +48,9 @@ impl Conf {
     }
 
     fn from_json(config: &[u8]) -> Result<Conf, Error> {
-        let link = StackedConf::parse(config)?;
+        let stacked = RawStacked::decode(config)?;
         let raw: Raw = libcni::skel::parse_config(config)?;
+        let link = stacked.validate()?;
         let mode = match raw.mode.as_deref() {
             None | Some("") => IpvlanMode::L2,
             Some(m) => IpvlanMode::parse(m).ok_or_else(|| {

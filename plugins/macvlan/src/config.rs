@@ -3,7 +3,7 @@
 //! (code 4 for `CNI_ARGS`). What depends on the master (that it exists, its
 //! MTU) is checked at ADD, by `libcni::attach::master`.
 
-use libcni::attach::master::StackedConf;
+use libcni::attach::master::{RawStacked, StackedConf};
 use libcni::mac::{self, MacSource};
 use libcni::netlink::macvlan::MacvlanMode;
 use libcni::skel::CmdArgs;
@@ -47,15 +47,23 @@ pub struct Conf {
 impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
+        // The keys' types first, then CNI_ARGS, then the values.
+        let stacked = RawStacked::decode(&args.stdin)?;
+        let raw: Raw = args.config()?;
         let cni_args = args.cni_args()?;
         cni_args.check_known(&["MAC"])?;
         let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_json(&args.stdin, env_mac)
+        Conf::from_raw(stacked, raw, env_mac)
     }
 
+    #[cfg(test)]
     fn from_json(config: &[u8], env_mac: Option<&str>) -> Result<Conf, Error> {
-        let link = StackedConf::parse(config)?;
-        let raw: Raw = libcni::skel::parse_config(config)?;
+        let stacked = RawStacked::decode(config)?;
+        Conf::from_raw(stacked, libcni::skel::parse_config(config)?, env_mac)
+    }
+
+    fn from_raw(stacked: RawStacked, raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {
+        let link = stacked.validate()?;
         let mode = match raw.mode.as_deref() {
             None | Some("") => MacvlanMode::Bridge,
             Some(m @ ("bridge" | "private" | "vepa" | "passthru")) => {

@@ -3,7 +3,7 @@
 //! What depends on the master (that it exists, its MTU) is checked when
 //! ADD looks it up (`libcni::attach::master`).
 
-use libcni::attach::master::StackedConf;
+use libcni::attach::master::{RawStacked, StackedConf};
 use libcni::skel::CmdArgs;
 use libcni::Error;
 use serde::Deserialize;
@@ -34,8 +34,9 @@ impl Conf {
     }
 
     fn from_json(config: &[u8]) -> Result<Conf, Error> {
-        let link = StackedConf::parse(config)?;
+        let stacked = RawStacked::decode(config)?;
         let raw: Raw = libcni::skel::parse_config(config)?;
+        let link = stacked.validate()?;
         let vlan_id = match raw.vlan_id {
             v @ 0..=4094 => v as u16,
             v => {
