@@ -63,11 +63,9 @@ pub fn add(spec: &PortMapSpec, family: IpFamily) -> Result<()> {
     if spec.container(family).is_none() || spec.mappings.is_empty() {
         return Ok(());
     }
-    let fam = family;
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
-    add_changes(spec, family, &saved, &mut r);
-    iptables::restore(fam, &r)
+    iptables::save_and_restore(family, IptTable::Nat, |saved, r| {
+        add_changes(spec, family, saved, r)
+    })
 }
 
 /// The changes of an iptables ADD for one family against the nat table
@@ -278,11 +276,9 @@ fn dnat_rule(chain: &str, m: &PortMapping, container: IpPrefix, family: IpFamily
 /// by the hashed name, so no mapping needs to be known. Nothing is run
 /// when nothing is there.
 pub fn del(owner: &Owner, family: IpFamily) -> Result<()> {
-    let fam = family;
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
-    remove_container(&saved, &mut r, owner);
-    iptables::restore(fam, &r)
+    iptables::save_and_restore(family, IptTable::Nat, |saved, r| {
+        remove_container(saved, r, owner)
+    })
 }
 
 pub(crate) fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owner) {
@@ -308,11 +304,9 @@ pub(crate) fn remove_container(saved: &SavedTable, r: &mut Restore, owner: &Owne
 /// iptables GC for one family: containers of `network` whose entry rules'
 /// comment names a container not in `valid` lose their chain.
 pub fn gc(network: &str, valid: &[Attachment], family: IpFamily) -> Result<()> {
-    let fam = family;
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
-    gc_changes(network, valid, &saved, &mut r);
-    iptables::restore(fam, &r)
+    iptables::save_and_restore(family, IptTable::Nat, |saved, r| {
+        gc_changes(network, valid, saved, r)
+    })
 }
 
 pub(crate) fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable, r: &mut Restore) {

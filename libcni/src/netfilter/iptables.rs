@@ -305,6 +305,20 @@ impl Restore {
     }
 }
 
+/// One change of `table` in `family` by the programs: one `iptables-save`,
+/// the lines `build` decides on against what it shows, one
+/// `iptables-restore` of them (none when `build` adds nothing).
+pub fn save_and_restore(
+    family: IpFamily,
+    table: IptTable,
+    build: impl FnOnce(&SavedTable, &mut Restore),
+) -> Result<()> {
+    let saved = save(family, table)?;
+    let mut r = Restore::new(table);
+    build(&saved, &mut r);
+    restore(family, &r)
+}
+
 /// Reads `table` (`iptables-save -t <table>`).
 pub fn save(family: IpFamily, table: IptTable) -> Result<SavedTable> {
     crate::calllog::timed(crate::calllog::Step::Netfilter, || {

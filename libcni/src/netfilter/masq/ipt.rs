@@ -69,7 +69,7 @@ pub(super) fn rules(owner: &Owner, a: &IpPrefix, fam: IpFamily) -> (String, Stri
 /// The changes of an iptables setup for the addresses of one family,
 /// against what `saved` holds: the chain where missing, and the rules
 /// missing from it.
-pub(super) fn setup_changes(
+pub(super) fn add_changes(
     owner: &Owner,
     addrs: &[IpPrefix],
     fam: IpFamily,
@@ -91,13 +91,11 @@ pub(super) fn setup_changes(
     }
 }
 
-/// iptables setup for the addresses of one family: one save, one restore.
+/// iptables ADD for the addresses of one family: one save, one restore.
 pub fn add(owner: &Owner, addrs: &[IpPrefix], family: IpFamily) -> Result<()> {
-    let fam = family;
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
-    setup_changes(owner, addrs, fam, &saved, &mut r);
-    iptables::restore(fam, &r)
+    iptables::save_and_restore(family, IptTable::Nat, |saved, r| {
+        add_changes(owner, addrs, family, saved, r)
+    })
 }
 
 pub(super) fn remove(saved: &SavedTable, r: &mut Restore, chain: &str) {
@@ -113,13 +111,11 @@ pub(super) fn remove(saved: &SavedTable, r: &mut Restore, chain: &str) {
     }
 }
 
-/// iptables teardown for one family, by the hashed chain name.
+/// iptables DEL for one family, by the hashed chain name.
 pub fn del(owner: &Owner, family: IpFamily) -> Result<()> {
-    let fam = family;
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
-    remove(&saved, &mut r, &chain(owner));
-    iptables::restore(fam, &r)
+    iptables::save_and_restore(family, IptTable::Nat, |saved, r| {
+        remove(saved, r, &chain(owner))
+    })
 }
 
 /// The changes of an iptables GC for one family: POSTROUTING rules whose
@@ -148,11 +144,9 @@ pub(super) fn gc_changes(network: &str, valid: &[Attachment], saved: &SavedTable
 
 /// iptables GC for one family (one save, one restore).
 pub fn gc(network: &str, valid: &[Attachment], family: IpFamily) -> Result<()> {
-    let fam = family;
-    let saved = iptables::save(fam, IptTable::Nat)?;
-    let mut r = Restore::new(IptTable::Nat);
-    gc_changes(network, valid, &saved, &mut r);
-    iptables::restore(fam, &r)
+    iptables::save_and_restore(family, IptTable::Nat, |saved, r| {
+        gc_changes(network, valid, saved, r)
+    })
 }
 
 /// Whether `saved` holds the rules of `addrs` (of one family).

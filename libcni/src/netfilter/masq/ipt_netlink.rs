@@ -60,7 +60,7 @@ pub fn add(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
                 if saved.has_chain(&chain) {
                     fresh = false;
                 }
-                ipt::setup_changes(owner, &fam, family, saved, r)
+                ipt::add_changes(owner, &fam, family, saved, r)
             },
             &|c| c == POSTROUTING,
         )?;
