@@ -116,7 +116,7 @@ fn code_of(line: &str) -> &str {
     line.split("//").next().unwrap_or("")
 }
 
-/// Whether line `i` opens an `unsafe` block, fn, impl or extern block.
+/// Whether `line` opens an `unsafe` block, fn, impl or extern block.
 fn opens_unsafe(line: &str) -> bool {
     let code = code_of(line);
     let mut rest = code;
