@@ -20,15 +20,24 @@ fn nomad_cni() -> Option<std::path::PathBuf> {
 /// version, and the five plugins a bridge-mode job constrains pass
 /// `semver >= 0.4.0`; the bridge passes the `>= 1.3.0` that makes Nomad
 /// CHECK an allocation after a client restart.
+///
+/// Nomad runs every executable of the dir with no arguments (and kills it
+/// after 3 s), so the dir is a node's: the plugins and nothing else. The
+/// build dir would have it start the benchmark (`cni-bench`) and kill it
+/// half done, its namespaces and daemons left behind.
 #[test]
 fn nomads_fingerprint_places_bridge_mode_jobs_on_the_node() {
     let Some(tool) = nomad_cni() else {
         return;
     };
+    let node_bin_dir = TempDir::new("nomad-bin");
+    for p in plugins() {
+        std::os::unix::fs::symlink(bin(&p), node_bin_dir.path().join(&p)).expect("link");
+    }
     let out = run_ok(
         std::process::Command::new(&tool)
             .args(["fingerprint"])
-            .arg(bin_dir()),
+            .arg(node_bin_dir.path()),
     );
     let v: Value = serde_json::from_slice(&out.stdout).expect("fingerprint JSON");
     let expected = format!("v{PLUGIN_VERSION}");
