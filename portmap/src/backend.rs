@@ -1,15 +1,17 @@
-//! The backend facade: one attachment's host ports added, checked, removed
-//! and collected on the backend the config chose, nftables ([`crate::nft`])
-//! or iptables ([`crate::ipt`]), and on iptables by the node's
-//! [`Route`]: over netlink in iptables-nft's encoding, or by
-//! `iptables-restore` on legacy iptables. DEL and GC look at both backends,
-//! as the Go plugins' teardown does, and report the UDP host ports they
-//! removed (for the conntrack flush).
+//! The backend facade, by libcni's netfilter contract: one attachment's
+//! host ports added and checked on the [`Route`] the config chose
+//! ([`on_route`]: nftables in [`crate::nft`], iptables over netlink in
+//! [`crate::ipt_netlink`], legacy iptables in [`crate::ipt`]), removed and
+//! collected on both backends ([`teardown_both`]), as the Go plugins'
+//! teardown does. DEL reports the UDP host ports it removed (for the
+//! conntrack flush).
 
 use libcni::fault;
 use libcni::netfilter::conntrack::IPPROTO_UDP;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::{teardown_both, Backend, BothBackends, IptablesPath, Owner, Route};
+use libcni::netfilter::{
+    on_route, teardown_both, Backend, BothBackends, OnRoute, Owner, Route, Verb,
+};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{ErrorList, Result};
@@ -19,29 +21,51 @@ use crate::{ipt, ipt_netlink, nft};
 
 /// ADD's rules on `backend`.
 pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
-    match Route::of(backend) {
-        Route::Nftables => nft::add(&mut Nft::open()?, spec),
-        Route::Iptables(IptablesPath::Netlink) => ipt_netlink::add(&mut Nft::open()?, spec),
-        Route::Iptables(IptablesPath::Programs) => {
-            for family in IpFamily::BOTH {
-                ipt::add(spec, family)?;
-                fault::point("portmap/between-families");
-            }
-            Ok(())
-        }
-    }
+    let mut wanted = Wanted {
+        verb: Verb::Add,
+        spec,
+    };
+    on_route(Route::of(backend), &mut wanted)
 }
 
 /// CHECK on `backend`: code 102 naming what is missing.
 pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
-    match Route::of(backend) {
-        Route::Nftables => nft::check(&mut Nft::open()?, spec),
-        Route::Iptables(IptablesPath::Netlink) => ipt_netlink::check(&mut Nft::open()?, spec),
-        Route::Iptables(IptablesPath::Programs) => {
-            for family in IpFamily::BOTH {
-                ipt::check(spec, family)?;
+    let mut wanted = Wanted {
+        verb: Verb::Check,
+        spec,
+    };
+    on_route(Route::of(backend), &mut wanted)
+}
+
+/// One attachment's host ports, as ADD writes them and CHECK reads them.
+struct Wanted<'a> {
+    verb: Verb,
+    spec: &'a PortMapSpec,
+}
+
+impl OnRoute for Wanted<'_> {
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        match self.verb {
+            Verb::Add => nft::add(n, self.spec),
+            Verb::Check => nft::check(n, self.spec),
+        }
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        match self.verb {
+            Verb::Add => ipt_netlink::add(n, self.spec),
+            Verb::Check => ipt_netlink::check(n, self.spec),
+        }
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        match self.verb {
+            Verb::Add => {
+                ipt::add(self.spec, family)?;
+                fault::point("portmap/between-families");
+                Ok(())
             }
-            Ok(())
+            Verb::Check => ipt::check(self.spec, family),
         }
     }
 }

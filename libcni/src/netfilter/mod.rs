@@ -16,9 +16,10 @@
 //!   iptables-nft's `nat` and `filter` tables, in iptables-nft's own
 //!   encoding (the default on iptables-nft nodes, no process).
 //!
-//! [`masq`] builds its rules for both backends here (portmap and the
-//! firewall build theirs in their own crates), [`spoofcheck`] on nf_tables
-//! (as the Go plugin does);
+//! Every feature is laid out by one contract ([`route`]): a file per
+//! backend, ADD and CHECK through [`on_route`], DEL and GC through
+//! [`teardown_both`]. [`masq`] and [`spoofcheck`] (nf_tables only, as the
+//! Go plugin) live here; portmap and the firewall in their own crates;
 //! [`conntrack`] removes stale UDP conntrack entries.
 //! Everything acts on the network namespace of the calling thread (the
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
@@ -30,6 +31,7 @@ pub mod ledger;
 pub mod masq;
 pub mod nfnetlink;
 pub mod nft;
+pub mod route;
 pub mod spoofcheck;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
@@ -37,9 +39,13 @@ pub mod wire;
 
 use sha2::{Digest, Sha512};
 
+pub use route::{
+    default_backend, node_iptables, on_route, open_nft_for_teardown, teardown_both, BothBackends,
+    IptablesPath, NodeIptables, OnRoute, Route, Verb,
+};
+
 use crate::types::Attachment;
-use crate::IpFamily;
-use crate::{Error, ErrorList, Result};
+use crate::{Error, Result};
 
 /// A transport protocol of a mapping.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -121,189 +127,6 @@ impl Backend {
         match self {
             Backend::Nftables => "nftables",
             Backend::Iptables => "iptables",
-        }
-    }
-}
-
-/// Which `iptables` the node runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NodeIptables {
-    /// iptables-nft: its rules are nf_tables rules, which we write
-    /// ourselves ([`iptables_nft`]).
-    Nft,
-    /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
-    Legacy,
-    /// No `iptables` command.
-    Absent,
-}
-
-/// The `PATH` the Go plugin's iptables library searches when none is set.
-const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
-/// Which `iptables` the node runs, from where the first executable
-/// `iptables` on `PATH` leads (the alternatives symlinks end at
-/// `xtables-nft-multi` or `xtables-legacy-multi`); no process is run.
-pub fn node_iptables() -> NodeIptables {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH").unwrap_or_else(|| DEFAULT_PATH.into());
-    for dir in std::env::split_paths(&path) {
-        let p = dir.join("iptables");
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-            continue;
-        }
-        let real = std::fs::canonicalize(&p).unwrap_or(p);
-        let name = real
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        return if name.contains("nft") {
-            NodeIptables::Nft
-        } else {
-            NodeIptables::Legacy
-        };
-    }
-    NodeIptables::Absent
-}
-
-/// How iptables rules reach the kernel: the one choice every feature with
-/// an iptables backend (masq, portmap, the firewall) makes the same way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IptablesPath {
-    /// `iptables-save` / `iptables-restore` (and `ip6tables-*`), one per
-    /// family per operation: the node's iptables is legacy x_tables.
-    Programs,
-    /// nf_tables over netlink in iptables-nft's own encoding
-    /// ([`iptables_nft`]), no process: the node's iptables is iptables-nft,
-    /// whose rules are nf_tables rules.
-    Netlink,
-}
-
-impl IptablesPath {
-    /// The node's: over netlink where its `iptables` is iptables-nft,
-    /// with the programs where it is legacy ([`node_iptables`]; no process
-    /// is run to tell). Where no `iptables` is found, as in a container
-    /// from our image (`cni-rs gc` in the DaemonSet), over netlink too,
-    /// unless the kernel holds legacy x_tables tables in this namespace:
-    /// rules only iptables-nft could have written are still reached, and
-    /// legacy ones are never silently passed over (the programs' absence
-    /// is then the error).
-    pub fn of_node() -> IptablesPath {
-        match node_iptables() {
-            NodeIptables::Nft => IptablesPath::Netlink,
-            NodeIptables::Legacy => IptablesPath::Programs,
-            NodeIptables::Absent if legacy_tables_in_use() => IptablesPath::Programs,
-            NodeIptables::Absent => IptablesPath::Netlink,
-        }
-    }
-}
-
-/// Where one operation's rules go: the one dispatch over [`Backend`] ×
-/// [`IptablesPath`] that masq, portmap and the firewall make, so a
-/// backend's reach is decided in one place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// nf_tables, in the feature's own table.
-    Nftables,
-    /// iptables rules, reaching the kernel by the node's path.
-    Iptables(IptablesPath),
-}
-
-impl Route {
-    /// The route of `backend` on this node: nftables as it is, iptables
-    /// by [`IptablesPath::of_node`].
-    pub fn of(backend: Backend) -> Route {
-        match backend {
-            Backend::Nftables => Route::Nftables,
-            Backend::Iptables => Route::iptables(),
-        }
-    }
-
-    /// The iptables side of this node. A teardown (DEL, GC) visits it
-    /// after the nftables side whatever the config chose: an attachment's
-    /// rules are found wherever they were put.
-    pub fn iptables() -> Route {
-        Route::Iptables(IptablesPath::of_node())
-    }
-}
-
-/// Whether legacy x_tables (`ip_tables`, `ip6_tables`) has a table in this
-/// network namespace: what `iptables-legacy` writes, and nf_tables cannot
-/// show.
-fn legacy_tables_in_use() -> bool {
-    ["/proc/net/ip_tables_names", "/proc/net/ip6_tables_names"]
-        .iter()
-        .any(|f| std::fs::read_to_string(f).is_ok_and(|t| !t.trim().is_empty()))
-}
-
-/// The Go plugins' default backend (v1.9 portmap's `ensureBackend`, and
-/// ipMasq's `SetupIPMasqForNetworks`): iptables
-/// wherever the node has it, nftables only where it has no `iptables` and
-/// the kernel speaks nf_tables.
-pub fn default_backend() -> Backend {
-    if node_iptables() == NodeIptables::Absent && Backend::detect() == Backend::Nftables {
-        Backend::Nftables
-    } else {
-        Backend::Iptables
-    }
-}
-
-/// One feature's state (masquerade, host ports) on both backends, as a
-/// teardown (DEL, GC) visits it: [`teardown_both`] runs the steps in the
-/// one order every feature shares.
-pub trait BothBackends {
-    /// The nf_tables side, in the feature's own table.
-    fn nftables(&mut self, nft: &mut nft::Nft) -> Result<()>;
-    /// The iptables side where the node's iptables is iptables-nft: read
-    /// and written over netlink, no process.
-    fn iptables_over_netlink(&mut self, nft: &mut nft::Nft) -> Result<()>;
-    /// Whether iptables of `family` may hold something to remove, judged
-    /// without a process (from iptables-nft's tables in `nft`, or with
-    /// `None` when nf_tables could not be opened); only asked when the
-    /// config did not choose iptables.
-    fn iptables_may_hold(&mut self, nft: Option<&mut nft::Nft>, family: IpFamily) -> bool;
-    /// The iptables side of `family` by `iptables-save`/`-restore`.
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()>;
-}
-
-/// Tears `state` down on both backends, whichever `backend` the config
-/// chose, as the Go plugins' teardown does: nf_tables first; then on an
-/// iptables-nft node the iptables side over netlink; elsewhere the
-/// iptables programs of each family, where the config chose iptables or
-/// the family [may hold](BothBackends::iptables_may_hold) something. Every
-/// step runs; their errors are kept in `errors`.
-pub fn teardown_both(backend: Backend, state: &mut impl BothBackends, errors: &mut ErrorList) {
-    let mut nft = open_nft_for_teardown(backend, errors);
-    if let Some(n) = nft.as_mut() {
-        errors.record(state.nftables(n));
-        if IptablesPath::of_node() == IptablesPath::Netlink {
-            errors.record(state.iptables_over_netlink(n));
-            return;
-        }
-    }
-    for family in IpFamily::BOTH {
-        if backend == Backend::Iptables || state.iptables_may_hold(nft.as_mut(), family) {
-            errors.record(state.iptables_programs(family));
-        }
-    }
-}
-
-/// For a teardown that covers both backends: nf_tables, or `None` when it
-/// cannot be opened. That is an error, kept in `errors`, unless `backend`
-/// is iptables: then nf_tables is only looked at to spare iptables
-/// processes, and `None` means running them.
-pub fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
-    match nft::Nft::open() {
-        Ok(n) => Some(n),
-        Err(_) if backend == Backend::Iptables => None,
-        Err(e) => {
-            errors.push(Error::kernel(
-                "open nf_tables",
-                std::io::Error::other(e.to_string()),
-            ));
-            None
         }
     }
 }

@@ -33,11 +33,7 @@ pub fn add(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let mut entries = Vec::new();
     let mut fresh = true;
     for family in IpFamily::BOTH {
-        let fam: Vec<IpPrefix> = addrs
-            .iter()
-            .filter(|a| a.family() == family)
-            .copied()
-            .collect();
+        let fam = super::of_family(addrs, family);
         if fam.is_empty() {
             continue;
         }
@@ -152,11 +148,7 @@ pub fn gc(nft: &mut Nft, network: &str, valid: &[Attachment]) -> Result<()> {
 pub fn check(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
     let own = ipt::chain(owner);
     for family in IpFamily::BOTH {
-        let fam: Vec<IpPrefix> = addrs
-            .iter()
-            .filter(|a| a.family() == family)
-            .copied()
-            .collect();
+        let fam = super::of_family(addrs, family);
         if fam.is_empty() {
             continue;
         }

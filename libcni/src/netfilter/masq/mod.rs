@@ -58,7 +58,7 @@ pub use nft::rule_comment;
 
 use super::ledger;
 use super::nft::{Family, Nft};
-use super::{teardown_both, Backend, BothBackends, IptablesPath, Owner, Route};
+use super::{on_route, teardown_both, Backend, BothBackends, OnRoute, Owner, Route, Verb};
 use crate::types::{Attachment, IpPrefix};
 use crate::IpFamily;
 use crate::{ErrorList, Result};
@@ -77,29 +77,67 @@ pub const OLD_TABLE: &str = "cni_rs_masq";
 /// iptables is iptables-nft ([`ipt_netlink::add`]), by `iptables-restore`
 /// elsewhere.
 pub fn add(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    match Route::of(backend) {
-        Route::Nftables => nft::add(&mut Nft::open()?, owner, ifname, addrs),
-        Route::Iptables(IptablesPath::Netlink) => ipt_netlink::add(&mut Nft::open()?, owner, addrs),
-        Route::Iptables(IptablesPath::Programs) => {
-            per_family(addrs, |fam, family| ipt::add(owner, fam, family))
+    let mut wanted = Wanted {
+        verb: Verb::Add,
+        owner,
+        ifname,
+        addrs,
+    };
+    on_route(Route::of(backend), &mut wanted)
+}
+
+/// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
+pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
+    let mut wanted = Wanted {
+        verb: Verb::Check,
+        owner,
+        ifname,
+        addrs,
+    };
+    on_route(Route::of(backend), &mut wanted)
+}
+
+/// One attachment's masquerade, as ADD writes it and CHECK reads it.
+struct Wanted<'a> {
+    verb: Verb,
+    owner: &'a Owner,
+    ifname: &'a str,
+    addrs: &'a [IpPrefix],
+}
+
+impl OnRoute for Wanted<'_> {
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        match self.verb {
+            Verb::Add => nft::add(n, self.owner, self.ifname, self.addrs),
+            Verb::Check => nft::check(n, self.owner, self.ifname, self.addrs),
+        }
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        match self.verb {
+            Verb::Add => ipt_netlink::add(n, self.owner, self.addrs),
+            Verb::Check => ipt_netlink::check(n, self.owner, self.addrs),
+        }
+    }
+
+    /// A family without addresses has nothing to write or read.
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        let addrs = of_family(self.addrs, family);
+        match self.verb {
+            _ if addrs.is_empty() => Ok(()),
+            Verb::Add => ipt::add(self.owner, &addrs, family),
+            Verb::Check => ipt::check(self.owner, &addrs, family),
         }
     }
 }
 
-/// Calls `f` with the addresses of each family that has any (IPv4 first),
-/// stopping at the first error.
-fn per_family(addrs: &[IpPrefix], f: impl Fn(&[IpPrefix], IpFamily) -> Result<()>) -> Result<()> {
-    for family in IpFamily::BOTH {
-        let fam: Vec<IpPrefix> = addrs
-            .iter()
-            .filter(|a| a.family() == family)
-            .copied()
-            .collect();
-        if !fam.is_empty() {
-            f(&fam, family)?;
-        }
-    }
-    Ok(())
+/// The addresses of `family` in `addrs`.
+fn of_family(addrs: &[IpPrefix], family: IpFamily) -> Vec<IpPrefix> {
+    addrs
+        .iter()
+        .filter(|a| a.family() == family)
+        .copied()
+        .collect()
 }
 
 /// Removes `owner`'s masquerade on `ifname` on both backends, as the Go
@@ -179,19 +217,6 @@ impl BothBackends for Gc<'_> {
 
     fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
         ipt::gc(self.network, self.valid, family)
-    }
-}
-
-/// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
-pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    match Route::of(backend) {
-        Route::Nftables => nft::check(&mut Nft::open()?, owner, ifname, addrs),
-        Route::Iptables(IptablesPath::Netlink) => {
-            ipt_netlink::check(&mut Nft::open()?, owner, addrs)
-        }
-        Route::Iptables(IptablesPath::Programs) => {
-            per_family(addrs, |fam, family| ipt::check(owner, fam, family))
-        }
     }
 }
 

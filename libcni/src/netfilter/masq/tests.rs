@@ -4,6 +4,7 @@ use super::nft::ledger_of;
 use super::*;
 use crate::netfilter::nft::kernel_tests::nft_list;
 use crate::netfilter::testing::{attach, forwarding_node, peer_seen, run_in, Listener};
+use crate::netfilter::IptablesPath;
 use crate::netns::testing::privileged;
 
 fn prefix(s: &str) -> IpPrefix {
@@ -225,7 +226,15 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
         .unwrap()
         .unwrap();
     process
-        .run(|| per_family(&addrs, |fam, family| ipt::add(&owner, fam, family)))
+        .run(|| {
+            let mut wanted = Wanted {
+                verb: Verb::Add,
+                owner: &owner,
+                ifname: "eth0",
+                addrs: &addrs,
+            };
+            on_route(Route::Iptables(IptablesPath::Programs), &mut wanted)
+        })
         .unwrap()
         .unwrap();
     for save in ["iptables-save", "ip6tables-save"] {
@@ -242,7 +251,11 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
     assert!(entries.iter().all(|e| e.chain == POSTROUTING));
     // Each side's teardown removes the other's rules.
     native
-        .run(|| per_family(&addrs, |_, family| ipt::del(&owner, family)))
+        .run(|| {
+            IpFamily::BOTH
+                .into_iter()
+                .try_for_each(|f| ipt::del(&owner, f))
+        })
         .unwrap()
         .unwrap();
     process

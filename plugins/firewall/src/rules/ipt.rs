@@ -31,9 +31,9 @@
 //! deleted once empty.
 //!
 //! Each operation is one `iptables-save -t filter` and at most one
-//! `iptables-restore --noflush` per family; or, on the netlink path, the
-//! same reads and writes in iptables-nft's encoding
-//! ([`libcni::netfilter::iptables_nft::filter`]), one batch per family. Chains are created with `-N`,
+//! `iptables-restore --noflush` per family; or, on the netlink path
+//! ([`super::ipt_netlink`]), the same reads and writes in iptables-nft's
+//! encoding, one batch per family. Chains are created with `-N`,
 //! never declared (a declaration flushes an existing chain), so two
 //! plugins racing to create them make one restore fail, and it is retried
 //! on a fresh save.
@@ -42,11 +42,11 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 pub use super::chains::*;
+use super::ipt_netlink;
 use super::{FirewallSpec, Policy};
 use libcni::netfilter::iptables::{self, IptTable, Restore, SavedTable};
-use libcni::netfilter::iptables_nft::filter;
 use libcni::netfilter::nft::Nft;
-use libcni::netfilter::{parse_go_comment, IptablesPath, Owner, Route};
+use libcni::netfilter::{parse_go_comment, Owner};
 use libcni::IpFamily;
 use libcni::{Error, Result};
 
@@ -269,43 +269,13 @@ fn drop_legacy(saved: &SavedTable, r: &mut Restore, gone: &[LegacyRecord]) {
     }
 }
 
-/// How one operation's rules reach the filter table, in both families:
-/// with the programs, or over netlink in iptables-nft's encoding through
-/// one socket, opened on first use (closing a socket that deleted rules
-/// waits for an RCU grace period, paid once per operation).
-pub enum Filter {
+/// How one operation's rules reach the filter table: with the programs
+/// (legacy iptables), or over netlink in iptables-nft's encoding
+/// ([`super::ipt_netlink`]).
+pub enum Filter<'a> {
     Programs,
-    Netlink(Option<Nft>),
+    Netlink(&'a mut Nft),
 }
-
-impl Filter {
-    /// The filter of `route`. The firewall's nftables rules are the
-    /// iptables rules in iptables-nft's encoding, so both go over netlink.
-    pub fn new(route: Route) -> Filter {
-        match route {
-            Route::Iptables(IptablesPath::Programs) => Filter::Programs,
-            Route::Nftables | Route::Iptables(IptablesPath::Netlink) => Filter::Netlink(None),
-        }
-    }
-}
-
-/// The operation's socket, opened on first use.
-fn socket(slot: &mut Option<Nft>) -> Result<&mut Nft> {
-    match slot {
-        Some(nft) => Ok(nft),
-        empty => Ok(empty.insert(Nft::open()?)),
-    }
-}
-
-/// The chains whose rules the plugin's decisions look at, on the netlink
-/// path (the admin chain only matters by existence).
-const READ_CHAINS: [&str; 5] = [
-    "FORWARD",
-    FORWARD_CHAIN,
-    OWNERS_CHAIN,
-    ISOLATION_STAGE_1,
-    ISOLATION_STAGE_2,
-];
 
 /// Whether a restore failed because the table changed after our save (a
 /// chain created or a rule deleted by another process meanwhile).
@@ -318,8 +288,8 @@ fn is_conflict(e: &Error) -> bool {
 /// write (none when there is nothing to change); retried on a fresh read
 /// when another process changed the chains in between.
 fn apply(fam: IpFamily, via: &mut Filter, build: &dyn Fn(&SavedTable, &mut Restore)) -> Result<()> {
-    if let Filter::Netlink(slot) = via {
-        return filter::apply(socket(slot)?, fam, &READ_CHAINS, build);
+    if let Filter::Netlink(nft) = via {
+        return ipt_netlink::apply(nft, fam, build);
     }
     let mut attempt = 1;
     loop {
@@ -448,7 +418,7 @@ pub fn check(
     let fam = family;
     let saved = match via {
         Filter::Programs => iptables::save(fam, IptTable::Filter)?,
-        Filter::Netlink(slot) => filter::read(socket(slot)?, family, &READ_CHAINS)?.0,
+        Filter::Netlink(nft) => ipt_netlink::read(nft, family)?,
     };
     let tool = iptables::program(family);
     let failed = |what: String| Error::CheckFailed(format!("firewall: {what}"));

@@ -3,17 +3,18 @@
 //! policy is DROP still lets its containers out; `ingressPolicy:
 //! same-bridge` drops traffic entering a bridge from another isolated
 //! bridge, and `isolated` also between containers of the same bridge.
-//! IPv4 and IPv6, three backends:
+//! IPv4 and IPv6, three backends, laid out by libcni's netfilter contract
+//! (ADD and CHECK through `on_route`, DEL and GC through `teardown_both`):
 //!
-//! - iptables ([`ipt`]): the Go plugin's iptables chains and rules, byte
-//!   for byte; where the node's iptables is iptables-nft they are written
-//!   as the nftables backend writes them (no process), on legacy iptables
-//!   with one `iptables-save` and one `iptables-restore` per family and
+//! - iptables: the Go plugin's iptables chains and rules, byte for byte
+//!   ([`ipt`]); where the node's iptables is iptables-nft they are written
+//!   over netlink ([`ipt_netlink`], no process), on legacy iptables with
+//!   one `iptables-save` and one `iptables-restore` per family and
 //!   operation;
-//! - nftables: the same rules ([`ipt`] again), written over netlink in
-//!   iptables-nft's encoding ([`libcni::netfilter::iptables_nft::filter`]),
-//!   no process (upstream has no nftables
-//!   backend for the firewall: on an iptables-nft node its rules are these);
+//! - nftables: the same rules over netlink ([`ipt_netlink`]) on every node
+//!   (upstream has no nftables backend for the firewall: on an
+//!   iptables-nft node its rules are these); [`nft`] is our previous
+//!   release's own table, which DEL and GC still clean;
 //! - firewalld ([`firewalld`]): the addresses bound to a firewalld zone
 //!   over D-Bus, as Go does (isolation then goes to iptables, as in Go).
 //!
@@ -23,12 +24,13 @@
 //! the address's new owner alone. DEL and GC clean every backend: an
 //! attachment is found wherever it was put (the config may have changed),
 //! and the state of our previous release (owner records in the iptables
-//! chain `CNI-FORWARD-OWNERS`, elements of its own nf_tables table
-//! `inet cni_rs_firewall`, [`nft`]) is removed as it is met.
+//! chain `CNI-FORWARD-OWNERS`, elements of `inet cni_rs_firewall`) is
+//! removed as it is met.
 
 pub mod chains;
 pub mod firewalld;
 pub mod ipt;
+pub mod ipt_netlink;
 pub mod nft;
 pub mod records;
 
@@ -38,7 +40,10 @@ use std::net::IpAddr;
 use self::ipt::Rules;
 use self::records::{Record, Records};
 use libcni::fault;
-use libcni::netfilter::{open_nft_for_teardown, Backend, Owner, Route};
+use libcni::netfilter::nft::Nft;
+use libcni::netfilter::{
+    on_route, teardown_both, Backend, BothBackends, OnRoute, Owner, Route, Verb,
+};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{Error, ErrorList, Result};
@@ -82,6 +87,16 @@ pub enum FwBackend {
 }
 
 impl FwBackend {
+    /// Where the iptables and nftables backends write: nftables is the
+    /// iptables rules over netlink, iptables by the node's path. firewalld
+    /// is not a netfilter route (its isolation goes to iptables).
+    fn route(&self) -> Route {
+        match self {
+            FwBackend::Nftables => Route::Nftables,
+            FwBackend::Iptables | FwBackend::Firewalld { .. } => Route::iptables(),
+        }
+    }
+
     /// Its `backend` value, as records and the call log name it.
     pub fn name(&self) -> &'static str {
         match self {
@@ -108,13 +123,8 @@ pub enum TeardownHint {
 }
 
 impl TeardownHint {
-    /// How the iptables rules are removed: over netlink for `nftables`
-    /// (iptables-nft's tables, no process), else as the iptables backend
-    /// reaches the node's iptables ([`Route::iptables`]).
-    fn transport(&self) -> Route {
-        Route::of(self.netfilter())
-    }
-
+    /// The netfilter backend a teardown starts from: iptables unless the
+    /// config names nftables.
     fn netfilter(&self) -> Backend {
         match self {
             TeardownHint::Nftables => Backend::Nftables,
@@ -247,9 +257,12 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
         records.put(*a, &rec)?;
     }
     let done = match backend {
-        FwBackend::Nftables => ipt_add(spec, Rules::AcceptAndIsolation, Route::Nftables),
-        FwBackend::Iptables => ipt_add(spec, Rules::AcceptAndIsolation, Route::iptables()),
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
+        FwBackend::Iptables | FwBackend::Nftables => {
+            fault::point("firewall/add-before-commit");
+            let mut wanted = Wanted::new(Verb::Add, spec, Rules::AcceptAndIsolation);
+            on_route(backend.route(), &mut wanted)
+        }
     };
     if let Err(e) = done {
         // What this ADD wrote is found again by its records.
@@ -265,46 +278,32 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
     Ok(())
 }
 
-fn ipt_add(spec: &FirewallSpec, rules: Rules, via: Route) -> Result<()> {
-    // For IsolationOnly, firewalld_add has passed the fault points already.
-    let fault_points = rules == Rules::AcceptAndIsolation;
-    if fault_points {
-        fault::point("firewall/add-before-commit");
-    }
-    let mut via = ipt::Filter::new(via);
-    let mut first = true;
-    for family in IpFamily::BOTH {
-        let addrs = spec.family_addrs(family);
-        if addrs.is_empty() {
-            continue;
-        }
-        if !first && fault_points {
-            fault::point("firewall/add-between-families");
-        }
-        ipt::add(spec, &addrs, family, rules, &mut via)?;
-        first = false;
-    }
-    Ok(())
-}
-
 fn firewalld_add(zone: &str, spec: &FirewallSpec) -> Result<()> {
     let mut fw = firewalld::Firewalld::connect()?;
     fault::point("firewall/add-before-commit");
     for a in &spec.addrs {
         fw.add_source(zone, *a)?;
     }
-    if spec.isolate.is_some() {
-        ipt_add(spec, Rules::IsolationOnly, Route::iptables())?;
+    firewalld_isolation(Verb::Add, spec)
+}
+
+/// firewalld leaves isolation to iptables, as Go does.
+fn firewalld_isolation(verb: Verb, spec: &FirewallSpec) -> Result<()> {
+    if spec.isolate.is_none() {
+        return Ok(());
     }
-    Ok(())
+    let mut wanted = Wanted::new(verb, spec, Rules::IsolationOnly);
+    on_route(Route::iptables(), &mut wanted)
 }
 
 /// Whether `spec`'s rules are all there (CHECK); code 102 naming what is
 /// missing otherwise. Only reads.
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
-        FwBackend::Nftables => ipt_check(spec, Rules::AcceptAndIsolation, Route::Nftables),
-        FwBackend::Iptables => ipt_check(spec, Rules::AcceptAndIsolation, Route::iptables()),
+        FwBackend::Iptables | FwBackend::Nftables => {
+            let mut wanted = Wanted::new(Verb::Check, spec, Rules::AcceptAndIsolation);
+            on_route(backend.route(), &mut wanted)
+        }
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
             for a in &spec.addrs {
@@ -315,23 +314,64 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
                     )));
                 }
             }
-            ipt_check(spec, Rules::IsolationOnly, Route::iptables())
+            firewalld_isolation(Verb::Check, spec)
         }
     }
 }
 
-fn ipt_check(spec: &FirewallSpec, rules: Rules, via: Route) -> Result<()> {
-    if rules == Rules::IsolationOnly && spec.isolate.is_none() {
-        return Ok(());
+/// One container's iptables rules, as ADD writes them and CHECK reads
+/// them ([`ipt`]).
+struct Wanted<'a> {
+    verb: Verb,
+    spec: &'a FirewallSpec,
+    rules: Rules,
+}
+
+impl<'a> Wanted<'a> {
+    fn new(verb: Verb, spec: &'a FirewallSpec, rules: Rules) -> Wanted<'a> {
+        Wanted { verb, spec, rules }
     }
-    let mut via = ipt::Filter::new(via);
-    for family in IpFamily::BOTH {
-        let addrs = spec.family_addrs(family);
-        if !addrs.is_empty() {
-            ipt::check(spec, &addrs, family, rules, &mut via)?;
+
+    /// The rules of `family`'s addresses through `via`; a family without
+    /// addresses has none.
+    fn family(&self, family: IpFamily, via: &mut ipt::Filter) -> Result<()> {
+        let addrs = self.spec.family_addrs(family);
+        if addrs.is_empty() {
+            return Ok(());
+        }
+        match self.verb {
+            Verb::Add => {
+                // For IsolationOnly, firewalld_add has passed the fault
+                // points already.
+                let second =
+                    family == IpFamily::V6 && !self.spec.family_addrs(IpFamily::V4).is_empty();
+                if second && self.rules == Rules::AcceptAndIsolation {
+                    fault::point("firewall/add-between-families");
+                }
+                ipt::add(self.spec, &addrs, family, self.rules, via)
+            }
+            Verb::Check => ipt::check(self.spec, &addrs, family, self.rules, via),
         }
     }
-    Ok(())
+}
+
+impl OnRoute for Wanted<'_> {
+    /// The firewall's nftables rules are its iptables rules in
+    /// iptables-nft's encoding, so both go over netlink.
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        self.iptables_over_netlink(n)
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        for family in IpFamily::BOTH {
+            self.family(family, &mut ipt::Filter::Netlink(n))?;
+        }
+        Ok(())
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        self.family(family, &mut ipt::Filter::Programs)
+    }
 }
 
 // ---- DEL and GC ----------------------------------------------------------------
@@ -355,20 +395,74 @@ fn firewalld_remove(sources: &Sources, errors: &mut ErrorList) {
     }
 }
 
-/// Removes the iptables accept rules of `remove` (except `held`) and the
-/// legacy records `doomed` accepts, in each family: over netlink for the
-/// nftables hint (no process), else with the programs.
-fn ipt_teardown(
-    hint: &TeardownHint,
-    remove: &[IpAddr],
-    held: &[IpAddr],
-    doomed: &dyn Fn(&ipt::LegacyRecord) -> bool,
-    errors: &mut ErrorList,
-) {
-    let mut via = ipt::Filter::new(hint.transport());
-    for family in IpFamily::BOTH {
-        let addrs = of_family(remove, family);
-        errors.record(ipt::remove(&addrs, held, doomed, family, &mut via));
+/// The netfilter side of a DEL or GC, on both backends ([`teardown_both`]).
+struct Teardown<'a> {
+    /// The backend the config names (iptables when it names firewalld or
+    /// none).
+    backend: Backend,
+    /// What our previous release's own table (`inet cni_rs_firewall`)
+    /// holds of this teardown.
+    previous_release: &'a dyn Fn(&mut Nft) -> Result<()>,
+    /// Whether the iptables rules need a pass at all.
+    iptables: bool,
+    /// The accept rules to remove, except those of `held`.
+    remove: &'a [IpAddr],
+    held: &'a [IpAddr],
+    /// Which of our previous release's owner records go.
+    doomed: &'a dyn Fn(&ipt::LegacyRecord) -> bool,
+    /// Whether the rules over netlink were removed already.
+    netlink_done: bool,
+}
+
+impl Teardown<'_> {
+    fn families(&self, via: &mut ipt::Filter) -> Result<()> {
+        let mut errors = ErrorList::new();
+        for family in IpFamily::BOTH {
+            let addrs = of_family(self.remove, family);
+            errors.record(ipt::remove(&addrs, self.held, self.doomed, family, via));
+        }
+        errors.finish_joined()
+    }
+}
+
+impl BothBackends for Teardown<'_> {
+    /// Our previous release's table; and for the nftables backend, whose
+    /// rules are iptables-nft's on every node, the rules over netlink.
+    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
+        let mut errors = ErrorList::new();
+        errors.record((self.previous_release)(n));
+        if self.backend == Backend::Nftables {
+            errors.record(self.iptables_over_netlink(n));
+        }
+        errors.finish_joined()
+    }
+
+    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+        if !self.iptables || self.netlink_done {
+            return Ok(());
+        }
+        self.netlink_done = true;
+        self.families(&mut ipt::Filter::Netlink(n))
+    }
+
+    /// Legacy iptables is read only when the config chose it (or
+    /// firewalld, or nothing): the nftables backend never writes there.
+    fn iptables_may_hold(&mut self, _: Option<&mut Nft>, _: IpFamily) -> bool {
+        false
+    }
+
+    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+        if !self.iptables {
+            return Ok(());
+        }
+        let addrs = of_family(self.remove, family);
+        ipt::remove(
+            &addrs,
+            self.held,
+            self.doomed,
+            family,
+            &mut ipt::Filter::Programs,
+        )
     }
 }
 
@@ -446,23 +540,20 @@ pub fn del(
         .into_iter()
         .collect();
     // Our previous release's own table: by key, or by tag when no address
-    // is known.
-    if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
-        errors.record(nft::del(&mut n, owner, &remove));
-    }
-    // Known addresses that are all firewalld's need no iptables pass;
-    // otherwise the rules of `remove`, and our previous release's records
-    // of this owner (found only by reading the chain).
-    if !remove.is_empty() || known.is_empty() {
-        let legacy_mine = ipt::owner_comment(owner);
-        ipt_teardown(
-            hint,
-            &remove,
-            &held,
-            &|rec| rec.comment == legacy_mine,
-            &mut errors,
-        );
-    }
+    // is known. Known addresses that are all firewalld's need no iptables
+    // pass; otherwise the rules of `remove`, and our previous release's
+    // records of this owner (found only by reading the chain).
+    let legacy_mine = ipt::owner_comment(owner);
+    let mut teardown = Teardown {
+        backend: hint.netfilter(),
+        previous_release: &|n| nft::del(n, owner, &remove),
+        iptables: !remove.is_empty() || known.is_empty(),
+        remove: &remove,
+        held: &held,
+        doomed: &|rec| rec.comment == legacy_mine,
+        netlink_done: false,
+    };
+    teardown_both(hint.netfilter(), &mut teardown, &mut errors);
     fault::point("firewall/del-after-commit");
     if errors.is_empty() {
         for (a, _) in &mine {
@@ -509,16 +600,16 @@ pub fn gc(
         .filter(|(_, r)| r.backend != "firewalld")
         .map(|(a, _)| *a)
         .collect();
-    if let Some(mut n) = open_nft_for_teardown(hint.netfilter(), &mut errors) {
-        errors.record(nft::gc(&mut n, network, valid));
-    }
-    ipt_teardown(
-        hint,
-        &remove,
-        &[],
-        &|rec| ipt::legacy_stale(rec, network, valid),
-        &mut errors,
-    );
+    let mut teardown = Teardown {
+        backend: hint.netfilter(),
+        previous_release: &|n| nft::gc(n, network, valid),
+        iptables: true,
+        remove: &remove,
+        held: &[],
+        doomed: &|rec| ipt::legacy_stale(rec, network, valid),
+        netlink_done: false,
+    };
+    teardown_both(hint.netfilter(), &mut teardown, &mut errors);
     if errors.is_empty() {
         for (a, _) in &stale {
             errors.record(records.remove(*a));
