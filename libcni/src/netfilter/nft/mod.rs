@@ -745,17 +745,50 @@ impl Nft {
         chain: &str,
         handle: u64,
     ) -> Result<Option<RuleInfo>> {
+        self.rule_by_handle(family, table, chain, handle)
+    }
+
+    /// One rule by its handle, read as `R`.
+    fn rule_by_handle<R: ReadRule>(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: &str,
+        handle: u64,
+    ) -> Result<Option<R>> {
         let mut a = rule_attrs(table, chain);
         a.put_be64(NFTA_RULE_HANDLE, handle);
         let what = format!("get rule {handle} of {} {table} {chain}", family.as_str());
         let Some(replies) = self.get(NFT_MSG_GETRULE, 0, family, a, what)? else {
             return Ok(None);
         };
-        Ok(replies
-            .iter()
-            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
-            .filter_map(parse_rule)
-            .find(|r| r.handle == handle && r.chain == chain))
+        let found = R::from_replies(&replies).find(|r| r.handle() == handle && r.chain() == chain);
+        Ok(found)
+    }
+
+    /// The rules of `chain`, or of every chain of `table` with `None`, read
+    /// as `R`, in order (empty when the table or chain does not exist).
+    fn rules_as<R: ReadRule>(
+        &mut self,
+        family: Family,
+        table: &str,
+        chain: Option<&str>,
+    ) -> Result<Vec<R>> {
+        let mut a = Attrs::new();
+        a.put_str(NFTA_RULE_TABLE, table);
+        if let Some(c) = chain {
+            a.put_str(NFTA_RULE_CHAIN, c);
+        }
+        let what = match chain {
+            Some(c) => format!("list chain {} {table} {c}", family.as_str()),
+            None => format!("list table {} {table}", family.as_str()),
+        };
+        let replies = self
+            .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?
+            .unwrap_or_default();
+        Ok(R::from_replies(&replies)
+            .filter(|r| chain.is_none_or(|c| r.chain() == c))
+            .collect())
     }
 
     fn get(
@@ -796,32 +829,12 @@ impl Nft {
 
     /// The rules of a chain (empty when the table or chain does not exist).
     pub fn rules(&mut self, family: Family, table: &str, chain: &str) -> Result<Vec<RuleInfo>> {
-        let a = rule_attrs(table, chain);
-        let what = format!("list chain {} {table} {chain}", family.as_str());
-        let replies = self
-            .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?
-            .unwrap_or_default();
-        Ok(replies
-            .iter()
-            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
-            .filter_map(parse_rule)
-            .filter(|r| r.chain == chain)
-            .collect())
+        self.rules_as(family, table, Some(chain))
     }
 
     /// Every rule of a table, all chains (empty when it does not exist).
     pub fn table_rules(&mut self, family: Family, table: &str) -> Result<Vec<RuleInfo>> {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_RULE_TABLE, table);
-        let what = format!("list table {} {table}", family.as_str());
-        let replies = self
-            .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?
-            .unwrap_or_default();
-        Ok(replies
-            .iter()
-            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
-            .filter_map(parse_rule)
-            .collect())
+        self.rules_as(family, table, None)
     }
 
     /// The elements of a set (empty when the table or set does not exist).
@@ -912,17 +925,7 @@ impl Nft {
         chain: &str,
         handle: u64,
     ) -> Result<Option<RawRule>> {
-        let mut a = rule_attrs(table, chain);
-        a.put_be64(NFTA_RULE_HANDLE, handle);
-        let what = format!("get rule {handle} of {} {table} {chain}", family.as_str());
-        let Some(replies) = self.get(NFT_MSG_GETRULE, 0, family, a, what)? else {
-            return Ok(None);
-        };
-        Ok(replies
-            .iter()
-            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
-            .filter_map(parse_raw_rule)
-            .find(|r| r.handle == handle && r.chain == chain))
+        self.rule_by_handle(family, table, chain, handle)
     }
 
     /// The names of a table's chains (empty when it does not exist).
@@ -954,23 +957,7 @@ impl Nft {
         table: &str,
         chain: Option<&str>,
     ) -> Result<Vec<RawRule>> {
-        let mut a = Attrs::new();
-        a.put_str(NFTA_RULE_TABLE, table);
-        if let Some(c) = chain {
-            a.put_str(NFTA_RULE_CHAIN, c);
-        }
-        let what = match chain {
-            Some(c) => format!("list chain {} {table} {c}", family.as_str()),
-            None => format!("list table {} {table}", family.as_str()),
-        };
-        let replies = self
-            .get(NFT_MSG_GETRULE, NLM_F_DUMP, family, a, what)?
-            .unwrap_or_default();
-        Ok(replies
-            .iter()
-            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
-            .filter_map(parse_raw_rule)
-            .collect())
+        self.rules_as(family, table, chain)
     }
 }
 
@@ -1021,6 +1008,45 @@ impl Nft {
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// A rule as one of the readers parses a rule reply.
+trait ReadRule: Sized + 'static {
+    fn parse(reply: &Reply) -> Option<Self>;
+    fn chain(&self) -> &str;
+    fn handle(&self) -> u64;
+
+    /// The rules among `replies`.
+    fn from_replies(replies: &[Reply]) -> impl Iterator<Item = Self> + '_ {
+        replies
+            .iter()
+            .filter(|r| r.ty == msg_type(NFT_MSG_NEWRULE))
+            .filter_map(Self::parse)
+    }
+}
+
+impl ReadRule for RuleInfo {
+    fn parse(reply: &Reply) -> Option<RuleInfo> {
+        parse_rule(reply)
+    }
+    fn chain(&self) -> &str {
+        &self.chain
+    }
+    fn handle(&self) -> u64 {
+        self.handle
+    }
+}
+
+impl ReadRule for RawRule {
+    fn parse(reply: &Reply) -> Option<RawRule> {
+        parse_raw_rule(reply)
+    }
+    fn chain(&self) -> &str {
+        &self.chain
+    }
+    fn handle(&self) -> u64 {
+        self.handle
     }
 }
 
