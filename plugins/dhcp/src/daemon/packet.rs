@@ -321,33 +321,15 @@ impl Sockets {
     fn try_recv(&self) -> io::Result<Option<Datagram>> {
         let mut buf = vec![0u8; 65536];
         while let Some(packet) = &self.packet {
-            // SAFETY: zeroed sockaddr_ll filled in by recvfrom(2).
-            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-            // SAFETY: a buffer and an address we own, of the sizes given.
-            let n = unsafe {
-                libc::recvfrom(
-                    packet.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    libc::MSG_DONTWAIT,
-                    (&mut sll as *mut libc::sockaddr_ll).cast(),
-                    &mut len,
-                )
+            let Some((n, sll)) = recv_queued::<libc::sockaddr_ll>(packet.as_raw_fd(), &mut buf)?
+            else {
+                break;
             };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => break,
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
-                }
-            }
             // Our own broadcasts come back as outgoing packets: not answers.
             if sll.sll_pkttype == libc::PACKET_OUTGOING {
                 continue;
             }
-            if let Some((src, payload)) = parse_ipv4_udp(&buf[..n as usize]) {
+            if let Some((src, payload)) = parse_ipv4_udp(&buf[..n]) {
                 let mac = (sll.sll_halen == 6).then(|| {
                     let mut m = [0u8; 6];
                     m.copy_from_slice(&sll.sll_addr[..6]);
@@ -360,38 +342,58 @@ impl Sockets {
                 }));
             }
         }
+        // The absorber is best effort: its errors end the read.
         if let Some(u) = &self.udp {
-            loop {
-                // SAFETY: zeroed sockaddr_in filled in by recvfrom(2).
-                let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-                let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-                // SAFETY: a buffer and an address we own, of the sizes given.
-                let n = unsafe {
-                    libc::recvfrom(
-                        u.as_raw_fd(),
-                        buf.as_mut_ptr().cast(),
-                        buf.len(),
-                        libc::MSG_DONTWAIT,
-                        (&mut sin as *mut libc::sockaddr_in).cast(),
-                        &mut len,
-                    )
-                };
-                if n < 0 {
-                    let e = io::Error::last_os_error();
-                    match e.kind() {
-                        io::ErrorKind::WouldBlock => break,
-                        io::ErrorKind::Interrupted => continue,
-                        _ => break, // the absorber is best effort
-                    }
-                }
+            if let Ok(Some((n, sin))) = recv_queued::<libc::sockaddr_in>(u.as_raw_fd(), &mut buf) {
                 return Ok(Some(Datagram {
-                    payload: buf[..n as usize].to_vec(),
+                    payload: buf[..n].to_vec(),
                     src: Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
                     src_mac: None,
                 }));
             }
         }
         Ok(None)
+    }
+}
+
+/// A socket address type `recvfrom(2)` fills in.
+///
+/// # Safety
+/// Plain C data, for which all zero bytes is a valid value.
+unsafe trait SockAddr {}
+// SAFETY: a C struct of integers and byte arrays.
+unsafe impl SockAddr for libc::sockaddr_ll {}
+// SAFETY: a C struct of integers and byte arrays.
+unsafe impl SockAddr for libc::sockaddr_in {}
+
+/// One datagram queued on `fd` into `buf`, with its length and sender;
+/// `None` when nothing is queued.
+fn recv_queued<A: SockAddr>(fd: RawFd, buf: &mut [u8]) -> io::Result<Option<(usize, A)>> {
+    loop {
+        // SAFETY: `A` is plain C data (`SockAddr`), valid zeroed; recvfrom(2)
+        // fills it in.
+        let mut addr: A = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<A>() as libc::socklen_t;
+        // SAFETY: a buffer and an address we own, of the sizes given.
+        let n = unsafe {
+            libc::recvfrom(
+                fd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+                (&mut addr as *mut A).cast(),
+                &mut len,
+            )
+        };
+        if n >= 0 {
+            return Ok(Some((n as usize, addr)));
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(None),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
+        }
     }
 }
 
