@@ -73,6 +73,20 @@ pub struct Sources {
     pub call_log: Option<PathBuf>,
 }
 
+/// Registers each metric under its name and help (and unit, in
+/// brackets), in order: the order of the exposition.
+macro_rules! register_all {
+    ($registry:ident; $($name:literal $([$unit:expr])?: $help:literal => $metric:expr;)*) => {
+        $( register_all!(@one $registry, $name, $help, $metric $(, $unit)?); )*
+    };
+    (@one $registry:ident, $name:expr, $help:expr, $metric:expr) => {
+        $registry.register($name, $help, $metric)
+    };
+    (@one $registry:ident, $name:expr, $help:expr, $metric:expr, $unit:expr) => {
+        $registry.register_with_unit($name, $help, $unit, $metric)
+    };
+}
+
 /// The registry and what it remembers between scrapes.
 pub struct Metrics {
     registry: Registry,
@@ -117,61 +131,18 @@ impl Metrics {
                 ("release", libcni::SUITE_VERSION),
             ]),
         );
-        registry.register(
-            "ipam_pool_addresses",
-            "Addresses of a host-local range, start to end",
-            m.pool_addresses.clone(),
-        );
-        registry.register(
-            "ipam_reserved_addresses",
-            "Addresses of a range host-local never hands out (its gateway)",
-            m.reserved_addresses.clone(),
-        );
-        registry.register(
-            "ipam_used_addresses",
-            "Addresses of a range held by a lease",
-            m.used_addresses.clone(),
-        );
-        registry.register(
-            "ipam_leaked_addresses",
-            "Addresses of a range leased to no live attachment (gc's liveness rules)",
-            m.leaked_addresses.clone(),
-        );
-        registry.register(
-            "attachments",
-            "Attachments on the node by state: live, leaked (stale or untied), unknown",
-            m.attachments.clone(),
-        );
-        registry.register(
-            "plugin_calls",
-            "Plugin calls in the call log, by plugin, command and error code (0: success)",
-            m.calls.clone(),
-        );
-        registry.register_with_unit(
-            "plugin_call_duration",
-            "Plugin calls' durations in the call log",
-            Unit::Seconds,
-            m.durations.clone(),
-        );
-        registry.register(
-            "network_status_up",
-            "The network's last STATUS answer in the call log: 1 success, 0 failure",
-            m.status_up.clone(),
-        );
-        registry.register(
-            "gc_collected",
-            "Pieces of dead attachments cni-rs gc --apply removed, by kind",
-            m.gc_collected.clone(),
-        );
-        registry.register(
-            "gc_last_run_timestamp_seconds",
-            "When the last cni-rs gc --apply pass ended",
-            m.gc_last_run.clone(),
-        );
-        registry.register(
-            "metrics_read_errors",
-            "What cni-rs metrics could not read and skipped, by source",
-            m.read_errors.clone(),
+        register_all!(registry;
+            "ipam_pool_addresses": "Addresses of a host-local range, start to end" => m.pool_addresses.clone();
+            "ipam_reserved_addresses": "Addresses of a range host-local never hands out (its gateway)" => m.reserved_addresses.clone();
+            "ipam_used_addresses": "Addresses of a range held by a lease" => m.used_addresses.clone();
+            "ipam_leaked_addresses": "Addresses of a range leased to no live attachment (gc's liveness rules)" => m.leaked_addresses.clone();
+            "attachments": "Attachments on the node by state: live, leaked (stale or untied), unknown" => m.attachments.clone();
+            "plugin_calls": "Plugin calls in the call log, by plugin, command and error code (0: success)" => m.calls.clone();
+            "plugin_call_duration" [Unit::Seconds]: "Plugin calls' durations in the call log" => m.durations.clone();
+            "network_status_up": "The network's last STATUS answer in the call log: 1 success, 0 failure" => m.status_up.clone();
+            "gc_collected": "Pieces of dead attachments cni-rs gc --apply removed, by kind" => m.gc_collected.clone();
+            "gc_last_run_timestamp_seconds": "When the last cni-rs gc --apply pass ended" => m.gc_last_run.clone();
+            "metrics_read_errors": "What cni-rs metrics could not read and skipped, by source" => m.read_errors.clone();
         );
         Metrics { registry, ..m }
     }
@@ -217,18 +188,20 @@ impl Metrics {
         }
         for ((network, range), pool) in &counted.pools {
             let labels = vec![("network", network.clone()), ("range", range.clone())];
-            self.pool_addresses
-                .get_or_create(&labels)
-                .set(pool.addresses as f64);
-            self.reserved_addresses
-                .get_or_create(&labels)
-                .set(pool.reserved as f64);
-            self.used_addresses
-                .get_or_create(&labels)
-                .set(pool.used as i64);
-            self.leaked_addresses
-                .get_or_create(&labels)
-                .set(pool.leaked as i64);
+            let sizes = [
+                (&self.pool_addresses, pool.addresses),
+                (&self.reserved_addresses, pool.reserved),
+            ];
+            for (gauge, n) in sizes {
+                gauge.get_or_create(&labels).set(n as f64);
+            }
+            let held = [
+                (&self.used_addresses, pool.used),
+                (&self.leaked_addresses, pool.leaked),
+            ];
+            for (gauge, n) in held {
+                gauge.get_or_create(&labels).set(n as i64);
+            }
         }
         for (network, states) in &counted.attachments {
             for state in ["live", "leaked", "unknown"] {
