@@ -746,6 +746,31 @@ impl Netlink {
 mod tests {
     use super::*;
 
+    /// For a kernel test (`None` without root): a fresh namespace, a
+    /// socket in it, and two IFBs named `names`, without a queue.
+    fn two_ifbs(
+        test: &str,
+        names: [&'static str; 2],
+    ) -> Option<(crate::netns::NetNs, Netlink, [crate::netlink::Link; 2])> {
+        use crate::netlink::ifb::IfbSpec;
+        use crate::netns::testing::{new_netns, privileged};
+        if !privileged(test) {
+            return None;
+        }
+        let ns = new_netns();
+        let mut nl = Netlink::open_in(&ns).unwrap();
+        let links = names.map(|name| {
+            let spec = IfbSpec {
+                name,
+                mtu: 1500,
+                txqueuelen: 0,
+                alias: "",
+            };
+            nl.ensure_ifb(&spec).unwrap()
+        });
+        Some((ns, nl, links))
+    }
+
     fn emit(nlas: &[DefaultNla]) -> Vec<u8> {
         let mut out = vec![0u8; nlas.buffer_len()];
         nlas.emit(&mut out);
@@ -1019,21 +1044,12 @@ mod tests {
 
     #[test]
     fn tc_a_redirect_pair_under_ingress_and_clsact() {
-        use crate::netlink::ifb::IfbSpec;
-        use crate::netns::testing::{new_netns, privileged};
-        if !privileged("tc_a_redirect_pair_under_ingress_and_clsact") {
+        let Some((_ns, mut nl, [a, b])) = two_ifbs(
+            "tc_a_redirect_pair_under_ingress_and_clsact",
+            ["pair0", "pair1"],
+        ) else {
             return;
-        }
-        let ns = new_netns();
-        let mut nl = Netlink::open_in(&ns).unwrap();
-        let spec = |name| IfbSpec {
-            name,
-            mtu: 1500,
-            txqueuelen: 0,
-            alias: "",
         };
-        let a = nl.ensure_ifb(&spec("pair0")).unwrap();
-        let b = nl.ensure_ifb(&spec("pair1")).unwrap();
         assert_eq!(nl.ingress_hook(a.index).unwrap(), None);
         assert_eq!(nl.ingress_hook(9999).unwrap(), None);
         nl.add_ingress_qdisc(a.index).unwrap();
@@ -1103,22 +1119,13 @@ mod tests {
 
     #[test]
     fn tc_qdiscs_and_filters_round_trip_through_the_kernel() {
-        use crate::netlink::ifb::IfbSpec;
         use crate::netlink::{errno, is_exists};
-        use crate::netns::testing::{new_netns, privileged};
-        if !privileged("tc_qdiscs_and_filters_round_trip_through_the_kernel") {
+        let Some((_ns, mut nl, [dev, target])) = two_ifbs(
+            "tc_qdiscs_and_filters_round_trip_through_the_kernel",
+            ["tctest0", "tctest1"],
+        ) else {
             return;
-        }
-        let ns = new_netns();
-        let mut nl = Netlink::open_in(&ns).unwrap();
-        let spec = |name| IfbSpec {
-            name,
-            mtu: 1500,
-            txqueuelen: 0,
-            alias: "",
         };
-        let dev = nl.ensure_ifb(&spec("tctest0")).unwrap();
-        let target = nl.ensure_ifb(&spec("tctest1")).unwrap();
         // With txqueuelen 0 an IFB's default root is noqueue, handle 0.
         let q = nl.qdisc_at(dev.index, ROOT).unwrap().unwrap();
         assert_eq!((q.kind.as_str(), q.handle, q.tbf), ("noqueue", 0, None));
