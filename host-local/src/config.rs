@@ -150,7 +150,7 @@ impl IpamConfig {
         let runtime = raw.runtime_config.unwrap_or_default();
 
         let mut requested = requested_from_env(env)?;
-        let arg_ips = raw.args.and_then(|a| a.cni).and_then(|c| c.ips);
+        let arg_ips = raw.args.and_then(|a| a.ips());
         requested.extend(requested_from_list(
             "args.cni.ips",
             arg_ips.unwrap_or_default(),
@@ -254,19 +254,7 @@ struct RawNet {
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RawRuntime>,
     #[serde(default)]
-    args: Option<RawArgs>,
-}
-
-#[derive(Deserialize)]
-struct RawArgs {
-    #[serde(default)]
-    cni: Option<RawArgsCni>,
-}
-
-#[derive(Deserialize)]
-struct RawArgsCni {
-    #[serde(default)]
-    ips: Option<Vec<String>>,
+    args: Option<libcni::types::IpsArgs>,
 }
 
 #[derive(Deserialize, Default)]

@@ -70,6 +70,27 @@ pub struct IpamConf {
     pub plugin_type: String,
 }
 
+/// The `args` key as the IPAM plugins read it: `args.cni.ips`, the
+/// addresses asked for (the `ips` convention).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct IpsArgs {
+    #[serde(default)]
+    cni: Option<IpsArgsCni>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+struct IpsArgsCni {
+    #[serde(default)]
+    ips: Option<Vec<String>>,
+}
+
+impl IpsArgs {
+    /// `args.cni.ips`, when given.
+    pub fn ips(self) -> Option<Vec<String>> {
+        self.cni.and_then(|c| c.ips)
+    }
+}
+
 /// One container attachment: what identifies an ADD (spec §GC).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Attachment {

@@ -5,6 +5,6 @@ pub mod net;
 pub mod result;
 pub mod route_conf;
 
-pub use config::{Attachment, IpamConf, NetConf};
+pub use config::{Attachment, IpamConf, IpsArgs, NetConf};
 pub use net::IpPrefix;
 pub use result::{CniResult, Dns, DnsConf, Interface, IpConfig, Route};

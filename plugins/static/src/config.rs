@@ -89,10 +89,7 @@ impl StaticConfig {
             addresses.push(config_address(&format!("ipam.addresses[{i}]"), v)?);
         }
         addresses.extend(env_addresses(env)?);
-        let from_args = list(
-            "args.cni.ips",
-            raw.args.and_then(|a| a.cni).and_then(|c| c.ips),
-        )?;
+        let from_args = list("args.cni.ips", raw.args.and_then(|a| a.ips()))?;
         let from_runtime = list("runtimeConfig.ips", raw.runtime_config.and_then(|r| r.ips))?;
         if !from_args.is_empty() {
             addresses = from_args;
@@ -140,7 +137,7 @@ struct RawNet {
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RawRuntime>,
     #[serde(default)]
-    args: Option<RawArgs>,
+    args: Option<libcni::types::IpsArgs>,
 }
 
 #[derive(Deserialize)]
@@ -245,18 +242,6 @@ fn mask_byte(ones: u32, i: u32) -> u8 {
 
 #[derive(Deserialize)]
 struct RawRuntime {
-    #[serde(default)]
-    ips: Option<Vec<String>>,
-}
-
-#[derive(Deserialize)]
-struct RawArgs {
-    #[serde(default)]
-    cni: Option<RawArgsCni>,
-}
-
-#[derive(Deserialize)]
-struct RawArgsCni {
     #[serde(default)]
     ips: Option<Vec<String>>,
 }
