@@ -3,6 +3,7 @@
 //! `CNI_ARGS`, 2 for what this build or kernel cannot do) naming the key.
 
 use libcni::mac::{self, MacSource};
+use libcni::mac::{MacArgs, MacKey};
 use libcni::netfilter::Backend;
 use libcni::skel::CmdArgs;
 use libcni::types::config::validate_link_name;
@@ -50,27 +51,13 @@ struct Raw {
     #[serde(rename = "portIsolation", default)]
     port_isolation: bool,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: RawRuntimeConfig,
+    runtime_config: MacKey,
     #[serde(default)]
-    args: RawArgs,
+    args: MacArgs,
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
     dns: Option<DnsConf>,
-}
-
-/// `runtimeConfig`: the capabilities the bridge reads.
-#[derive(Debug, Default, Deserialize)]
-struct RawRuntimeConfig {
-    #[serde(default)]
-    mac: Option<String>,
-}
-
-/// `args`: `args.cni.mac`.
-#[derive(Debug, Default, Deserialize)]
-struct RawArgs {
-    #[serde(default)]
-    cni: RawRuntimeConfig,
 }
 
 /// One `vlanTrunk` entry: `{"id": 5}` or `{"minID": 10, "maxID": 20}`.
@@ -128,10 +115,8 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         let raw: Raw = args.config()?;
-        let cni_args = args.cni_args()?;
-        cni_args.check_known(&["MAC"])?;
-        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_raw(raw, env_mac)
+        let env_mac = libcni::mac::from_cni_args(&args.cni_args()?)?;
+        Conf::from_raw(raw, env_mac.as_deref())
     }
 
     fn from_raw(raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {

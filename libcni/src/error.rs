@@ -298,6 +298,26 @@ impl fmt::Display for ErrorResult {
     }
 }
 
+/// Helpers for the plugins' config tests.
+#[cfg(any(test, feature = "testing"))]
+pub mod testing {
+    use super::Error;
+
+    /// Asserts that `result` failed as an invalid network config (code 7)
+    /// whose message, after the prefix, starts with `needle`: the key and
+    /// what is wrong with it.
+    #[track_caller]
+    pub fn assert_config_error<T: std::fmt::Debug>(result: Result<T, Error>, needle: &str) {
+        let e = result.expect_err(needle);
+        assert_eq!(e.code(), 7, "{e}");
+        let message = e.to_string();
+        assert!(
+            message.starts_with(&format!("invalid network config: {needle}")),
+            "{message}\nwanted: {needle}"
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

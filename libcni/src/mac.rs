@@ -132,6 +132,31 @@ pub fn choose<'a>(
     }
 }
 
+/// A key holding a `mac`: `runtimeConfig` (capability `mac`) and
+/// `args.cni`, as the main plugins decode them.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct MacKey {
+    #[serde(default)]
+    pub mac: Option<String>,
+}
+
+/// `args`: `args.cni.mac`.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub struct MacArgs {
+    #[serde(default)]
+    pub cni: MacKey,
+}
+
+/// `CNI_ARGS` of a plugin that reads only `MAC=`: another key is an
+/// error (code 4) unless `IgnoreUnknown` is set; the value when not empty.
+pub fn from_cni_args(cni_args: &crate::args::CniArgs) -> Result<Option<String>> {
+    cni_args.check_known(&["MAC"])?;
+    Ok(cni_args
+        .get("MAC")
+        .filter(|m| !m.is_empty())
+        .map(str::to_string))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 //! MTU) is checked at ADD, by `libcni::attach::master`.
 
 use libcni::attach::master::{RawStacked, StackedConf};
+use libcni::mac::MacKey;
 use libcni::mac::{self, MacSource};
 use libcni::netlink::macvlan::MacvlanMode;
 use libcni::skel::CmdArgs;
@@ -21,13 +22,7 @@ struct Raw {
     #[serde(default)]
     bcqueuelen: i64,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: Option<RawRuntimeConfig>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawRuntimeConfig {
-    #[serde(default)]
-    mac: Option<String>,
+    runtime_config: Option<MacKey>,
 }
 
 /// A validated macvlan config.
@@ -50,10 +45,8 @@ impl Conf {
         // The keys' types first, then CNI_ARGS, then the values.
         let stacked = RawStacked::decode(&args.stdin)?;
         let raw: Raw = args.config()?;
-        let cni_args = args.cni_args()?;
-        cni_args.check_known(&["MAC"])?;
-        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_raw(stacked, raw, env_mac)
+        let env_mac = libcni::mac::from_cni_args(&args.cni_args()?)?;
+        Conf::from_raw(stacked, raw, env_mac.as_deref())
     }
 
     #[cfg(test)]
@@ -105,6 +98,7 @@ impl Conf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::testing::assert_config_error;
     use serde_json::{json, Value};
 
     fn conf_env(mut v: Value, env_mac: Option<&str>) -> Result<Conf, Error> {
@@ -188,13 +182,7 @@ mod tests {
                 "linkInContainer: invalid type",
             ),
         ] {
-            let e = conf(v).unwrap_err();
-            assert_eq!(e.code(), 7, "{e}");
-            assert!(
-                e.to_string()
-                    .starts_with(&format!("invalid network config: {needle}")),
-                "{e}"
-            );
+            assert_config_error(conf(v), needle);
         }
         let e = conf_env(json!({}), Some("nope")).unwrap_err();
         assert_eq!(e.code(), 4);

@@ -5,6 +5,7 @@
 //! touched. Every rejection is code 7 naming the key (code 4 for
 //! `CNI_ARGS`, code 2 for what this node cannot do).
 
+use libcni::mac::{MacArgs, MacKey};
 use std::path::Path;
 
 use libcni::mac::{self, MacSource};
@@ -35,27 +36,13 @@ struct Raw {
     #[serde(default)]
     bridge: Option<String>,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: RawMac,
+    runtime_config: MacKey,
     #[serde(default)]
-    args: RawArgs,
+    args: MacArgs,
     #[serde(default)]
     ipam: Option<IpamConf>,
     #[serde(default)]
     dns: Option<DnsConf>,
-}
-
-/// `runtimeConfig` (capability `mac`) and `args.cni`: a `mac`.
-#[derive(Debug, Default, Deserialize)]
-struct RawMac {
-    #[serde(default)]
-    mac: Option<String>,
-}
-
-/// `args`: `args.cni.mac`.
-#[derive(Debug, Default, Deserialize)]
-struct RawArgs {
-    #[serde(default)]
-    cni: RawMac,
 }
 
 /// A validated tap config.
@@ -86,10 +73,8 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         let raw: Raw = args.config()?;
-        let cni_args = args.cni_args()?;
-        cni_args.check_known(&["MAC"])?;
-        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_raw(raw, env_mac, Path::new(SELINUXFS))
+        let env_mac = libcni::mac::from_cni_args(&args.cni_args()?)?;
+        Conf::from_raw(raw, env_mac.as_deref(), Path::new(SELINUXFS))
     }
 
     fn from_raw(raw: Raw, env_mac: Option<&str>, selinuxfs: &Path) -> Result<Conf, Error> {

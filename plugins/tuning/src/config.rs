@@ -10,6 +10,7 @@
 //! (after the separators, so the interface's own dots survive). The result
 //! must be a [`Key`]: under `net/`, no empty, `.` or `..` component.
 
+use libcni::mac::MacKey;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -69,15 +70,9 @@ struct Raw {
     #[serde(default)]
     allmulti: Option<bool>,
     #[serde(rename = "runtimeConfig", default)]
-    runtime_config: Option<RawRuntimeConfig>,
+    runtime_config: Option<MacKey>,
     #[serde(default)]
     args: Option<RawArgs>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct RawRuntimeConfig {
-    #[serde(default)]
-    mac: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -155,10 +150,8 @@ impl Conf {
             ));
         }
         let raw: Raw = args.config()?;
-        let cni_args = args.cni_args()?;
-        cni_args.check_known(&["MAC"])?;
-        let env_mac = cni_args.get("MAC").filter(|m| !m.is_empty());
-        Conf::from_raw(raw, env_mac, &args.ifname)
+        let env_mac = libcni::mac::from_cni_args(&args.cni_args()?)?;
+        Conf::from_raw(raw, env_mac.as_deref(), &args.ifname)
     }
 
     fn from_raw(raw: Raw, env_mac: Option<&str>, ifname: &str) -> Result<Conf, Error> {
@@ -283,6 +276,7 @@ pub fn resolve_key(source: &str, raw: &str, ifname: &str) -> Result<Key, Error> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::testing::assert_config_error;
     use serde_json::{json, Value};
 
     fn conf(v: Value) -> Result<Conf, Error> {
@@ -461,11 +455,7 @@ mod tests {
                 "args.cni.allmulti: invalid type",
             ),
         ] {
-            let msg = err(v);
-            assert!(
-                msg.starts_with(&format!("invalid network config: {needle}")),
-                "{msg}"
-            );
+            assert_config_error(conf(v), needle);
         }
         // Zero MTU means "leave it", and nothing else set changes nothing.
         let c = conf(json!({"mtu": 0, "promisc": false, "args": {"cni": {"labels": []}}})).unwrap();

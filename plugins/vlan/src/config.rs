@@ -53,6 +53,7 @@ impl Conf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::testing::assert_config_error;
     use serde_json::{json, Value};
 
     fn conf(mut v: Value) -> Result<Conf, Error> {
@@ -114,13 +115,7 @@ mod tests {
                 "linkInContainer: invalid type",
             ),
         ] {
-            let e = conf(v).unwrap_err();
-            assert_eq!(e.code(), 7, "{e}");
-            assert!(
-                e.to_string()
-                    .starts_with(&format!("invalid network config: {needle}")),
-                "{e}"
-            );
+            assert_config_error(conf(v), needle);
         }
     }
 

@@ -79,6 +79,7 @@ impl Conf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use libcni::error::testing::assert_config_error;
     use serde_json::{json, Value};
 
     fn conf(v: Value) -> Result<Conf, Error> {
@@ -138,13 +139,7 @@ mod tests {
                 "table: 254 is a table of the kernel's own",
             ),
         ] {
-            let e = conf(v.clone()).unwrap_err();
-            assert_eq!(e.code(), 7, "{v}: {e}");
-            assert!(
-                e.to_string()
-                    .starts_with(&format!("invalid network config: {needle}")),
-                "{v}: {e}"
-            );
+            assert_config_error(conf(v), needle);
         }
     }
 
