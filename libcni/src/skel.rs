@@ -197,6 +197,12 @@ pub fn test_args(stdin: &str) -> CmdArgs {
     }
 }
 
+/// A verb that answers with a result (ADD), as a function.
+pub type AddFn = fn(&CmdArgs) -> Result<CniResult, Error>;
+/// A verb that answers with success or an error (CHECK, DEL, GC,
+/// STATUS), as a function.
+pub type CheckFn = fn(&CmdArgs) -> Result<(), Error>;
+
 /// The verbs of a plugin. STATUS defaults to "ready"; GC has no default:
 /// each plugin says what it collects, or why there is nothing to collect.
 pub trait Plugin {

@@ -12,9 +12,9 @@ use serde::Deserialize;
 
 use crate::netlink::link_kinds::LinkKindSupport;
 use crate::netlink::{Link, Netlink};
-use crate::skel::CmdArgs;
+use crate::skel::{AddFn, CheckFn, CmdArgs};
 use crate::types::config::validate_link_name;
-use crate::types::{Dns, DnsConf, IpamConf};
+use crate::types::{CniResult, Dns, DnsConf, IpamConf};
 use crate::Error;
 use crate::IpFamily;
 
@@ -86,7 +86,7 @@ impl RawStacked {
             master,
             mtu,
             link_in_container: raw.link_in_container,
-            ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
+            ipam: IpamConf::plugin(raw.ipam),
             dns: raw.dns.and_then(DnsConf::into_set),
         })
     }
@@ -109,6 +109,33 @@ pub struct StatusOf {
     /// Chained (no `master`, no `ipam.type`), the master comes from
     /// `prevResult`, which STATUS does not have: not checked (ipvlan).
     pub master_may_be_chained: bool,
+}
+
+/// A plugin whose link is stacked on a master (ipvlan, macvlan, vlan),
+/// given as values: its ADD, its CHECK and what its STATUS checks. It is a
+/// [`super::ContainerLinkPlugin`] with them, so DEL, GC and the rest of
+/// STATUS come from the shared flow.
+pub trait StackedLinkPlugin {
+    /// ADD, over [`super::add`].
+    const ADD: AddFn;
+    /// CHECK, over [`super::Check`].
+    const CHECK: CheckFn;
+    /// What STATUS checks before IPAM ([`check_status`]).
+    const STATUS: StatusOf;
+}
+
+impl<P: StackedLinkPlugin> super::ContainerLinkPlugin for P {
+    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
+        (P::ADD)(args)
+    }
+
+    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
+        (P::CHECK)(args)
+    }
+
+    fn status_before_ipam(&self, args: &CmdArgs) -> Result<(), Error> {
+        check_status(args, &P::STATUS)
+    }
 }
 
 /// A stacked-link plugin's STATUS before IPAM's answer: the kernel's

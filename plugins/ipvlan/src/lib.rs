@@ -15,11 +15,9 @@ pub mod add;
 pub mod check;
 pub mod config;
 
-use libcni::attach::{master, ContainerLinkPlugin};
+use libcni::attach::master::{StackedLinkPlugin, StatusOf};
 use libcni::netlink::link_kinds::IPVLAN_SUPPORT;
-use libcni::skel::CmdArgs;
-use libcni::types::CniResult;
-use libcni::Error;
+use libcni::skel::{AddFn, CheckFn};
 
 /// The upstream plugin this one replaces, as its about line names it
 /// (`CNI ipvlan plugin v…`).
@@ -27,24 +25,15 @@ pub const NAME: &str = "ipvlan";
 
 pub struct Ipvlan;
 
-impl ContainerLinkPlugin for Ipvlan {
-    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
-        add::add(args)
-    }
-
-    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
-        check::check(args)
-    }
-
+impl StackedLinkPlugin for Ipvlan {
+    const ADD: AddFn = add::add;
+    const CHECK: CheckFn = check::check;
     /// The kernel has ipvlan, and the master (or, without one, a default
     /// route) is in the plugin's namespace. A chained ipvlan (neither
     /// `master` nor `ipam`) takes its master from `prevResult`, which
     /// STATUS does not have: its master is not checked.
-    fn status_before_ipam(&self, args: &CmdArgs) -> Result<(), Error> {
-        let of = master::StatusOf {
-            kind: Some(&IPVLAN_SUPPORT),
-            master_may_be_chained: true,
-        };
-        master::check_status(args, &of)
-    }
+    const STATUS: StatusOf = StatusOf {
+        kind: Some(&IPVLAN_SUPPORT),
+        master_may_be_chained: true,
+    };
 }

@@ -8,10 +8,8 @@ pub mod add;
 pub mod check;
 pub mod config;
 
-use libcni::attach::{master, ContainerLinkPlugin};
-use libcni::skel::CmdArgs;
-use libcni::types::CniResult;
-use libcni::Error;
+use libcni::attach::master::{StackedLinkPlugin, StatusOf};
+use libcni::skel::{AddFn, CheckFn};
 
 /// The upstream plugin this one replaces, as its about line names it
 /// (`CNI macvlan plugin v…`).
@@ -19,22 +17,13 @@ pub const NAME: &str = "macvlan";
 
 pub struct Macvlan;
 
-impl ContainerLinkPlugin for Macvlan {
-    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
-        add::add(args)
-    }
-
-    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
-        check::check(args)
-    }
-
+impl StackedLinkPlugin for Macvlan {
+    const ADD: AddFn = add::add;
+    const CHECK: CheckFn = check::check;
     /// The master is there (in the plugin's namespace; with
     /// `linkInContainer` there is no container to look in).
-    fn status_before_ipam(&self, args: &CmdArgs) -> Result<(), Error> {
-        let of = master::StatusOf {
-            kind: None,
-            master_may_be_chained: false,
-        };
-        master::check_status(args, &of)
-    }
+    const STATUS: StatusOf = StatusOf {
+        kind: None,
+        master_may_be_chained: false,
+    };
 }

@@ -11,11 +11,9 @@ pub mod add;
 pub mod check;
 pub mod config;
 
-use libcni::attach::{master, ContainerLinkPlugin};
+use libcni::attach::master::{StackedLinkPlugin, StatusOf};
 use libcni::netlink::link_kinds::VLAN_SUPPORT;
-use libcni::skel::CmdArgs;
-use libcni::types::CniResult;
-use libcni::Error;
+use libcni::skel::{AddFn, CheckFn};
 
 /// The upstream plugin this one replaces, as its about line names it
 /// (`CNI vlan plugin v…`).
@@ -23,23 +21,14 @@ pub const NAME: &str = "vlan";
 
 pub struct Vlan;
 
-impl ContainerLinkPlugin for Vlan {
-    fn add(&self, args: &CmdArgs) -> Result<CniResult, Error> {
-        add::add(args)
-    }
-
-    fn check(&self, args: &CmdArgs) -> Result<(), Error> {
-        check::check(args)
-    }
-
+impl StackedLinkPlugin for Vlan {
+    const ADD: AddFn = add::add;
+    const CHECK: CheckFn = check::check;
     /// The kernel has 802.1Q VLANs, and the master is there (in the
     /// plugin's namespace; with `linkInContainer` there is no container to
     /// look in).
-    fn status_before_ipam(&self, args: &CmdArgs) -> Result<(), Error> {
-        let of = master::StatusOf {
-            kind: Some(&VLAN_SUPPORT),
-            master_may_be_chained: false,
-        };
-        master::check_status(args, &of)
-    }
+    const STATUS: StatusOf = StatusOf {
+        kind: Some(&VLAN_SUPPORT),
+        master_may_be_chained: false,
+    };
 }
