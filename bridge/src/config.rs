@@ -120,11 +120,7 @@ impl Conf {
     }
 
     fn from_raw(raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {
-        let ipam = raw
-            .ipam
-            .as_ref()
-            .map(|i| i.plugin_type.clone())
-            .filter(|t| !t.is_empty());
+        let ipam = IpamConf::plugin(raw.ipam.clone());
         let dns = raw.dns.clone();
         let bridge = raw.bridge.unwrap_or_else(|| DEFAULT_BRIDGE.to_string());
         validate_link_name("bridge", &bridge)?;
@@ -154,16 +150,7 @@ impl Conf {
                  use \"ipam\": {} with disableContainerInterface",
             ));
         }
-        let mtu = match raw.mtu {
-            0 => None,
-            m @ 68..=65535 => Some(m as u32),
-            m => {
-                return Err(Error::config(
-                    "mtu",
-                    format!("{m} is out of range (68-65535, or 0 for the kernel default)"),
-                ))
-            }
-        };
+        let mtu = libcni::attach::own_link_mtu(raw.mtu)?;
         let vlan = match raw.vlan {
             v @ 0..=4094 => v as u16,
             v => {

@@ -45,10 +45,7 @@ struct Conf {
 /// `ipam.type`, or code 7 naming the key.
 fn ipam_type(args: &CmdArgs) -> Result<String, Error> {
     let conf: Conf = args.config()?;
-    conf.ipam
-        .map(|i| i.plugin_type)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| Error::config("ipam.type", "missing"))
+    IpamConf::plugin(conf.ipam).ok_or_else(|| Error::config("ipam.type", "missing"))
 }
 
 struct Minimal;

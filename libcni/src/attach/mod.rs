@@ -101,6 +101,20 @@ pub struct KindLink<'s> {
     pub support: &'s LinkKindSupport,
 }
 
+/// The `mtu` key of a plugin that makes its own link (bridge, ptp, tap):
+/// 0 leaves the kernel's default (`None`), 68 to 65535 is the MTU, and
+/// anything else is an error naming the key.
+pub fn own_link_mtu(mtu: i64) -> Result<Option<u32>> {
+    match mtu {
+        0 => Ok(None),
+        m @ 68..=65535 => Ok(Some(m as u32)),
+        m => Err(Error::config(
+            "mtu",
+            format!("{m} is out of range (68-65535, or 0 for the kernel default)"),
+        )),
+    }
+}
+
 /// The spec's "must error if the interface already exists" (code 100,
 /// `EEXIST`).
 pub fn ifname_exists(ifname: &str) -> Error {
@@ -516,7 +530,8 @@ pub fn interface_of(link: &Link, sandbox: &str) -> Interface {
 // ---- DEL, GC, STATUS --------------------------------------------------------
 
 /// A main plugin whose one piece of state is its link in the container
-/// (dummy, ipvlan, macvlan, tap, vlan): it writes ADD, CHECK and what
+/// (dummy, tap; ipvlan, macvlan and vlan through
+/// [`master::StackedLinkPlugin`]): it writes ADD, CHECK and what
 /// STATUS checks before IPAM's answer, and [`crate::skel::Plugin`] comes
 /// with the rest, written once:
 /// - DEL: [`del`], the container link and IPAM DEL, best effort; it reads

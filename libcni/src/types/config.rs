@@ -70,6 +70,14 @@ pub struct IpamConf {
     pub plugin_type: String,
 }
 
+impl IpamConf {
+    /// The plugin an `ipam` key names: its `type`; `None` when the key is
+    /// absent or names none (`"ipam": {}`, layer 2 only).
+    pub fn plugin(ipam: Option<IpamConf>) -> Option<String> {
+        ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty())
+    }
+}
+
 /// The `args` key as the IPAM plugins read it: `args.cni.ips`, the
 /// addresses asked for (the `ips` convention).
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -144,10 +152,7 @@ impl NetConf {
 
     /// `ipam.type`, when it names a plugin (`"ipam": {}` names none).
     pub fn ipam_type(&self) -> Result<Option<String>, Error> {
-        Ok(self
-            .ipam()?
-            .map(|i| i.plugin_type)
-            .filter(|t| !t.is_empty()))
+        Ok(IpamConf::plugin(self.ipam()?))
     }
 
     /// `dns`, decoded.

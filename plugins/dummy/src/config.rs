@@ -25,16 +25,12 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         let raw: Raw = args.config()?;
-        let ipam = raw
-            .ipam
-            .map(|i| i.plugin_type)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Error::config(
-                    "ipam.type",
-                    "missing: a dummy interface gets its addresses from an IPAM plugin",
-                )
-            })?;
+        let ipam = IpamConf::plugin(raw.ipam).ok_or_else(|| {
+            Error::config(
+                "ipam.type",
+                "missing: a dummy interface gets its addresses from an IPAM plugin",
+            )
+        })?;
         Ok(Conf { ipam })
     }
 }

@@ -110,7 +110,7 @@ impl Conf {
             device_id,
             dpdk_mode: raw.dpdk_mode,
             use_interface_network: raw.use_interface_network,
-            ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
+            ipam: IpamConf::plugin(raw.ipam),
             dns: raw.dns.and_then(DnsConf::into_set),
         };
         if !conf.names_a_device() {

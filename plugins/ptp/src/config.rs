@@ -51,32 +51,19 @@ impl Conf {
     }
 
     fn from_raw(raw: Raw) -> Result<Conf, Error> {
-        let ipam = raw
-            .ipam
-            .map(|i| i.plugin_type)
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                Error::config(
-                    "ipam",
-                    "ptp needs an IPAM plugin (ipam.type): the container's addresses \
+        let ipam = IpamConf::plugin(raw.ipam).ok_or_else(|| {
+            Error::config(
+                "ipam",
+                "ptp needs an IPAM plugin (ipam.type): the container's addresses \
                      and the gateway its traffic goes through come from it",
-                )
-            })?;
+            )
+        })?;
         let ip_masq_backend = raw
             .ip_masq_backend
             .as_deref()
             .map(|b| Backend::parse("ipMasqBackend", b))
             .transpose()?;
-        let mtu = match raw.mtu {
-            0 => None,
-            m @ 68..=65535 => Some(m as u32),
-            m => {
-                return Err(Error::config(
-                    "mtu",
-                    format!("{m} is out of range (68-65535, or 0 for the kernel default)"),
-                ))
-            }
-        };
+        let mtu = libcni::attach::own_link_mtu(raw.mtu)?;
         Ok(Conf {
             ip_masq: raw.ip_masq,
             ip_masq_backend,

@@ -78,16 +78,7 @@ impl Conf {
     }
 
     fn from_raw(raw: Raw, env_mac: Option<&str>, selinuxfs: &Path) -> Result<Conf, Error> {
-        let mtu = match raw.mtu {
-            0 => None,
-            m @ 68..=65535 => Some(m as u32),
-            m => {
-                return Err(Error::config(
-                    "mtu",
-                    format!("{m} is out of range (68-65535, or 0 for the kernel default)"),
-                ))
-            }
-        };
+        let mtu = libcni::attach::own_link_mtu(raw.mtu)?;
         let bridge = raw.bridge.filter(|b| !b.is_empty());
         if let Some(b) = &bridge {
             validate_link_name("bridge", b)?;
@@ -109,7 +100,7 @@ impl Conf {
             owner: raw.owner,
             group: raw.group,
             bridge,
-            ipam: raw.ipam.map(|i| i.plugin_type).filter(|t| !t.is_empty()),
+            ipam: IpamConf::plugin(raw.ipam),
             dns: raw.dns.and_then(DnsConf::into_set),
         })
     }
