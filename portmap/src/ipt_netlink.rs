@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use libcni::netfilter::iptables::{self, SavedTable};
-use libcni::netfilter::iptables_nft::nat;
+use libcni::netfilter::iptables_nft::{self, nat, Table};
 use libcni::netfilter::ledger::{Entry, Ledger};
 use libcni::netfilter::nft::{Family, Nft};
 use libcni::netfilter::Owner;
@@ -70,7 +70,8 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
             chains,
             rules_of: &rules_of,
         };
-        let added = nat::apply(
+        let added = iptables_nft::apply(
+            Table::Nat,
             nft,
             family,
             &mut |n| nat::read(n, family, &plan),
@@ -163,7 +164,8 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<Vec<RemovedPort>> {
     let mut removed = Vec::new();
     for family in IpFamily::BOTH {
         let mut ports = Vec::new();
-        nat::apply(
+        iptables_nft::apply(
+            Table::Nat,
             nft,
             family,
             &mut |n| read_container(n, family, owner, &entries),

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 pub use super::{push_rule, Handles};
-use super::{read_rules, render, Reader, Table};
+use super::{read_rules, render, Table};
 use crate::netfilter::iptables::{self, Restore, SavedTable};
 use crate::netfilter::ledger::{self, Entry};
 use crate::netfilter::nft::{Family, Nft, RawRule};
@@ -116,7 +116,8 @@ pub fn gc(
     valid: &[Attachment],
 ) -> Result<()> {
     for family in IpFamily::BOTH {
-        apply(
+        super::apply(
+            Table::Nat,
             nft,
             family,
             &mut |n| read_every_chain(n, family, chains),
@@ -127,15 +128,4 @@ pub fn gc(
     ledger::remove_unlisted(feature, network, |cid| {
         valid.iter().any(|a| a.container_id == cid)
     })
-}
-
-/// [`super::apply`] on the nat table.
-pub fn apply(
-    nft: &mut Nft,
-    family: IpFamily,
-    read: &mut Reader,
-    build: &mut dyn FnMut(&SavedTable, &mut Restore),
-    echo: &dyn Fn(&str) -> bool,
-) -> Result<Vec<(String, String, u64)>> {
-    super::apply(Table::Nat, nft, family, read, build, echo)
 }

@@ -6,9 +6,10 @@ use super::*;
 use std::collections::BTreeSet;
 
 use crate::netfilter::iptables::SavedTable;
+use crate::netfilter::iptables_nft::{self, nat, Table};
 use crate::netfilter::ledger::{Entry, Ledger};
 use crate::netfilter::nft::{Family, Nft};
-use crate::netfilter::{iptables_nft::nat, Owner};
+use crate::netfilter::Owner;
 use crate::types::{Attachment, IpPrefix};
 use crate::IpFamily;
 use crate::Result;
@@ -48,7 +49,8 @@ pub fn add(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
             chains: vec![chain.clone(), POSTROUTING.to_string()],
             rules_of: &rules_of,
         };
-        let added = nat::apply(
+        let added = iptables_nft::apply(
+            Table::Nat,
             nft,
             family,
             &mut |n| nat::read(n, family, &plan),
@@ -117,7 +119,8 @@ pub fn del(nft: &mut Nft, owner: &Owner) -> Result<()> {
     let entries = ledger.as_ref().and_then(Ledger::load).unwrap_or_default();
     let own = ipt::chain(owner);
     for family in IpFamily::BOTH {
-        nat::apply(
+        iptables_nft::apply(
+            Table::Nat,
             nft,
             family,
             &mut |n| ipt_read_container(n, family, owner, &entries),
