@@ -213,28 +213,21 @@ impl ResultCache {
             )
         })?;
         let name = key.file_name();
-        // The leading dot keeps the temp file out of every `<network>-*`
-        // listing.
-        files::replace_at(
-            fd.as_fd(),
-            &format!(".{name}.tmp-"),
-            &name,
-            &bytes,
-            Durability::ProcessCrash,
-        )
-        .map_err(|e| {
-            if e.step == WriteStep::CreateTemp {
-                Error::io(
-                    format!("creating cache temp file {}", dir.join(&e.temp).display()),
-                    e.source,
-                )
-            } else {
-                Error::io(
-                    format!("writing cache file {}", dir.join(&name).display()),
-                    e.source,
-                )
-            }
-        })?;
+        files::replace_hidden_at(fd.as_fd(), &name, &bytes, Durability::ProcessCrash).map_err(
+            |e| {
+                if e.step == WriteStep::CreateTemp {
+                    Error::io(
+                        format!("creating cache temp file {}", dir.join(&e.temp).display()),
+                        e.source,
+                    )
+                } else {
+                    Error::io(
+                        format!("writing cache file {}", dir.join(&name).display()),
+                        e.source,
+                    )
+                }
+            },
+        )?;
         Ok(())
     }
 

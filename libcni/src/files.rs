@@ -286,6 +286,18 @@ pub fn replace_at(
     Ok(())
 }
 
+/// [`replace_at`] with the temp file `.<name>.tmp-…`: hidden, and so out
+/// of every listing of names (a network's `<network>-*`, the addresses of
+/// a records directory).
+pub fn replace_hidden_at(
+    dir: BorrowedFd<'_>,
+    name: &str,
+    bytes: &[u8],
+    durability: Durability,
+) -> Result<(), WriteError> {
+    replace_at(dir, &format!(".{name}.tmp-"), name, bytes, durability)
+}
+
 /// [`replace_at`] for `name` in directory `dir` (which must exist), then
 /// fsync of the directory: when this returns, the file is on disk.
 pub fn write_atomic(dir: &Path, prefix: &str, name: &str, bytes: &[u8]) -> Result<(), WriteError> {
