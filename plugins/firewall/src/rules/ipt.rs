@@ -315,14 +315,23 @@ pub enum Rules {
     IsolationOnly,
 }
 
-/// ADD for the addresses of one family: the `rules` of `spec`.
-pub fn add(
-    spec: &FirewallSpec,
-    addrs: &[IpAddr],
-    family: IpFamily,
-    rules: Rules,
-    via: &mut Filter,
-) -> Result<()> {
+/// What one family's ADD or CHECK covers: the `rules` of `spec` for its
+/// addresses `addrs` of `family`.
+pub struct FamilyRules<'a> {
+    pub spec: &'a FirewallSpec,
+    pub addrs: &'a [IpAddr],
+    pub family: IpFamily,
+    pub rules: Rules,
+}
+
+/// ADD for one family.
+pub fn add(want: &FamilyRules, via: &mut Filter) -> Result<()> {
+    let FamilyRules {
+        spec,
+        addrs,
+        family,
+        rules,
+    } = *want;
     apply(family, via, &|saved, r| {
         if rules == Rules::AcceptAndIsolation {
             for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {
@@ -407,17 +416,16 @@ pub fn remove(
     })
 }
 
-/// CHECK for the addresses of one family: the `rules` of `spec`.
-pub fn check(
-    spec: &FirewallSpec,
-    addrs: &[IpAddr],
-    family: IpFamily,
-    rules: Rules,
-    via: &mut Filter,
-) -> Result<()> {
-    let fam = family;
+/// CHECK for one family.
+pub fn check(want: &FamilyRules, via: &mut Filter) -> Result<()> {
+    let FamilyRules {
+        spec,
+        addrs,
+        family,
+        rules,
+    } = *want;
     let saved = match via {
-        Filter::Programs => iptables::save(fam, IptTable::Filter)?,
+        Filter::Programs => iptables::save(family, IptTable::Filter)?,
         Filter::Netlink(nft) => ipt_netlink::read(nft, family)?,
     };
     let tool = iptables::program(family);

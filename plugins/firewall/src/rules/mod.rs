@@ -339,6 +339,12 @@ impl<'a> Wanted<'a> {
         if addrs.is_empty() {
             return Ok(());
         }
+        let want = ipt::FamilyRules {
+            spec: self.spec,
+            addrs: &addrs,
+            family,
+            rules: self.rules,
+        };
         match self.verb {
             Verb::Add => {
                 // For IsolationOnly, firewalld_add has passed the fault
@@ -348,9 +354,9 @@ impl<'a> Wanted<'a> {
                 if second && self.rules == Rules::AcceptAndIsolation {
                     fault::point("firewall/add-between-families");
                 }
-                ipt::add(self.spec, &addrs, family, self.rules, via)
+                ipt::add(&want, via)
             }
-            Verb::Check => ipt::check(self.spec, &addrs, family, self.rules, via),
+            Verb::Check => ipt::check(&want, via),
         }
     }
 }

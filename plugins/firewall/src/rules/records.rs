@@ -104,14 +104,8 @@ impl Records {
         };
         let bytes = serde_json::to_vec(rec).map_err(|e| Error::Internal(e.to_string()))?;
         let name = addr.to_string();
-        files::replace_at(
-            fd.as_fd(),
-            &format!(".{name}.tmp-"),
-            &name,
-            &bytes,
-            Durability::ProcessCrash,
-        )
-        .map_err(|e| fail(e.source))
+        files::replace_hidden_at(fd.as_fd(), &name, &bytes, Durability::ProcessCrash)
+            .map_err(|e| fail(e.source))
     }
 
     /// Removes the record of `addr` (none is success).
