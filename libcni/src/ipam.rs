@@ -577,17 +577,11 @@ mod tests {
         let link = Link {
             index: 2,
             name: "eth0".into(),
-            kind: None,
             mtu: 1500,
             mac: Some([0x0a, 0, 0, 0, 0, 0xab]),
             hw_addr: vec![0x0a, 0, 0, 0, 0, 0xab],
             up: true,
-            promisc: false,
-            master: None,
-            peer_index: None,
-            link_netnsid: None,
-            alias: None,
-            bridge_port: None,
+            ..Link::default()
         };
         let record = interface_of(&link, "/pod");
         assert_eq!(

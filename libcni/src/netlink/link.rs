@@ -23,8 +23,9 @@ use crate::Result;
 /// Longest interface name the kernel accepts (`IFNAMSIZ` - 1).
 pub const MAX_IFNAME_LEN: usize = 15;
 
-/// A link as the kernel reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A link as the kernel reports it. The default (index 0, no name) names
+/// none: it is for building one in a test.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Link {
     /// Interface index.
     pub index: u32,

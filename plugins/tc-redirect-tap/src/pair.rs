@@ -191,17 +191,11 @@ mod tests {
         Link {
             index: 5,
             name: name.into(),
-            kind: None,
             mtu: 1500,
             mac: Some(mac),
             hw_addr: mac.to_vec(),
             up: true,
-            promisc: false,
-            master: None,
-            peer_index: None,
-            link_netnsid: None,
-            alias: None,
-            bridge_port: None,
+            ..Link::default()
         }
     }
 
