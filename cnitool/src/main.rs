@@ -4,6 +4,7 @@
 //! `NETCONFPATH`, run the verb, print the ADD result.
 
 use cnitool::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR};
+use libcni::cli::Args;
 use libcni::invoke::split_path_list;
 use libcni::types::Attachment;
 use libcni::{Error, Result};
@@ -105,34 +106,21 @@ fn parse_cli(args: &[String]) -> std::result::Result<Cli, String> {
     let mut ifname = None;
     let mut cache_dir = None;
     let mut positional = Vec::new();
-    let mut it = args.iter();
-    let mut flags_done = false;
-    while let Some(arg) = it.next() {
-        if flags_done || !arg.starts_with('-') || arg == "-" {
-            positional.push(arg.clone());
-            continue;
-        }
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
+    let mut args = Args::new(args);
+    while let Some(flag) = args.next_flag(&mut positional) {
+        let mut value = || {
+            args.value(&flag)
+                .ok_or_else(|| format!("flag {} needs a value", flag.name))
         };
-        let mut value = |name: &str| match &inline {
-            Some(v) => Ok(v.clone()),
-            None => it
-                .next()
-                .cloned()
-                .ok_or_else(|| format!("flag {name} needs a value")),
-        };
-        match flag {
+        match flag.name {
             "-h" | "--help" => return Ok(Cli::Help),
             "--version" => return Ok(Cli::Version),
-            "--" => flags_done = true,
-            "-i" | "--ifname" => ifname = Some(value(flag)?),
-            "--cache-dir" => cache_dir = Some(PathBuf::from(value(flag)?)),
-            _ if flag.starts_with("-i") && !flag.starts_with("--") => {
-                ifname = Some(flag[2..].to_string())
+            "-i" | "--ifname" => ifname = Some(value()?),
+            "--cache-dir" => cache_dir = Some(PathBuf::from(value()?)),
+            name if name.starts_with("-i") && !name.starts_with("--") => {
+                ifname = Some(name[2..].to_string())
             }
-            _ => return Err(format!("unknown flag {arg:?}")),
+            _ => return Err(format!("unknown flag {:?}", flag.given)),
         }
     }
     let mut positional = positional.into_iter();

@@ -1,5 +1,6 @@
 //! The command line of `cni-rs-install`, parsed into [`Options`].
 
+use libcni::cli::Args;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
@@ -67,36 +68,24 @@ pub fn parse(args: &[String]) -> Result<Cli, String> {
     let mut link = false;
     let mut dry_run = false;
     let mut positional = Vec::new();
-    let mut it = args.iter();
-    let mut flags_done = false;
-    while let Some(arg) = it.next() {
-        if flags_done || !arg.starts_with('-') || arg == "-" {
-            positional.push(arg.clone());
-            continue;
-        }
-        let (flag, inline) = match arg.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (arg.as_str(), None),
+    let mut args = Args::new(args);
+    while let Some(flag) = args.next_flag(&mut positional) {
+        let name = flag.name;
+        let mut value = || {
+            args.value(&flag)
+                .ok_or_else(|| format!("{name} needs a value"))
         };
-        let mut value = || match &inline {
-            Some(v) => Ok(v.clone()),
-            None => it
-                .next()
-                .cloned()
-                .ok_or_else(|| format!("{flag} needs a value")),
-        };
-        match flag {
+        match name {
             "-h" | "--help" => return Ok(Cli::Help),
             "--version" => return Ok(Cli::Version),
-            "--" => flags_done = true,
             "--from" => from = Some(PathBuf::from(value()?)),
             "--only" => only
                 .get_or_insert_with(BTreeSet::new)
-                .extend(names(flag, &value()?)?),
-            "--skip" => skip.extend(names(flag, &value()?)?),
+                .extend(names(name, &value()?)?),
+            "--skip" => skip.extend(names(name, &value()?)?),
             "--link" => link = true,
             "--dry-run" | "-n" => dry_run = true,
-            _ => return Err(format!("unknown flag {arg:?}")),
+            _ => return Err(format!("unknown flag {:?}", flag.given)),
         }
     }
     let bin_dir = match &positional[..] {

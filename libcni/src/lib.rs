@@ -11,6 +11,7 @@
 pub mod args;
 pub mod attach;
 pub mod calllog;
+pub mod cli;
 pub mod error;
 pub mod family;
 pub mod fault;
