@@ -326,13 +326,8 @@ pub struct FamilyRules<'a> {
 
 /// ADD for one family.
 pub fn add(want: &FamilyRules, via: &mut Filter) -> Result<()> {
-    let FamilyRules {
-        spec,
-        addrs,
-        family,
-        rules,
-    } = *want;
-    apply(family, via, &|saved, r| {
+    let (spec, addrs, rules) = (want.spec, want.addrs, want.rules);
+    apply(want.family, via, &|saved, r| {
         if rules == Rules::AcceptAndIsolation {
             for c in [FORWARD_CHAIN, spec.admin_chain.as_str()] {
                 if !saved.has_chain(c) {
@@ -418,12 +413,7 @@ pub fn remove(
 
 /// CHECK for one family.
 pub fn check(want: &FamilyRules, via: &mut Filter) -> Result<()> {
-    let FamilyRules {
-        spec,
-        addrs,
-        family,
-        rules,
-    } = *want;
+    let (spec, addrs, family, rules) = (want.spec, want.addrs, want.family, want.rules);
     let saved = match via {
         Filter::Programs => iptables::save(family, IptTable::Filter)?,
         Filter::Netlink(nft) => ipt_netlink::read(nft, family)?,
