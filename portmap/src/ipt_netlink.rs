@@ -70,11 +70,10 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
             chains,
             rules_of: &rules_of,
         };
-        let added = iptables_nft::apply(
-            Table::Nat,
+        let added = nat::apply_planned(
             nft,
             family,
-            &mut |n| nat::read(n, family, &plan),
+            &plan,
             &mut |saved, r| add_changes(spec, family, saved, r),
             &|c| c == IPT_DNAT_CHAIN,
         )?;

@@ -24,6 +24,24 @@ pub struct ReadPlan<'a> {
     pub rules_of: &'a (dyn Fn(&BTreeSet<String>) -> Vec<String> + Sync),
 }
 
+/// [`super::apply`] on the family's nat table, read as `plan` asks.
+pub fn apply_planned(
+    nft: &mut Nft,
+    family: IpFamily,
+    plan: &ReadPlan,
+    build: &mut dyn FnMut(&SavedTable, &mut Restore),
+    echo: &dyn Fn(&str) -> bool,
+) -> Result<Vec<(String, String, u64)>> {
+    super::apply(
+        Table::Nat,
+        nft,
+        family,
+        &mut |n| read(n, family, plan),
+        build,
+        echo,
+    )
+}
+
 /// The family's nat table, as far as `plan` asks: a [`SavedTable`] of the
 /// chains found (among those asked) and the rule lines of the chains
 /// whose rules were asked, with the handle of each line.

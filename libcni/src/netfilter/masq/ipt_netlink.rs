@@ -49,11 +49,10 @@ pub fn add(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
             chains: vec![chain.clone(), POSTROUTING.to_string()],
             rules_of: &rules_of,
         };
-        let added = iptables_nft::apply(
-            Table::Nat,
+        let added = nat::apply_planned(
             nft,
             family,
-            &mut |n| nat::read(n, family, &plan),
+            &plan,
             &mut |saved, r| {
                 if saved.has_chain(&chain) {
                     fresh = false;
