@@ -43,18 +43,11 @@ struct RuntimeConfig {
     bandwidth: Option<Keys>,
 }
 
-/// The top-level keys are spelled out (no `flatten`): Go's decoding rules
-/// apply only to the fields of a struct.
+/// `runtimeConfig`, beside the top-level [`Keys`]: the two are decoded
+/// from the same object one after the other, as `flatten` would not apply
+/// Go's decoding rules (they hold for a struct's own fields).
 #[derive(Debug, Default, Deserialize)]
 struct Raw {
-    #[serde(rename = "ingressRate")]
-    ingress_rate: Option<Value>,
-    #[serde(rename = "ingressBurst")]
-    ingress_burst: Option<Value>,
-    #[serde(rename = "egressRate")]
-    egress_rate: Option<Value>,
-    #[serde(rename = "egressBurst")]
-    egress_burst: Option<Value>,
     #[serde(rename = "runtimeConfig", default)]
     runtime_config: Option<RuntimeConfig>,
 }
@@ -141,15 +134,10 @@ pub fn parse(args: &CmdArgs) -> Result<Bandwidth, Error> {
 }
 
 fn parse_bytes(stdin: &[u8]) -> Result<Bandwidth, Error> {
+    let top: Keys = libcni::skel::parse_config(stdin)?;
     let raw: Raw = libcni::skel::parse_config(stdin)?;
     // Go's config embeds the top-level keys through a pointer that any of
     // them sets: then runtimeConfig is not looked at.
-    let top = Keys {
-        ingress_rate: raw.ingress_rate,
-        ingress_burst: raw.ingress_burst,
-        egress_rate: raw.egress_rate,
-        egress_burst: raw.egress_burst,
-    };
     let (keys, prefix) = if top.any_present() {
         (top, "")
     } else {
