@@ -316,6 +316,23 @@ pub mod testing {
             "{message}\nwanted: {needle}"
         );
     }
+
+    /// Asserts that `result` failed as an invalid network config (code 7)
+    /// naming `key`, with `needle` in its message.
+    #[track_caller]
+    pub fn assert_config_error_at<T: std::fmt::Debug>(
+        result: Result<T, Error>,
+        key: &str,
+        needle: &str,
+    ) {
+        let e = result.expect_err(needle);
+        assert_eq!(e.code(), 7, "{e}");
+        assert!(
+            matches!(&e, Error::InvalidConfig { key: k, .. } if k == key),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains(needle), "{needle:?} not in {e}");
+    }
 }
 
 #[cfg(test)]

@@ -85,16 +85,11 @@ pub fn parse(key: &str, v: Value) -> Result<Route, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::testing::assert_config_error_at;
     use serde_json::json;
 
     fn err(v: Value, key: &str, needle: &str) {
-        let e = parse("ipam.routes[0]", v).unwrap_err();
-        assert_eq!(e.code(), 7, "{e}");
-        assert!(
-            matches!(&e, Error::InvalidConfig { key: k, .. } if k == key),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains(needle), "{needle:?} not in {e}");
+        assert_config_error_at(parse("ipam.routes[0]", v), key, needle);
     }
 
     #[test]

@@ -141,6 +141,7 @@ struct RawTable {
 
 #[cfg(test)]
 mod tests {
+    use libcni::error::testing::assert_config_error_at;
     use super::*;
     use libcni::skel::test_args;
     use serde_json::{json, Value};
@@ -154,13 +155,7 @@ mod tests {
     }
 
     fn err(extra: Value, key: &str, needle: &str) {
-        let e = parse(extra).unwrap_err();
-        assert_eq!(e.code(), 7, "{e}");
-        assert!(
-            matches!(&e, Error::InvalidConfig { key: k, .. } if k == key),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains(needle), "{needle:?} not in {e}");
+        assert_config_error_at(parse(extra), key, needle);
     }
 
     #[test]
