@@ -743,6 +743,19 @@ impl<'a> Check<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attach_own_link_mtu_is_0_or_68_to_65535() {
+        assert_eq!(own_link_mtu(0).unwrap(), None);
+        assert_eq!(own_link_mtu(68).unwrap(), Some(68));
+        assert_eq!(own_link_mtu(65535).unwrap(), Some(65535));
+        for bad in [-1, 67, 65536] {
+            crate::error::testing::assert_config_error(
+                own_link_mtu(bad),
+                &format!("mtu: {bad} is out of range (68-65535, or 0 for the kernel default)"),
+            );
+        }
+    }
     use crate::netns::testing::{new_netns, privileged};
     use crate::skel::{test_args, Command};
     use std::os::fd::AsRawFd;

@@ -906,18 +906,25 @@ mod tests {
         // TCA_U32_CLASSID 1:1.
         want.extend_from_slice(&[8, 0, 1, 0]);
         want.extend_from_slice(&0x0001_0001u32.to_ne_bytes());
-        // TCA_U32_SEL: 16-byte selector (terminal, 1 key) + one zero key.
-        want.extend_from_slice(&[36, 0, 5, 0, 1, 0, 1, 0]);
-        want.extend_from_slice(&[0; 28]);
-        // TCA_U32_ACT { 1 { KIND "mirred", OPTIONS { PARMS tc_mirred } } }.
-        want.extend_from_slice(&[56, 0, 7, 0, 52, 0, 1, 0]);
-        want.extend_from_slice(&[11, 0, 1, 0]);
-        want.extend_from_slice(b"mirred\0\0");
-        want.extend_from_slice(&[36, 0, 2, 0, 32, 0, 2, 0]);
-        for word in [0i32, 0, 4, 0, 0, 1, 7] {
-            want.extend_from_slice(&word.to_ne_bytes());
-        }
+        want.extend(match_all_mirred_to(7));
         assert_eq!(bytes, want);
+    }
+
+    /// The u32 options of a match-all redirect to `target`, after the
+    /// classid: TCA_U32_SEL, a 16-byte selector (terminal, 1 key) and one
+    /// zero key; then TCA_U32_ACT { 1 { KIND "mirred", OPTIONS { PARMS
+    /// tc_mirred: egress redirect to `target` } } }.
+    fn match_all_mirred_to(target: i32) -> Vec<u8> {
+        let mut v = vec![36, 0, 5, 0, 1, 0, 1, 0];
+        v.extend_from_slice(&[0; 28]);
+        v.extend_from_slice(&[56, 0, 7, 0, 52, 0, 1, 0]);
+        v.extend_from_slice(&[11, 0, 1, 0]);
+        v.extend_from_slice(b"mirred\0\0");
+        v.extend_from_slice(&[36, 0, 2, 0, 32, 0, 2, 0]);
+        for word in [0i32, 0, 4, 0, 0, 1, target] {
+            v.extend_from_slice(&word.to_ne_bytes());
+        }
+        v
     }
 
     fn emit_message(msg: &TcMessage) -> Vec<u8> {
@@ -966,15 +973,7 @@ mod tests {
         want.extend_from_slice(b"u32\0");
         // TCA_OPTIONS: the selector (36 bytes) and the action (56).
         want.extend_from_slice(&[96, 0, 2, 0]);
-        want.extend_from_slice(&[36, 0, 5, 0, 1, 0, 1, 0]);
-        want.extend_from_slice(&[0; 28]);
-        want.extend_from_slice(&[56, 0, 7, 0, 52, 0, 1, 0]);
-        want.extend_from_slice(&[11, 0, 1, 0]);
-        want.extend_from_slice(b"mirred\0\0");
-        want.extend_from_slice(&[36, 0, 2, 0, 32, 0, 2, 0]);
-        for word in [0i32, 0, 4, 0, 0, 1, 9] {
-            want.extend_from_slice(&word.to_ne_bytes());
-        }
+        want.extend(match_all_mirred_to(9));
         assert_eq!(emit_message(&msg), want);
         // `tc` (iproute2 6.x, strace'd) sends these very attributes, with
         // TCA_U32_ACT before TCA_U32_SEL and NLA_F_NESTED on the action's

@@ -141,8 +141,8 @@ struct RawTable {
 
 #[cfg(test)]
 mod tests {
-    use libcni::error::testing::assert_config_error_at;
     use super::*;
+    use libcni::error::testing::assert_config_error_at;
     use libcni::skel::test_args;
     use serde_json::{json, Value};
 
