@@ -51,15 +51,19 @@ pub struct StackedConf {
     /// `ipam.type`; `None` (no `ipam`, or no type): layer 2 only, or, for
     /// ipvlan, the chained `prevResult`'s addresses.
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it sets anything
-    /// ([`DnsConf::into_set`]: a list present, even empty).
+    /// `dns`, kept when it sets anything: it replaces IPAM's ([`super::apply_dns`]).
     pub dns: Option<Dns>,
 }
 
 impl RawStacked {
-    /// Decodes the shared keys of `config` (the plugin's stdin).
-    pub fn decode(config: &[u8]) -> Result<RawStacked, Error> {
-        crate::skel::parse_config(config)
+    /// Decodes the shared keys of `config` (the plugin's stdin), then the
+    /// plugin's own keys `Own`: every key's type is checked before any
+    /// value is.
+    pub fn decode<Own: serde::de::DeserializeOwned>(
+        config: &[u8],
+    ) -> Result<(RawStacked, Own), Error> {
+        let stacked = crate::skel::parse_config(config)?;
+        Ok((stacked, crate::skel::parse_config(config)?))
     }
 
     /// Validates them.

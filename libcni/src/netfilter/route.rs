@@ -21,7 +21,7 @@ use crate::{Error, ErrorList, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NodeIptables {
     /// iptables-nft: its rules are nf_tables rules, which we write
-    /// ourselves ([`iptables_nft`]).
+    /// ourselves ([`super::iptables_nft`]).
     Nft,
     /// Another `iptables` (legacy x_tables): written by `iptables-restore`.
     Legacy,
@@ -68,7 +68,7 @@ pub enum IptablesPath {
     /// family per operation: the node's iptables is legacy x_tables.
     Programs,
     /// nf_tables over netlink in iptables-nft's own encoding
-    /// ([`iptables_nft`]), no process: the node's iptables is iptables-nft,
+    /// ([`super::iptables_nft`]), no process: the node's iptables is iptables-nft,
     /// whose rules are nf_tables rules.
     Netlink,
 }

@@ -44,12 +44,7 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK); DEL
     /// reads only `ipam.type`.
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
-        Conf::from_json(&args.stdin)
-    }
-
-    fn from_json(config: &[u8]) -> Result<Conf, Error> {
-        let stacked = RawStacked::decode(config)?;
-        let raw: Raw = libcni::skel::parse_config(config)?;
+        let (stacked, raw) = RawStacked::decode::<Raw>(&args.stdin)?;
         let link = stacked.validate()?;
         let mode = match raw.mode.as_deref() {
             None | Some("") => IpvlanMode::L2,
@@ -113,7 +108,7 @@ mod tests {
     use serde_json::{json, Value};
 
     fn conf(v: Value) -> Result<Conf, Error> {
-        Conf::from_json(v.to_string().as_bytes())
+        Conf::parse(&libcni::skel::test_args(&v.to_string()))
     }
 
     fn prev(names: &[&str], ips: bool) -> CniResult {

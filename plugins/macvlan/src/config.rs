@@ -43,16 +43,15 @@ impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
         // The keys' types first, then CNI_ARGS, then the values.
-        let stacked = RawStacked::decode(&args.stdin)?;
-        let raw: Raw = args.config()?;
+        let (stacked, raw) = RawStacked::decode::<Raw>(&args.stdin)?;
         let env_mac = libcni::mac::from_cni_args(&args.cni_args()?)?;
         Conf::from_raw(stacked, raw, env_mac.as_deref())
     }
 
     #[cfg(test)]
     fn from_json(config: &[u8], env_mac: Option<&str>) -> Result<Conf, Error> {
-        let stacked = RawStacked::decode(config)?;
-        Conf::from_raw(stacked, libcni::skel::parse_config(config)?, env_mac)
+        let (stacked, raw) = RawStacked::decode::<Raw>(config)?;
+        Conf::from_raw(stacked, raw, env_mac)
     }
 
     fn from_raw(stacked: RawStacked, raw: Raw, env_mac: Option<&str>) -> Result<Conf, Error> {

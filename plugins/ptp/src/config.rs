@@ -39,8 +39,7 @@ pub struct Conf {
     /// `ipam.type`: ptp routes through the gateway IPAM gives, so it needs
     /// one.
     pub ipam: String,
-    /// `dns`, which replaces the IPAM plugin's when it sets anything
-    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
+    /// `dns`, kept when it sets anything: it replaces IPAM's ([`libcni::attach::apply_dns`]).
     pub dns: Option<Dns>,
 }
 

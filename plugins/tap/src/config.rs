@@ -64,8 +64,7 @@ pub struct Conf {
     pub bridge: Option<String>,
     /// `ipam.type`; `None` for layer 2 only.
     pub ipam: Option<String>,
-    /// `dns`, which replaces the IPAM plugin's when it sets anything
-    /// ([`libcni::types::DnsConf::into_set`]: a list present, even empty).
+    /// `dns`, kept when it sets anything: it replaces IPAM's ([`libcni::attach::apply_dns`]).
     pub dns: Option<Dns>,
 }
 

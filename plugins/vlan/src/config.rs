@@ -30,12 +30,7 @@ pub struct Conf {
 impl Conf {
     /// Parses and validates the config of `args` (ADD and CHECK).
     pub fn parse(args: &CmdArgs) -> Result<Conf, Error> {
-        Conf::from_json(&args.stdin)
-    }
-
-    fn from_json(config: &[u8]) -> Result<Conf, Error> {
-        let stacked = RawStacked::decode(config)?;
-        let raw: Raw = libcni::skel::parse_config(config)?;
+        let (stacked, raw) = RawStacked::decode::<Raw>(&args.stdin)?;
         let link = stacked.validate()?;
         let vlan_id = match raw.vlan_id {
             v @ 0..=4094 => v as u16,
@@ -60,7 +55,7 @@ mod tests {
         if v.get("ipam").is_none() {
             v["ipam"] = json!({"type": "host-local"});
         }
-        Conf::from_json(v.to_string().as_bytes())
+        Conf::parse(&libcni::skel::test_args(&v.to_string()))
     }
 
     #[test]
@@ -124,7 +119,8 @@ mod tests {
     /// given), an empty one and an empty type alike.
     #[test]
     fn ipam_is_optional() {
-        let raw = |v: Value| -> Conf { Conf::from_json(v.to_string().as_bytes()).unwrap() };
+        let raw =
+            |v: Value| -> Conf { Conf::parse(&libcni::skel::test_args(&v.to_string())).unwrap() };
         for v in [
             json!({"master": "eth1"}),
             json!({"master": "eth1", "ipam": {}}),
