@@ -118,6 +118,12 @@ impl Error {
         }
     }
 
+    /// CHECK's answer where the container differs from what ADD made:
+    /// code 102 saying `what`.
+    pub fn check_failed<T>(what: String) -> std::result::Result<T, Error> {
+        Err(Error::CheckFailed(what))
+    }
+
     /// `InvalidConfig` naming `key`.
     pub fn config(key: impl Into<String>, msg: impl Into<String>) -> Self {
         Error::InvalidConfig {

@@ -16,15 +16,14 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let in_container = conf.link.link_in_container;
     let mut c = Check::begin(args, conf.link.ipam.as_deref())?;
     let ifname = &args.ifname;
-    let failed = |msg: String| Err(Error::CheckFailed(msg));
 
     let link = c.container_link("ipvlan")?;
     let Some(d) = c.container.link_details(link.index)? else {
-        return failed(format!("container interface {ifname:?} not found"));
+        return Error::check_failed(format!("container interface {ifname:?} not found"));
     };
     if d.ipvlan_mode != Some(conf.mode) {
         let now = d.ipvlan_mode.map(|m| m.as_str()).unwrap_or("unknown");
-        return failed(format!(
+        return Error::check_failed(format!(
             "container ipvlan {ifname:?} is in mode {now}, configured {} (the mode is the \
              master's: the last ipvlan made on it sets it for all)",
             conf.mode
@@ -49,7 +48,9 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
                 (None, _) => false,
             };
             if !present {
-                return failed(format!("the master of container ipvlan {ifname:?} is gone"));
+                return Error::check_failed(format!(
+                    "the master of container ipvlan {ifname:?} is gone"
+                ));
             }
         }
     }

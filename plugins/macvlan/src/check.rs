@@ -15,24 +15,23 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let in_container = conf.link.link_in_container;
     let mut c = Check::begin(args, conf.link.ipam.as_deref())?;
     let ifname = &args.ifname;
-    let failed = |msg: String| Err(Error::CheckFailed(msg));
     let want = c.record()?.clone();
 
     let container = &mut c.container;
     let master = master::find_for_check(container, conf.link.master.as_deref(), in_container)?;
 
     let Some(d) = container.link_details_by_name(ifname)? else {
-        return failed(format!("container interface {ifname:?} not found"));
+        return Error::check_failed(format!("container interface {ifname:?} not found"));
     };
     if d.link.kind.as_deref() != Some("macvlan") {
-        return failed(format!(
+        return Error::check_failed(format!(
             "container interface {ifname:?} is not a macvlan (kind {})",
             d.link.kind.as_deref().unwrap_or("none")
         ));
     }
     if d.macvlan_mode != Some(conf.mode) {
         let now = d.macvlan_mode.map(|m| m.as_str()).unwrap_or("unknown");
-        return failed(format!(
+        return Error::check_failed(format!(
             "container macvlan {ifname:?} is in mode {now}, configured {}",
             conf.mode
         ));

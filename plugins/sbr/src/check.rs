@@ -24,9 +24,8 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let ns = args.open_netns()?;
     let mut nl = Netlink::open_in(&ns)?;
     let ifname = &args.ifname;
-    let failed = |msg: String| Err(Error::CheckFailed(msg));
     let Some(link) = nl.link_by_name(ifname)? else {
-        return failed(format!("container interface {ifname:?} not found"));
+        return Error::check_failed(format!("container interface {ifname:?} not found"));
     };
     let mut rules: Vec<(IpFamily, Vec<Rule>)> = Vec::new();
     for ip in ips {
@@ -51,7 +50,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
                 .table
                 .map(|t| t.to_string())
                 .unwrap_or_else(|| "a table of its own".into());
-            return failed(format!("no rule from {addr} lookup {table}"));
+            return Error::check_failed(format!("no rule from {addr} lookup {table}"));
         };
         if conf.table.is_some() {
             continue;
@@ -68,14 +67,14 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
                     .iter()
                     .any(|r| r.route.dst_len == 0 && r.route.gateway == Some(gw))
                 {
-                    return failed(format!(
+                    return Error::check_failed(format!(
                         "table {table} (of the rule from {addr}) has no default route via {gw} through {ifname:?}"
                     ));
                 }
             }
             None => {
                 if routes.is_empty() {
-                    return failed(format!(
+                    return Error::check_failed(format!(
                         "table {table} (of the rule from {addr}) has no route through {ifname:?}"
                     ));
                 }
@@ -92,7 +91,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
                         && r.prefsrc == Some(addr)
                 });
             if !hinted {
-                return failed(format!(
+                return Error::check_failed(format!(
                     "the main table has no route to {net} through {ifname:?} with source {addr} (addSourceHints)"
                 ));
             }

@@ -15,17 +15,16 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     let link_conf = &conf.link;
     let mut c = Check::begin(args, link_conf.ipam.as_deref())?;
     let ifname = &args.ifname;
-    let failed = |msg: String| Err(Error::CheckFailed(msg));
 
     let in_container = link_conf.link_in_container;
     let m = master::find_for_check(&mut c.container, link_conf.master.as_deref(), in_container)?;
     let link = c.container_link("vlan")?;
     let Some(d) = c.container.link_details(link.index)? else {
-        return failed(format!("container interface {ifname:?} not found"));
+        return Error::check_failed(format!("container interface {ifname:?} not found"));
     };
     if d.vlan_id != Some(conf.vlan_id) {
         let now = d.vlan_id.map_or_else(|| "none".into(), |v| v.to_string());
-        return failed(format!(
+        return Error::check_failed(format!(
             "container VLAN {ifname:?} has VLAN ID {now}, vlanId is {}",
             conf.vlan_id
         ));
@@ -36,7 +35,7 @@ pub fn check(args: &CmdArgs) -> Result<(), Error> {
     }
     if let Some(mtu) = link_conf.mtu {
         if link.mtu != mtu {
-            return failed(format!(
+            return Error::check_failed(format!(
                 "container VLAN {ifname:?} has MTU {}, mtu is {mtu}",
                 link.mtu
             ));

@@ -92,20 +92,21 @@ impl Plugin for Vrf {
         )?;
         let ns = args.open_netns()?;
         let mut nl = Netlink::open_in(&ns)?;
-        let failed = |msg: String| Err(Error::CheckFailed(msg));
         let name = &conf.vrf_name;
         let vrf = match device::find(&mut nl, name)? {
             Found::Vrf(v) => v,
             Found::Other(kind) => {
-                return failed(format!(
+                return Error::check_failed(format!(
                     "{name:?} in the container is not a VRF (kind {})",
                     kind.as_deref().unwrap_or("none")
                 ))
             }
-            Found::None => return failed(format!("VRF {name:?} not found in the container")),
+            Found::None => {
+                return Error::check_failed(format!("VRF {name:?} not found in the container"))
+            }
         };
         if let Some(t) = conf.table.filter(|t| *t != vrf.table) {
-            return failed(format!(
+            return Error::check_failed(format!(
                 "VRF {name:?} has table {}, table is {t}",
                 vrf.table
             ));
@@ -113,8 +114,8 @@ impl Plugin for Vrf {
         let ifname = &args.ifname;
         match nl.link_by_name(ifname)? {
             Some(l) if l.master == Some(vrf.link.index) => Ok(()),
-            Some(_) => failed(format!("{ifname:?} is not a member of VRF {name:?}")),
-            None => failed(format!("container interface {ifname:?} not found")),
+            Some(_) => Error::check_failed(format!("{ifname:?} is not a member of VRF {name:?}")),
+            None => Error::check_failed(format!("container interface {ifname:?} not found")),
         }
     }
 
