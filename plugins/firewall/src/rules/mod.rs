@@ -421,13 +421,11 @@ struct Teardown<'a> {
 }
 
 impl Teardown<'_> {
-    fn families(&self, via: &mut ipt::Filter) -> Result<()> {
-        let mut errors = ErrorList::new();
-        for family in IpFamily::BOTH {
-            let addrs = of_family(self.remove, family);
-            errors.record(ipt::remove(&addrs, self.held, self.doomed, family, via));
-        }
-        errors.finish_joined()
+    /// The accept rules of `family` in `remove`, and the doomed records,
+    /// through `via`.
+    fn family(&self, family: IpFamily, via: &mut ipt::Filter) -> Result<()> {
+        let addrs = of_family(self.remove, family);
+        ipt::remove(&addrs, self.held, self.doomed, family, via)
     }
 }
 
@@ -448,7 +446,11 @@ impl BothBackends for Teardown<'_> {
             return Ok(());
         }
         self.netlink_done = true;
-        self.families(&mut ipt::Filter::Netlink(n))
+        let mut errors = ErrorList::new();
+        for family in IpFamily::BOTH {
+            errors.record(self.family(family, &mut ipt::Filter::Netlink(n)));
+        }
+        errors.finish_joined()
     }
 
     /// Legacy iptables is read only when the config chose it (or
@@ -461,14 +463,7 @@ impl BothBackends for Teardown<'_> {
         if !self.iptables {
             return Ok(());
         }
-        let addrs = of_family(self.remove, family);
-        ipt::remove(
-            &addrs,
-            self.held,
-            self.doomed,
-            family,
-            &mut ipt::Filter::Programs,
-        )
+        self.family(family, &mut ipt::Filter::Programs)
     }
 }
 
