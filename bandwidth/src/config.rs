@@ -43,9 +43,8 @@ struct RuntimeConfig {
     bandwidth: Option<Keys>,
 }
 
-/// `runtimeConfig`, beside the top-level [`Keys`]: the two are decoded
-/// from the same object one after the other, as `flatten` would not apply
-/// Go's decoding rules (they hold for a struct's own fields).
+/// `runtimeConfig`, beside the top-level [`Keys`]: both are decoded from
+/// the one parse of the config ([`libcni::gojson::from_slice_twice`]).
 #[derive(Debug, Default, Deserialize)]
 struct Raw {
     #[serde(rename = "runtimeConfig", default)]
@@ -134,8 +133,7 @@ pub fn parse(args: &CmdArgs) -> Result<Bandwidth, Error> {
 }
 
 fn parse_bytes(stdin: &[u8]) -> Result<Bandwidth, Error> {
-    let top: Keys = libcni::skel::parse_config(stdin)?;
-    let raw: Raw = libcni::skel::parse_config(stdin)?;
+    let (top, raw): (Keys, Raw) = libcni::gojson::from_slice_twice(stdin)?;
     // Go's config embeds the top-level keys through a pointer that any of
     // them sets: then runtimeConfig is not looked at.
     let (keys, prefix) = if top.any_present() {

@@ -57,6 +57,17 @@ pub fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Error> {
     from_value_at(&value, "")
 }
 
+/// Decodes two views of the same JSON text with Go's rules, `A` first
+/// (its errors win), from one parse: for keys that `flatten` would take
+/// out of Go's decoding rules (those hold for a struct's own fields).
+pub fn from_slice_twice<A: DeserializeOwned, B: DeserializeOwned>(
+    bytes: &[u8],
+) -> Result<(A, B), Error> {
+    let value =
+        parse_value(bytes).map_err(|e| Error::Decode(format!("config is not valid JSON: {e}")))?;
+    Ok((from_value_at(&value, "")?, from_value_at(&value, "")?))
+}
+
 /// Decodes `T` from `value` with Go's rules; errors are code 7 naming the
 /// key's path under `prefix` (the path of `value` itself, or "").
 pub fn from_value_at<T: DeserializeOwned>(value: &Value, prefix: &str) -> Result<T, Error> {

@@ -62,8 +62,7 @@ impl RawStacked {
     pub fn decode<Own: serde::de::DeserializeOwned>(
         config: &[u8],
     ) -> Result<(RawStacked, Own), Error> {
-        let stacked = crate::skel::parse_config(config)?;
-        Ok((stacked, crate::skel::parse_config(config)?))
+        crate::gojson::from_slice_twice(config)
     }
 
     /// Validates them.

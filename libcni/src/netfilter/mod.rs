@@ -40,8 +40,8 @@ pub mod wire;
 use sha2::{Digest, Sha512};
 
 pub use route::{
-    default_backend, node_iptables, on_route, open_nft_for_teardown, teardown_both, BothBackends,
-    IptablesPath, NodeIptables, OnRoute, Route, Verb,
+    default_backend, node_iptables, on_route, teardown_both, BothBackends, IptablesPath,
+    NodeIptables, OnRoute, Route, Verb,
 };
 
 use crate::types::Attachment;

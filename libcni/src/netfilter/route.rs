@@ -221,7 +221,7 @@ pub fn teardown_both(backend: Backend, state: &mut impl BothBackends, errors: &m
 /// cannot be opened. That is an error, kept in `errors`, unless `backend`
 /// is iptables: then nf_tables is only looked at to spare iptables
 /// processes, and `None` means running them.
-pub fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
+fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
     match nft::Nft::open() {
         Ok(n) => Some(n),
         Err(_) if backend == Backend::Iptables => None,
