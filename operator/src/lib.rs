@@ -169,8 +169,12 @@ DESCRIPTION
   textfile collector reads), or with --listen serves them over HTTP at
   /metrics (OpenMetrics when the scraper asks for it; /healthz answers ok).
   ADDR defaults to 127.0.0.1:9585 (loopback only); the DaemonSet binds the
-  node's address. Only GET is answered; a request must arrive whole within
-  5 s and 8 KiB, and 16 connections at most are served at once.
+  node's address (a bare IPv6 address and port, fd00::1:9585, is taken
+  too). Only GET is answered; a request must arrive whole within 5 s and
+  8 KiB, and its answer be taken within 10 s. Up to 2048 connections are
+  held at once (fewer under a lower file descriptor limit, which is raised
+  to its hard limit); past that the oldest one still sending its request
+  is closed, so idle or slow clients never keep a scrape out.
 
   Per network and host-local range (flannel's from its subnet.env): the
   range's addresses, those never handed out (its gateway), those leased,
@@ -442,12 +446,12 @@ pub fn metrics_main(args: &[String]) -> ExitCode {
         print!("{}", m.encode(metrics::Format::Text));
         return ExitCode::SUCCESS;
     };
-    let addr: std::net::SocketAddr = match addr.parse() {
-        Ok(a) => a,
-        Err(_) => {
+    let addr = match metrics::server::parse_listen(&addr) {
+        Some(a) => a,
+        None => {
             return usage_error(
                 "metrics",
-                &format!("--listen {addr:?}: not an address and port (127.0.0.1:9585, [::]:9585)"),
+                &format!("--listen {addr:?}: not an address and port (127.0.0.1:9585, [::]:9585, fd00::1:9585)"),
                 METRICS_USAGE,
             )
         }

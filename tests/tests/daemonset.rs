@@ -24,9 +24,11 @@ use tests::release::{commit_time, host_arch, PLUGIN_VERSION, SUITE_VERSION};
 use tests::*;
 use yaml_rust2::{Yaml, YamlLoader};
 
-/// The DaemonSet's pod template (`spec.template.spec`).
+/// The DaemonSet's pod template (`spec.template.spec`), on a node whose
+/// address (kubelet's `status.hostIP`) is `host_ip`.
 struct Manifest {
     pod: Yaml,
+    host_ip: String,
 }
 
 fn strings(y: &Yaml) -> Vec<String> {
@@ -40,7 +42,7 @@ fn strings(y: &Yaml) -> Vec<String> {
 }
 
 impl Manifest {
-    fn read() -> Manifest {
+    fn read(host_ip: &str) -> Manifest {
         let path = workspace_root().join("deploy/cni-rs.yaml");
         let text = std::fs::read_to_string(&path).expect("read deploy/cni-rs.yaml");
         let docs = YamlLoader::load_from_str(&text).expect("deploy/cni-rs.yaml is YAML");
@@ -48,7 +50,38 @@ impl Manifest {
         assert_eq!(docs[0]["kind"].as_str(), Some("DaemonSet"));
         Manifest {
             pod: docs[0]["spec"]["template"]["spec"].clone(),
+            host_ip: host_ip.to_string(),
         }
+    }
+
+    /// `args` with each `$(NAME)` of the container's `env` replaced, as
+    /// kubelet does before it calls CRI: a `value`, or the downward API's
+    /// `status.hostIP` (the only field the manifest may name).
+    fn expand(&self, container: &Yaml, args: Vec<String>) -> Vec<String> {
+        let env: Vec<(String, String)> = container["env"]
+            .as_vec()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let name = e["name"].as_str().expect("env name").to_string();
+                let value = match (
+                    e["value"].as_str(),
+                    e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+                ) {
+                    (Some(v), None) => v.to_string(),
+                    (None, Some("status.hostIP")) => self.host_ip.clone(),
+                    other => panic!("env {name}: the test knows no {other:?}"),
+                };
+                (name, value)
+            })
+            .collect();
+        args.into_iter()
+            .map(|arg| {
+                env.iter().fold(arg, |a, (name, value)| {
+                    a.replace(&format!("$({name})"), value)
+                })
+            })
+            .collect()
     }
 
     fn host_network(&self) -> bool {
@@ -97,7 +130,7 @@ impl Manifest {
             name: name.to_string(),
             image: c["image"].as_str().expect("image").to_string(),
             command: strings(&c["command"]),
-            args: strings(&c["args"]),
+            args: self.expand(c, strings(&c["args"])),
             mounts,
             privileged: c["securityContext"]["privileged"].as_bool() == Some(true),
             log_path: log_path.to_string(),
@@ -164,16 +197,16 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
     if !require_root(test) || step_skipped("containerd") {
         return;
     }
-    let manifest = Manifest::read();
-    assert!(
-        manifest.host_network(),
-        "the DaemonSet's pod is on the node's network"
-    );
     let work = TempDir::new("ds-image");
     let image_tar = build_image(work.path());
 
     let node = forwarding_node("ctd-ds");
     let outside = Peer::attach(&node, "ctd-ds-out", 3);
+    let manifest = Manifest::read(&outside.node_v4());
+    assert!(
+        manifest.host_network(),
+        "the DaemonSet's pod is on the node's network"
+    );
     let conf = TempDir::new("ctd-ds-conf");
     let leases = TempDir::new("ctd-ds-leases");
     let opt_cni_bin = TempDir::new("ctd-ds-opt-cni-bin");
@@ -346,14 +379,19 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
         stopped.elapsed()
     );
 
-    // The metrics container serves the node's metrics on every address
-    // of the node: the live pod, its pool, our version.
+    // The metrics container serves the node's metrics on the node's own
+    // address (kubelet's hostIP), not on loopback: the live pod, its
+    // pool, our version.
     let metrics = manifest.container("containers", "metrics", &host_dirs, "metrics.log");
     assert!(
         metrics.command.is_empty() && metrics.privileged,
         "{metrics:?}"
     );
-    assert_eq!(metrics.args[..3], ["metrics", "--listen", "0.0.0.0:9585"]);
+    let on_node_ip = format!("{}:9585", outside.node_v4());
+    assert_eq!(
+        metrics.args[..3],
+        ["metrics", "--listen", on_node_ip.as_str()]
+    );
     let metrics_id = cri
         .create_container(&ds_id, &ds_pod, &metrics)
         .unwrap_or_else(|e| panic!("{test}: {e}\n{}", containerd.log()));

@@ -30,6 +30,7 @@ mod link_kinds;
 mod loopback;
 mod macvlan;
 mod metrics;
+mod metrics_server;
 mod multicall;
 mod nerdctl;
 mod netfilter;

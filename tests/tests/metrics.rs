@@ -13,10 +13,10 @@ use std::process::{Child, Command, Stdio};
 use tests::*;
 
 /// A process in the node namespace, killed on drop.
-struct Background(Child);
+pub(crate) struct Background(Child);
 
 impl Background {
-    fn start(ns: &Netns, program: &str, args: &[&str]) -> Background {
+    pub(crate) fn start(ns: &Netns, program: &str, args: &[&str]) -> Background {
         let child = ns
             .command(program)
             .args(args)
@@ -25,6 +25,11 @@ impl Background {
             .spawn()
             .unwrap_or_else(|e| panic!("{program}: {e}"));
         Background(child)
+    }
+
+    /// Its process ID (`ip netns exec` execs the program).
+    pub(crate) fn pid(&self) -> u32 {
+        self.0.id()
     }
 }
 
@@ -366,95 +371,4 @@ fn the_alert_rules_pass_promtool() {
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("SUCCESS: 4 rules found"), "{text}");
-}
-
-/// The server answers only `GET /metrics` and `/healthz`, refuses bodies,
-/// large and slow requests, and a slow client holds no scrape up.
-#[test]
-fn the_metrics_server_refuses_what_it_does_not_serve() {
-    if !require_root("the_metrics_server_refuses_what_it_does_not_serve") {
-        return;
-    }
-    let node = Node::new("metsrv");
-    node.ns.ip(&["link", "set", "lo", "up"]);
-    let args = [
-        "metrics",
-        "--listen",
-        "127.0.0.1:9585",
-        "--conf-dir",
-        node.conf_dir.path().to_str().unwrap(),
-        "--cache-dir",
-        node.cache_dir.path().to_str().unwrap(),
-        "--cri-socket",
-        "none",
-    ];
-    let _server = Background::start(&node.ns, bin("cni-rs").to_str().unwrap(), &args);
-    let ask = |request: &str| http_request(&node.ns, "127.0.0.1", PORT, request);
-    wait_for("the metrics server", || {
-        ask("GET /healthz HTTP/1.0\r\n\r\n").is_some()
-    });
-    // A client that sends half a request and waits, beside a scrape.
-    let slow = Background::start(
-        &node.ns,
-        "python3",
-        &[
-            "-c",
-            "import socket,time; s=socket.create_connection(('127.0.0.1',9585)); \
-             s.sendall(b'GET /metr'); time.sleep(30)",
-        ],
-    );
-    let scrape = ask("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n")
-        .expect("a scrape beside a slow client");
-    assert_eq!(scrape.0, "HTTP/1.1 200 OK");
-    assert!(
-        scrape.1.ends_with("# EOF"),
-        "OpenMetrics when asked: {}",
-        scrape.1
-    );
-    assert!(scrape.1.contains("# TYPE cni_build info"), "{}", scrape.1);
-    let plain = ask("GET /metrics HTTP/1.0\r\n\r\n").expect("answer");
-    assert!(
-        plain.1.contains("# TYPE cni_build_info gauge"),
-        "{}",
-        plain.1
-    );
-    assert!(!plain.1.contains("# EOF"));
-    drop(slow);
-    for (request, status) in [
-        (
-            "POST /metrics HTTP/1.0\r\n\r\n",
-            "HTTP/1.1 405 Method Not Allowed",
-        ),
-        ("GET /debug HTTP/1.0\r\n\r\n", "HTTP/1.1 404 Not Found"),
-        (
-            "GET /metrics HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc",
-            "HTTP/1.1 413 Content Too Large",
-        ),
-        ("NOT HTTP\r\n\r\n", "HTTP/1.1 400 Bad Request"),
-    ] {
-        assert_eq!(
-            ask(request).map(|a| a.0).as_deref(),
-            Some(status),
-            "{request:?}"
-        );
-    }
-    let huge = format!(
-        "GET /metrics HTTP/1.0\r\nX-Big: {}\r\n\r\n",
-        "a".repeat(9000)
-    );
-    assert_eq!(
-        ask(&huge).map(|a| a.0).as_deref(),
-        Some("HTTP/1.1 431 Request Header Fields Too Large")
-    );
-    // Half a request, then nothing: answered 408 after the 5 s deadline.
-    const HALF: &str = r#"
-import socket, time
-s = socket.create_connection(("127.0.0.1", 9585), timeout=10)
-s.sendall(b"GET /metrics HTTP/1.0\r\n")
-start = time.time()
-data = s.recv(100)
-print(data.split(b"\r\n")[0].decode(), round(time.time() - start))
-"#;
-    let out = python_client(&node.ns, HALF, &[]).expect("an answer");
-    assert!(out.starts_with("HTTP/1.1 408 Request Timeout"), "{out}");
 }
