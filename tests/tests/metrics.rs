@@ -325,14 +325,14 @@ fn prometheus_scrapes_the_scenarios_exact_numbers() {
     );
     assert!(value(ns, "cni_gc_last_run_timestamp_seconds").is_some_and(|t| t > 1.7e9));
 
-    // The alert rules, loaded: four, in group cni-rs.
+    // The alert rules, loaded: five, in group cni-rs.
     let rules = prometheus_api(ns, "/api/v1/rules", None).expect("rules");
     let groups = rules["data"]["groups"].as_array().expect("groups");
     assert_eq!(groups.len(), 1, "{rules}");
     assert_eq!(groups[0]["name"], "cni-rs");
     assert_eq!(
         groups[0]["rules"].as_array().map(Vec::len),
-        Some(4),
+        Some(5),
         "{rules}"
     );
     // Every query of the dashboard is one Prometheus accepts.
@@ -370,5 +370,108 @@ fn the_alert_rules_pass_promtool() {
             .arg(&rules),
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("SUCCESS: 4 rules found"), "{text}");
+    assert!(text.contains("SUCCESS: 5 rules found"), "{text}");
+}
+
+/// The CRI runtime goes away between two scrapes: the second serves the
+/// pools' sizes and used addresses, counts the read error, and has no
+/// leaked addresses and no attachments by state, whose judgement needs
+/// the runtime: never the first scrape's values again.
+#[test]
+fn a_scrape_without_the_cri_runtime_serves_no_old_judgement() {
+    let test = "a_scrape_without_the_cri_runtime_serves_no_old_judgement";
+    if !require_root(test) || step_skipped("containerd") {
+        return;
+    }
+    let node = Node::new("metcri");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let state = TempDir::new("metcri-state");
+    let logs = TempDir::new("metcri-log");
+    let log = logs.path().join("calls.log");
+    let log_conf = logs.write("cni-rs.conf", &json!({"logFile": log}).to_string());
+    node.write_conf(
+        "10-metricnet.conflist",
+        &conflist(&state.path().join("leases")),
+    );
+    let s = Scenario {
+        node,
+        _state: state,
+        log_conf,
+        log,
+    };
+    let pod = Netns::new("metcri-web");
+    assert_eq!(s.cnitool("add", Some(&pod), "web").exit_code, 0);
+    // A containerd of its own (no CNI config: it only answers CRI).
+    let runtime_conf = TempDir::new("metcri-ctd-conf");
+    let mut containerd = tests::containerd::Containerd::start(&s.node.ns, runtime_conf.path(), &[]);
+    let socket = containerd.socket();
+    let mut serve: Vec<String> = vec![
+        "metrics".into(),
+        "--listen".into(),
+        format!("127.0.0.1:{PORT}"),
+    ];
+    serve.extend(s.node_args());
+    let cri = serve
+        .iter()
+        .position(|a| a == "--cri-socket")
+        .expect("--cri-socket")
+        + 1;
+    serve[cri] = socket.display().to_string();
+    let serve: Vec<&str> = serve.iter().map(String::as_str).collect();
+    let _server = Background::start(&s.node.ns, bin("cni-rs").to_str().unwrap(), &serve);
+    let scrape = || {
+        let (status, body) = http_request(
+            &s.node.ns,
+            "127.0.0.1",
+            PORT,
+            "GET /metrics HTTP/1.0\r\n\r\n",
+        )
+        .expect("a scrape");
+        assert_eq!(status, "HTTP/1.1 200 OK", "{test}: {body}");
+        body
+    };
+    wait_for("the metrics server", || {
+        http_request(
+            &s.node.ns,
+            "127.0.0.1",
+            PORT,
+            "GET /healthz HTTP/1.0\r\n\r\n",
+        )
+        .is_some()
+    });
+    const RANGE: &str = "network=\"metricnet\",range=\"10.77.0.1-10.77.0.254\"";
+    let pools = [
+        format!("cni_ipam_pool_addresses{{{RANGE}}} 254.0"),
+        format!("cni_ipam_used_addresses{{{RANGE}}} 1"),
+    ];
+    let judged = [
+        format!("cni_ipam_leaked_addresses{{{RANGE}}} 0"),
+        "cni_attachments{network=\"metricnet\",state=\"live\"} 1".to_string(),
+    ];
+    let first = scrape();
+    for line in pools.iter().chain(&judged) {
+        assert!(first.contains(line.as_str()), "{test}: {line} in\n{first}");
+    }
+    assert!(!first.contains("source=\"cri\""), "{test}: {first}");
+
+    containerd.kill();
+    let _ = std::fs::remove_file(&socket);
+    let second = scrape();
+    for line in &pools {
+        assert!(
+            second.contains(line.as_str()),
+            "{test}: {line} after the runtime went, in\n{second}"
+        );
+    }
+    for family in ["cni_ipam_leaked_addresses{", "cni_attachments{"] {
+        assert!(
+            !second.contains(family),
+            "{test}: {family} without the runtime's answer, in\n{second}"
+        );
+    }
+    assert!(
+        second.contains("cni_metrics_read_errors_total{source=\"cri\"} 1"),
+        "{test}: {second}"
+    );
+    s.cnitool("del", Some(&pod), "web").assert_silent_ok();
 }

@@ -9,7 +9,12 @@
 //! the call counters count each line once, in bounded memory. Labels are
 //! bounded: network, range, plugin, command, error code, state, kind;
 //! never a pod, a container ID or an address. What cannot be read is
-//! counted in `cni_metrics_read_errors_total` and skipped.
+//! counted in `cni_metrics_read_errors_total`, and the families that
+//! depend on it go away until it can be read again: a scrape never
+//! serves an old value as current (the CRI runtime's answer judges the
+//! leaked addresses and the attachments, not the pools' sizes and used
+//! addresses; the call log gives each network's STATUS; gc's record its
+//! last run).
 
 pub mod calls;
 pub mod pools;
@@ -27,7 +32,7 @@ use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::gc_record;
-use crate::liveness::Judge;
+use crate::liveness::{Judge, Verdicts};
 use crate::node::NodePaths;
 
 /// A metric's labels, as name and value pairs.
@@ -99,7 +104,8 @@ pub struct Metrics {
     durations: Family<Labels, Histogram, fn() -> Histogram>,
     status_up: Family<Labels, Gauge>,
     gc_collected: Family<Labels, Counter>,
-    gc_last_run: GaugeF,
+    /// No labels: a family, so that it can go away.
+    gc_last_run: Family<Labels, GaugeF>,
     read_errors: Family<Labels, Counter>,
     tail: Option<calls::Tail>,
 }
@@ -117,7 +123,7 @@ impl Metrics {
             durations: Family::new_with_constructor(duration_histogram),
             status_up: Family::default(),
             gc_collected: Family::default(),
-            gc_last_run: GaugeF::default(),
+            gc_last_run: Family::default(),
             read_errors: Family::default(),
             tail: call_log.map(calls::Tail::new),
             registry: Registry::default(),
@@ -160,18 +166,22 @@ impl Metrics {
         self.refresh_gc(paths);
     }
 
+    /// The pools and attachments, read anew. Without the runtime's
+    /// answer no attachment can be judged: the leaked addresses and the
+    /// attachments by state go away, the pools' sizes and used addresses
+    /// stay current.
     fn refresh_node(&mut self, paths: &NodePaths, judge: &dyn Fn() -> crate::error::Result<Judge>) {
         let judge = match judge() {
-            Ok(j) => j,
+            Ok(j) => Some(j),
             Err(e) => {
                 eprintln!("cni-rs metrics: {e}");
                 self.read_error("cri");
-                return;
+                None
             }
         };
         let state = crate::collect::collect(paths);
-        let verdicts = judge.judge(&state.rows);
-        let counted = pools::count(&state, &verdicts);
+        let verdicts = judge.as_ref().map(|j| j.judge(&state.rows));
+        let counted = pools::count(&state, verdicts.as_ref().unwrap_or(&Verdicts::new()));
         for why in &counted.unreadable {
             eprintln!("cni-rs metrics: unreadable: {why}");
             self.read_error("node");
@@ -186,6 +196,7 @@ impl Metrics {
         ] {
             family.clear();
         }
+        let judged = verdicts.is_some();
         for ((network, range), pool) in &counted.pools {
             let labels = vec![("network", network.clone()), ("range", range.clone())];
             let sizes = [
@@ -195,13 +206,17 @@ impl Metrics {
             for (gauge, n) in sizes {
                 gauge.get_or_create(&labels).set(n as f64);
             }
-            let held = [
-                (&self.used_addresses, pool.used),
-                (&self.leaked_addresses, pool.leaked),
-            ];
-            for (gauge, n) in held {
-                gauge.get_or_create(&labels).set(n as i64);
+            self.used_addresses
+                .get_or_create(&labels)
+                .set(pool.used as i64);
+            if judged {
+                self.leaked_addresses
+                    .get_or_create(&labels)
+                    .set(pool.leaked as i64);
             }
+        }
+        if !judged {
+            return;
         }
         for (network, states) in &counted.attachments {
             for state in ["live", "leaked", "unknown"] {
@@ -229,6 +244,8 @@ impl Metrics {
         if let Err(e) = read {
             eprintln!("cni-rs metrics: the call log: {e}");
             self.read_error("call_log");
+            // The last STATUS it gave may be old.
+            self.status_up.clear();
         }
         self.tail = Some(tail);
     }
@@ -258,16 +275,21 @@ impl Metrics {
     }
 
     fn refresh_gc(&mut self, paths: &NodePaths) {
+        let last_run = self.gc_last_run.get_or_create(&Vec::new()).clone();
         let record = match gc_record::load(&gc_record::path(&paths.cache_dir)) {
             Ok(Some(r)) => r,
-            Ok(None) => return,
+            Ok(None) => {
+                last_run.set(0.0);
+                return;
+            }
             Err(e) => {
                 eprintln!("cni-rs metrics: the gc record: {e}");
                 self.read_error("gc_record");
+                self.gc_last_run.clear();
                 return;
             }
         };
-        self.gc_last_run.set(record.last_run_seconds);
+        last_run.set(record.last_run_seconds);
         for (kind, total) in &record.collected {
             let counter = self
                 .gc_collected
