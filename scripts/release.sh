@@ -87,13 +87,18 @@ out=$(cd "$out" && pwd)
 version=$(suite_version)
 IFS=, read -r -a arches <<<"$arches"
 for a in "${arches[@]}"; do arch_target "$a" >/dev/null || exit 2; done
-mapfile -t bins < <(suite_bins)
+# Each list is read into a variable first: `mapfile < <(...)` would hide
+# a failure of the command.
+listed=$(suite_bins)
+mapfile -t bins <<<"$listed"
 all_bins=("${bins[@]}")
-read -r multicall_pkg multicall_bin < <(suite_multicall)
+listed=$(suite_multicall)
+read -r multicall_pkg multicall_bin <<<"$listed"
 # The multicall binary's plugins: its crate's default features, less the
 # node commands (its `--list`, which a foreign binary cannot answer here).
-mapfile -t every_plugin < <(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked |
+listed=$(cd "$repo" && cargo metadata --no-deps --format-version 1 --locked |
   python3 -c 'import json,sys; m=json.load(sys.stdin); print("\n".join(f for f in next(p for p in m["packages"] if p["name"]==sys.argv[1])["features"]["default"] if f != "node-commands"))' "$multicall_pkg")
+mapfile -t every_plugin <<<"$listed"
 features=()
 if [ -n "$only" ]; then
   IFS=, read -r -a wanted <<<"$only"
@@ -111,7 +116,10 @@ if [ -n "$only" ]; then
     bins+=("$w")
   done
   if ! printf '%s\n' "${wanted[@]}" | grep -qx -- "$multicall_bin"; then
-    mapfile -t multicall_plugins < <(printf '%s\n' "${bins[@]}" | grep -Fxf <(printf '%s\n' "${every_plugin[@]}"))
+    # No plugin among them (tools only) is no failure: grep's 1 is allowed.
+    listed=$(printf '%s\n' "${bins[@]}" | grep -Fxf <(printf '%s\n' "${every_plugin[@]}")) || [ $? -eq 1 ]
+    multicall_plugins=()
+    [ -z "$listed" ] || mapfile -t multicall_plugins <<<"$listed"
     features=(--no-default-features --features "$(printf '%s\n' "${multicall_plugins[@]}" | paste -sd, -)")
   fi
 else
@@ -149,57 +157,70 @@ stages=$(mktemp -d)
 trap 'rm -rf "$stages"' EXIT
 chmod 0755 "$stages"
 
-# Builds ARCH's binaries into $stages/ARCH/{bins,multicall}.
+# A failed step stops the release, naming the architecture and the step.
+# `set -e` alone does not: bash turns it off inside a function called
+# under `||`, `&&` or `if`, so build_arch and what it calls check each
+# step themselves, and nothing here calls them under one.
+fail() { # ARCH WHAT
+  echo "error: the release of $1 stops: $2" >&2
+  exit 1
+}
+
+# Builds ARCH's binaries into $stages/ARCH/{bins,multicall}. The target
+# dir may hold an earlier build's binaries: only a build that succeeded
+# here is installed from it.
 build_arch() {
   local arch=$1 triple start b
-  triple=$(arch_target "$arch")
+  triple=$(arch_target "$arch") || fail "$arch" "no Rust target for it"
   start=$(date +%s)
   if [ ${#bins[@]} -gt 0 ]; then
     echo "building ${bins[*]} (release, v$version, $arch)" >&2
     # Not `tests` (nor what only it uses): it turns on libcni's fault-points,
     # the crash campaign's hook, which must not ship.
     (cd "$repo" && arch_cargo "$arch" build --release --locked --workspace --exclude tests --exclude cri-client \
-      --exclude bench --target "$triple" --target-dir "$target" "${bin_args[@]}")
+      --exclude bench --target "$triple" --target-dir "$target" "${bin_args[@]}") ||
+      fail "$arch" "cargo build of ${bins[*]} failed"
   fi
   echo "building $multicall_bin (release, $arch, ${#multicall_plugins[@]} plugins)" >&2
   (cd "$repo" && arch_cargo "$arch" build --release --locked --target "$triple" --target-dir "$target" \
-    -p "$multicall_pkg" "${features[@]}")
+    -p "$multicall_pkg" "${features[@]}") || fail "$arch" "cargo build of $multicall_bin failed"
   echo "built $arch in $(($(date +%s) - start)) s" >&2
 
-  install -d -m 0755 "$stages/$arch/bins" "$stages/$arch/multicall"
-  for b in "${bins[@]}"; do
-    install -m 0755 "$target/$triple/release/$b" "$stages/$arch/bins/$b"
+  install -d -m 0755 "$stages/$arch/bins" "$stages/$arch/multicall" || fail "$arch" "making $stages/$arch"
+  for b in "${bins[@]}" "$multicall_bin"; do
+    [ -f "$target/$triple/release/$b" ] || fail "$arch" "$b is missing from $target/$triple/release"
   done
-  install -m 0755 "$target/$triple/release/$multicall_bin" "$stages/$arch/multicall/$multicall_bin"
+  for b in "${bins[@]}"; do
+    install -m 0755 "$target/$triple/release/$b" "$stages/$arch/bins/$b" || fail "$arch" "installing $b"
+  done
+  install -m 0755 "$target/$triple/release/$multicall_bin" "$stages/$arch/multicall/$multicall_bin" ||
+    fail "$arch" "installing $multicall_bin"
   for b in "${multicall_plugins[@]}"; do
-    ln -s "$multicall_bin" "$stages/$arch/multicall/$b"
+    ln -s "$multicall_bin" "$stages/$arch/multicall/$b" || fail "$arch" "linking $b to $multicall_bin"
   done
   # The node command's units and manifest, beside the binary they run (the
   # installer takes only executables and their links: these stay behind).
   local deploy=$repo/operator/deploy dir=$stages/$arch/multicall/deploy
-  install -d -m 0755 "$dir"
-  sed "s|@CNI_RS@|/opt/cni/bin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$dir/cni-rs-gc.service"
-  install -m 0644 "$deploy/cni-rs-gc.timer" "$repo/deploy/cni-rs.yaml" "$dir/"
-  chmod 0644 "$dir/cni-rs-gc.service"
+  { install -d -m 0755 "$dir" &&
+    sed "s|@CNI_RS@|/opt/cni/bin/cni-rs|" "$deploy/cni-rs-gc.service.in" >"$dir/cni-rs-gc.service" &&
+    install -m 0644 "$deploy/cni-rs-gc.timer" "$repo/deploy/cni-rs.yaml" "$dir/" &&
+    chmod 0644 "$dir/cni-rs-gc.service"; } || fail "$arch" "installing the deploy files"
 
   # Static, of ARCH's machine, and small: what every node can start.
-  local machine f size
-  machine=$(arch_elf_machine "$arch")
+  local machine f size header
+  machine=$(arch_elf_machine "$arch") || fail "$arch" "no ELF machine name for it"
   for f in "$stages/$arch"/bins/* "$stages/$arch/multicall/$multicall_bin"; do
-    [ -e "$f" ] || continue
-    if ! readelf -hW "$f" | grep -q "Machine: *$machine\$"; then
-      echo "error: $f is not a binary of $arch ($machine): $(readelf -hW "$f" | grep Machine:)" >&2
-      return 1
+    header=$(readelf -hW "$f") || fail "$arch" "$f is not an ELF file"
+    if ! grep -q "Machine: *$machine\$" <<<"$header"; then
+      fail "$arch" "$f is not a binary of $arch ($machine): $(grep Machine: <<<"$header")"
     fi
     if readelf -lW "$f" | grep -q 'program interpreter' || readelf -dW "$f" | grep -q '(NEEDED)'; then
-      echo "error: $f is dynamically linked: every release binary is static" >&2
-      return 1
+      fail "$arch" "$f is dynamically linked: every release binary is static"
     fi
   done
-  size=$(stat -c %s "$stages/$arch/multicall/$multicall_bin")
+  size=$(stat -c %s "$stages/$arch/multicall/$multicall_bin") || fail "$arch" "stat $multicall_bin"
   if [ "$size" -ge 6000000 ]; then
-    echo "error: the multicall binary of $arch is $size bytes, over the 6 MB bound" >&2
-    return 1
+    fail "$arch" "the multicall binary is $size bytes, over the 6 MB bound"
   fi
 }
 
@@ -211,30 +232,32 @@ pack() { # DIR TGZ
   rm -f "$out/$2" "$out/$2.sha256" "$out/$2.sha512"
   tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
     --mtime="@$SOURCE_DATE_EPOCH" -C "$1" -cf - . | gzip -9 -n >"$out/$2"
-  checksums "$2"
 }
 rm -f "$out/SHA256SUMS"
 sums=()
 images=()
 for arch in "${arches[@]}"; do
-  build_arch "$arch" || exit 1
   tgz=cni-rs-linux-$arch-v$version.tgz
   multicall_tgz=cni-rs-multicall-linux-$arch-v$version.tgz
+  # An earlier run's artifacts go first: a failed build leaves none.
   rm -f "$out/$tgz"* "$out/$multicall_tgz"* "$out/cni-rs_${version}_$(arch_debian "$arch").deb"
-  pack "$stages/$arch/bins" "$tgz"
-  pack "$stages/$arch/multicall" "$multicall_tgz"
+  build_arch "$arch"
+  pack "$stages/$arch/bins" "$tgz" || fail "$arch" "packing $tgz"
+  checksums "$tgz" || fail "$arch" "checksums of $tgz"
+  pack "$stages/$arch/multicall" "$multicall_tgz" || fail "$arch" "packing $multicall_tgz"
+  checksums "$multicall_tgz" || fail "$arch" "checksums of $multicall_tgz"
   deb=$(DEB_ARCH=$(arch_debian "$arch") "$repo/scripts/package-deb.sh" "$stages/$arch/bins" "$out" \
-    "$stages/$arch/multicall/$multicall_bin")
+    "$stages/$arch/multicall/$multicall_bin") || fail "$arch" "scripts/package-deb.sh failed"
   sums+=("$tgz" "$multicall_tgz" "$(basename "$deb")")
   images+=("$arch=$stages/$arch/multicall")
 done
 image=cni-rs-image-v$version.tar
 rm -f "$out/$image"*
-digest=$("$repo/scripts/image.sh" "$out/$image" "${images[@]}")
-checksums "$image"
+digest=$("$repo/scripts/image.sh" "$out/$image" "${images[@]}") || fail "${arches[*]}" "scripts/image.sh failed"
+checksums "$image" || fail "${arches[*]}" "checksums of $image"
 echo "image $image: index $digest (${arches[*]})" >&2
 sums+=("$image")
-(cd "$out" && sha256sum "${sums[@]}" >SHA256SUMS)
+(cd "$out" && sha256sum "${sums[@]}" >SHA256SUMS) || fail "${arches[*]}" "writing SHA256SUMS"
 
 echo "wrote $out:" >&2
 (cd "$out" && ls -l "${sums[@]}" SHA256SUMS) >&2
@@ -243,6 +266,6 @@ if [ -n "$kernel_test" ]; then
   foreign=()
   for arch in "${arches[@]}"; do [ "$arch" = "$(arch_host)" ] || foreign+=("$arch"); done
   if [ ${#foreign[@]} -gt 0 ]; then
-    "$repo/scripts/arch-test.sh" --dist "$out" "${foreign[@]}"
+    "$repo/scripts/arch-test.sh" --dist "$out" "${foreign[@]}" || fail "${foreign[*]}" "the kernel test failed"
   fi
 fi

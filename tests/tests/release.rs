@@ -272,6 +272,61 @@ fn release(src: &Path, out: &Path, target: Option<&Path>, epoch: &str) {
     run_ok(&mut cmd);
 }
 
+/// A release whose build fails stops at once: non-zero, naming the
+/// architecture and the step, and writing no artifact, though its target
+/// dir holds binaries of an earlier build that would pass every check
+/// (static, of this machine, small: busybox's). Before, bash turned
+/// `set -e` off inside `build_arch` (called under `||`), and the release
+/// packed those under the new version and exited 0. The build is broken
+/// by a compiler wrapper that fails, as a broken toolchain would.
+#[test]
+fn a_release_whose_build_fails_ships_nothing_from_an_earlier_build() {
+    let test = "a_release_whose_build_fails_ships_nothing_from_an_earlier_build";
+    let work = TempDir::new("release-fails");
+    let tuple = run_ok(Command::new("rustc").args(["--print", "host-tuple"]));
+    let tuple = String::from_utf8_lossy(&tuple.stdout).trim().to_string();
+    let target = work.path().join("target");
+    let stale_dir = target.join(&tuple).join("release");
+    std::fs::create_dir_all(&stale_dir).expect("mkdir");
+    for name in ["loopback", "cnitool", "cni-rs-install", "cni-rs"] {
+        std::fs::copy("/bin/busybox", stale_dir.join(name))
+            .unwrap_or_else(|e| panic!("{test}: /bin/busybox (busybox-static): {e}"));
+    }
+    let broken = work.write_executable(
+        "broken-rustc",
+        "#!/bin/sh\necho 'broken on purpose' >&2\nexit 1\n",
+    );
+    let out = work.path().join("dist");
+    let arch = host_arch();
+    let run = Command::new("bash")
+        .arg(workspace_root().join("scripts/release.sh"))
+        .args(["--only", REPRO_BINS, "--no-kernel-test", "--arch", arch])
+        .arg("--out")
+        .arg(&out)
+        .env("SOURCE_DATE_EPOCH", commit_time())
+        .env("CARGO_TARGET_DIR", &target)
+        .env("RUSTC_WRAPPER", &broken)
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run scripts/release.sh");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        !run.status.success(),
+        "{test}: the release exited 0:\n{stderr}"
+    );
+    let step = format!(
+        "error: the release of {arch} stops: cargo build of loopback cnitool cni-rs-install failed"
+    );
+    assert!(stderr.contains(&step), "{test}: {step} in\n{stderr}");
+    let written: Vec<_> = std::fs::read_dir(&out)
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        written.is_empty(),
+        "{test}: artifacts of a failed release: {written:?}"
+    );
+}
+
 #[test]
 fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let epoch = commit_time();
