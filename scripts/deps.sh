@@ -164,16 +164,23 @@ ensure_podman() {
 }
 
 # Runs "$@" with a policy-rc.d that refuses every service start, unless one
-# is there already.
+# is there already. A trap removes it if the run is interrupted: left
+# behind, no service of the machine could start again.
 with_services_held() {
-  local guard= rc=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
-    chmod 755 /usr/sbin/policy-rc.d
-    guard=1
+  local rc=0 exit_trap
+  if [ -e /usr/sbin/policy-rc.d ]; then
+    "$@"
+    return
   fi
+  exit_trap=$(trap -p EXIT)
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  trap 'rm -f /usr/sbin/policy-rc.d; exit 130' INT TERM
+  printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+  chmod 755 /usr/sbin/policy-rc.d
   "$@" || rc=$?
-  [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
+  rm -f /usr/sbin/policy-rc.d
+  trap - INT TERM
+  if [ -n "$exit_trap" ]; then eval "$exit_trap"; else trap - EXIT; fi
   return $rc
 }
 
