@@ -17,6 +17,7 @@ ensure_cmd strace strace
 
 # Namespaces and temp dirs of an earlier run that was killed with SIGKILL
 # (its guard never ran): those whose process is gone.
+# One may go meanwhile (its owner ended just now and another run removed it).
 for ns in $(ended_namespaces); do ip netns del "$ns" || true; done
 for dir in "${TMPDIR:-/tmp}"/cnit-bench-*; do
   [ -d "$dir" ] || continue

@@ -17,6 +17,7 @@ tag="cnit-demo-$$"
 node="$tag-node"
 work=$(mktemp -d)
 cleanup() {
+  # Those not made yet (a failed step) are not there to remove.
   for ns in "$node" "$tag-pod1" "$tag-pod2"; do ip netns del "$ns" 2>/dev/null || true; done
   rm -rf "$work"
 }

@@ -13,10 +13,15 @@ need_root() {
 build_dir() { echo "$repo/target/$(rustc --print host-tuple)/$1"; }
 
 apt_updated=
+# Checked by hand: callers use it under `||`, where `set -e` is off.
 apt_install() {
-  [ -n "$apt_updated" ] || { apt-get update -qq >/dev/null; apt_updated=1; }
+  if [ -z "$apt_updated" ]; then
+    apt-get update -qq >/dev/null || { echo "error: apt-get update failed" >&2; return 1; }
+    apt_updated=1
+  fi
   echo "installing $*" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null ||
+    { echo "error: apt-get install $* failed" >&2; return 1; }
 }
 
 # ensure_cmd COMMAND PACKAGE
@@ -47,7 +52,10 @@ namespace_owner_ended() { # NAME
   ! kill -0 "$pid" 2>/dev/null
 }
 throwaway_namespaces() {
-  ip netns list | awk '{print $1}' | grep -E '^cnit-(bench-)?[0-9]' || true
+  local all
+  all=$(ip netns list) || { echo "error: ip netns list failed" >&2; return 1; }
+  # None is the usual answer (grep's 1).
+  awk '{print $1}' <<<"$all" | grep -E '^cnit-(bench-)?[0-9]' || [ $? -eq 1 ]
 }
 ended_namespaces() {
   local ns

@@ -45,10 +45,15 @@ fullkernel_add_tests() {
     | grep -o '"executable":"[^"]*/deps/[^"]*"' | sed 's/^"executable":"//; s/"$//' | sort -u)
   [ -n "$bins" ] || { echo "fullkernel: no test binaries found" >&2; return 1; }
   local n=0
+  local listed
   for bin in $bins; do
-    # grep reads the whole list: with -q it could stop early and the
-    # binary's SIGPIPE would fail the pipeline (pipefail).
-    "$bin" "$filter" --list 2>/dev/null | grep ': test$' >/dev/null || continue
+    # A binary that cannot list its tests fails the step: its tests
+    # would be left out without a word.
+    listed=$("$bin" "$filter" --list) || {
+      echo "fullkernel: $bin --list failed" >&2
+      return 1
+    }
+    grep -q ': test$' <<<"$listed" || continue
     fullkernel_add "$bin" "$filter" --test-threads=3
     n=$((n + 1))
   done

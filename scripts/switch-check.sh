@@ -30,6 +30,7 @@ tag="cnit-switch-$$"
 node="$tag-node" pod="$tag-pod" cid="switch$$"
 work=$(mktemp -d)
 cleanup() {
+  # Either may not be there yet (or any more).
   ip netns del "$pod" 2>/dev/null
   ip netns del "$node" 2>/dev/null
   rm -rf "$work/state"
@@ -72,12 +73,19 @@ cni() { # bin-dir verb
     go-cnitool "$2" switchnet "/var/run/netns/$pod"
 }
 
+# What a DEL left: rules, links and leases of the pod. A listing that
+# fails fails the check (it would read as "nothing left"); grep finding
+# nothing is the good case.
 leftovers() {
-  ip netns exec "$node" nft list ruleset 2>/dev/null |
-    grep -E "$cid|10\.77\.0\.[1-9][0-9]*([^0-9]|$)|CNI-DN-" | sed 's/^[[:space:]]*/rule: /'
-  ip -n "$node" -o link show | grep -oE '^[0-9]+: (veth|ifb|bwp)[^:@]*' | sed 's/^/link: /'
-  find "$work/state/var/networks" -type f ! -name 'last_reserved_ip*' ! -name lock 2>/dev/null |
-    sed 's/^/lease: /'
+  local rules links
+  rules=$(ip netns exec "$node" nft list ruleset) || { echo "error: nft list ruleset failed" >&2; exit 1; }
+  links=$(ip -n "$node" -o link show) || { echo "error: ip link show failed" >&2; exit 1; }
+  grep -E "$cid|10\.77\.0\.[1-9][0-9]*([^0-9]|$)|CNI-DN-" <<<"$rules" | sed 's/^[[:space:]]*/rule: /' || [ $? -eq 1 ]
+  grep -oE '^[0-9]+: (veth|ifb|bwp)[^:@]*' <<<"$links" | sed 's/^/link: /' || [ $? -eq 1 ]
+  if [ -d "$work/state/var/networks" ]; then
+    find "$work/state/var/networks" -type f ! -name 'last_reserved_ip*' ! -name lock | sed 's/^/lease: /' ||
+      { echo "error: listing the leases failed" >&2; exit 1; }
+  fi
 }
 
 failed=0
@@ -99,7 +107,7 @@ one_case() { # backend-setting main-plugin add-side del-side
     echo "$what: DEL failed: ${out:0:300}"
     failed=1
   fi
-  left=$(leftovers)
+  left=$(leftovers) || exit 1
   if [ -n "$left" ]; then
     echo "$what: LEFT"
     sed 's/^/    /' <<<"$left"

@@ -26,6 +26,7 @@ ensure_prometheus
 # removed before it, so that the check at the end sees only this run's.
 for ns in $(ended_namespaces); do
   echo "note: removing $ns, left by a process that has ended" >&2
+  # Another run may remove it meanwhile.
   ip netns del "$ns" || true
 done
 before=$(throwaway_namespaces | tr '\n' ' ')
@@ -99,6 +100,7 @@ fi
 left=$(ended_namespaces_since "$before")
 if [ -n "$left" ]; then
   echo "error: test namespaces left behind:" $left >&2
+  # Reported and failed already; the removal is best effort.
   for ns in $left; do ip netns del "$ns" || true; done
   status=1
 fi

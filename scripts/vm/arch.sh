@@ -33,7 +33,10 @@
 #   ARCH_VM_MODULES_DROP=NAME[,NAME]  leave these modules out (to show
 #                         that the guest needs them)
 #   DEBIAN_MIRROR=http://deb.debian.org/debian
-set -u
+# Not `set -e`: every step that must work is checked (`|| die`), and the
+# guest's exit status is read, not fatal. pipefail: a pipe fails with any
+# of its commands.
+set -uo pipefail
 me=arch-vm
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${ARCH_VM_CACHE:-/var/cache/cni-rs-vm/arch}
@@ -106,7 +109,8 @@ base_initramfs() {
 		# nft's libraries, by their Depends (pre-depends and recommends
 		# are not needed to run it).
 		pkgs=$(guest_apt apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
-			--no-breaks --no-replaces --no-enhances --no-pre-depends nftables | grep -v '^[ <]' | sort -u)
+			--no-breaks --no-replaces --no-enhances --no-pre-depends nftables | grep -v '^[ <]' | sort -u) ||
+			die "apt-cache depends nftables for $deb failed"
 		printf '%s\n' busybox-static "$kpkg" $pkgs >"$cache/$deb/packages.tmp"
 		(cd "$cache/$deb/debs" && rm -f ./*.deb &&
 			guest_apt apt-get download -qq $(cat "$cache/$deb/packages.tmp")) >&2 ||
@@ -125,32 +129,43 @@ base_initramfs() {
 			cp "$root/boot/vmlinux-$kver" "$cache/$deb/kernel-$key"
 		else
 			cp "$root/boot/vmlinuz-$kver" "$cache/$deb/kernel-$key"
-		fi
+		fi || die "cannot copy the $kver kernel"
 		# The modules: what the chain's kernel features are built as,
 		# with everything they depend on (soft dependencies included:
-		# kmod's modprobe resolves them here).
-		mkdir -p "$stage/lib/modules/$kver"
+		# kmod's modprobe resolves them here). A place a kernel does not
+		# have (veth built in, say) is left out; every copy is checked.
+		mkdir -p "$stage/lib/modules/$kver" || die "mkdir $stage"
 		cp "$root/lib/modules/$kver"/modules.builtin* "$root/lib/modules/$kver/modules.order" \
-			"$stage/lib/modules/$kver/"
+			"$stage/lib/modules/$kver/" || die "cannot copy the $kver module lists"
 		depmod -b "$root" "$kver" || die "depmod for $kver failed"
-		(cd "$root/lib/modules/$kver" && find kernel/net/bridge kernel/net/netfilter kernel/net/ipv4/netfilter \
-			kernel/net/ipv6/netfilter kernel/net/sched kernel/drivers/net/veth.ko kernel/drivers/net/ifb.ko \
-			-name '*.ko' 2>/dev/null) | sed 's|.*/||; s|\.ko$||' | while read -r m; do
-			case ",${ARCH_VM_MODULES_DROP:-}," in *",$m,"*) continue ;; esac
-			modprobe -d "$root" -S "$kver" --show-depends "$m" 2>/dev/null
-		done | awk '$1 == "insmod" { print $2 }' | sort -u | while read -r m; do
-			case ",${ARCH_VM_MODULES_DROP:-}," in *",$(basename "$m" .ko),"*) continue ;; esac
-			mkdir -p "$stage/$(dirname "${m#"$root"}")"
-			cp "$m" "$stage/${m#"$root"}"
+		local places=() place
+		for place in kernel/net/bridge kernel/net/netfilter kernel/net/ipv4/netfilter \
+			kernel/net/ipv6/netfilter kernel/net/sched kernel/drivers/net/veth.ko kernel/drivers/net/ifb.ko; do
+			[ -e "$root/lib/modules/$kver/$place" ] && places+=("$place")
 		done
+		[ ${#places[@]} -gt 0 ] || die "none of the chain's modules is in the $kver kernel"
+		(cd "$root/lib/modules/$kver" && find "${places[@]}" -name '*.ko') | sed 's|.*/||; s|\.ko$||' >"$stage/.wanted" ||
+			die "cannot list the $kver modules"
+		while read -r m; do
+			case ",${ARCH_VM_MODULES_DROP:-}," in *",$m,"*) continue ;; esac
+			modprobe -d "$root" -S "$kver" --show-depends "$m" || die "modprobe --show-depends $m failed"
+		done <"$stage/.wanted" | awk '$1 == "insmod" { print $2 }' | sort -u >"$stage/.files" ||
+			die "cannot resolve the $kver modules' dependencies"
+		while read -r m; do
+			case ",${ARCH_VM_MODULES_DROP:-}," in *",$(basename "$m" .ko),"*) continue ;; esac
+			mkdir -p "$stage/$(dirname "${m#"$root"}")" && cp "$m" "$stage/${m#"$root"}" ||
+				die "cannot copy module $m"
+		done <"$stage/.files"
+		rm -f "$stage/.wanted" "$stage/.files"
 		depmod -b "$stage" "$kver" || die "depmod of the guest's modules failed"
-		mkdir -p "$stage/bin" "$stage/sbin" "$stage/usr/sbin" "$stage/usr/lib" "$stage/lib"
-		cp "$root/bin/busybox" "$stage/bin/busybox"
-		cp "$root/usr/sbin/nft" "$stage/usr/sbin/nft"
+		mkdir -p "$stage/bin" "$stage/sbin" "$stage/usr/sbin" "$stage/usr/lib" "$stage/lib" || die "mkdir $stage"
+		cp "$root/bin/busybox" "$stage/bin/busybox" || die "cannot copy busybox"
+		cp "$root/usr/sbin/nft" "$stage/usr/sbin/nft" || die "cannot copy nft"
 		# The libraries and the dynamic loader, where nft looks for them.
-		cp -a "$root"/lib/*-linux-gnu* "$stage/lib/" 2>/dev/null
-		for m in "$root"/lib/ld*.so* "$root"/lib64; do [ -e "$m" ] && cp -a "$m" "$stage/"$(dirname "${m#"$root"}")/; done
-		cp -a "$root"/usr/lib/*-linux-gnu* "$stage/usr/lib/" 2>/dev/null
+		for m in "$root"/lib/*-linux-gnu* "$root"/lib/ld*.so* "$root"/lib64 "$root"/usr/lib/*-linux-gnu*; do
+			[ -e "$m" ] || continue
+			cp -a "$m" "$stage/$(dirname "${m#"$root"}")/" || die "cannot copy $m"
+		done
 		rm -rf "$stage"/usr/lib/*/gconv "$stage"/usr/lib/*/audit
 		(cd "$stage" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$img.tmp" ||
 			die "cannot build the initramfs"
@@ -177,9 +192,9 @@ trap 'exit 143' TERM
 
 # This run's part: PID 1, the script, FILES_DIR as /opt/cni/bin.
 run=$work/run
-mkdir -p "$run/opt/cni/bin" "$run/etc/cni/net.d"
-cp -a "$files"/. "$run/opt/cni/bin/"
-cp "$script" "$run/test.sh"
+mkdir -p "$run/opt/cni/bin" "$run/etc/cni/net.d" || die "mkdir $run"
+cp -a "$files"/. "$run/opt/cni/bin/" || die "cannot copy $files"
+cp "$script" "$run/test.sh" || die "cannot copy $script"
 cat >"$run/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys /dev /usr/bin /usr/sbin /sbin
@@ -205,7 +220,7 @@ chmod 0755 "$run/init" "$run/test.sh"
 (cd "$run" && find . -print0 | cpio --null -o -H newc --quiet -R 0:0 | gzip -1) >"$work/run.cpio.gz" ||
 	die "cannot pack the run's initramfs"
 # The kernel unpacks concatenated archives in order.
-cat "$base" "$work/run.cpio.gz" >"$work/initrd"
+cat "$base" "$work/run.cpio.gz" >"$work/initrd" || die "cannot write the initrd"
 
 console_log=$work/console
 start=$(date +%s.%N)

@@ -24,7 +24,10 @@
 # busybox-static, cpio. No KVM is used: these machines' /dev/kvm runs only
 # PVM guests, so the guest is emulated (TCG): a boot is about 10 s, and
 # CPU-bound work is several times slower than on the host.
-set -u
+# Not `set -e`: every step that must work is checked (`|| die`), and the
+# guest's exit status is read, not fatal. pipefail: a pipe fails with any
+# of its commands.
+set -uo pipefail
 me=fullkernel
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${FULLKERNEL_CACHE:-/var/cache/cni-rs-vm}
@@ -72,6 +75,8 @@ install_missing() {
 kernel_image() {
 	local bz=/boot/vmlinuz-$1 elf=$cache/vmlinux-$1
 	if [ ! -s "$elf" ]; then
+		# A kernel that is no xz bzImage boots as it is (slower): the
+		# unpacking may fail, and says nothing.
 		python3 - "$bz" "$elf.tmp" <<-'PY' 2>/dev/null && mv -f "$elf.tmp" "$elf"
 			import lzma, sys
 			data = open(sys.argv[1], "rb").read()
@@ -96,17 +101,20 @@ initramfs() {
 	key=$(cat "$here/init" | sha256sum | cut -c1-16)
 	img=$cache/initramfs-$kver-$key.cpio.gz
 	if [ ! -s "$img" ]; then
-		root=$(mktemp -d)
-		mkdir -p "$root/bin" "$root/proc" "$root/sys" "$root/dev" "$root/lib/modules"
-		cp /bin/busybox "$root/bin/busybox"
-		cp "$here/init" "$root/init"
-		chmod 755 "$root/init"
+		root=$(mktemp -d) || die "mktemp failed"
+		mkdir -p "$root/bin" "$root/proc" "$root/sys" "$root/dev" "$root/lib/modules" &&
+			cp /bin/busybox "$root/bin/busybox" && cp "$here/init" "$root/init" &&
+			chmod 755 "$root/init" || die "cannot stage the initramfs in $root"
+		# Every step checked: a half-built initramfs would be cached.
 		for m in virtio_pci 9pnet_virtio 9p overlay; do
 			modprobe --show-depends -S "$kver" "$m" || die "module $m not found for $kver"
-		done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r m; do
-			cp "$m" "$root/lib/modules/"
+		done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' >"$root/.files" ||
+			die "cannot resolve the modules for $kver"
+		while read -r m; do
+			cp "$m" "$root/lib/modules/" || die "cannot copy module $m"
 			echo "/lib/modules/$(basename "$m")"
-		done >"$root/modules"
+		done <"$root/.files" >"$root/modules" || die "cannot list the modules"
+		rm -f "$root/.files"
 		(cd "$root" && find . -print0 | cpio --null -o -H newc --quiet | gzip -1) >"$img.tmp" ||
 			die "cannot build the initramfs"
 		mv -f "$img.tmp" "$img"
