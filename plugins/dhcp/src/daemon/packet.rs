@@ -149,8 +149,8 @@ fn open_packet(ifindex: u32) -> io::Result<OwnedFd> {
     sll.sll_family = libc::AF_PACKET as u16;
     sll.sll_protocol = ETH_P_IP.to_be();
     sll.sll_ifindex = ifindex as i32;
-    // SAFETY: a valid sockaddr_ll of its size.
     cvt(
+        // SAFETY: a valid sockaddr_ll of its size.
         unsafe {
             libc::bind(
                 fd.as_raw_fd(),
@@ -199,8 +199,8 @@ fn open_udp(ifname: &str) -> io::Result<OwnedFd> {
     let mut sin: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     sin.sin_family = libc::AF_INET as u16;
     sin.sin_port = CLIENT_PORT.to_be();
-    // SAFETY: a valid sockaddr_in of its size.
     cvt(
+        // SAFETY: a valid sockaddr_in of its size.
         unsafe {
             libc::bind(
                 fd.as_raw_fd(),
