@@ -1,12 +1,18 @@
 //! The house's rules that a reader cannot keep by eye, checked on every
 //! run (rust-analyzer's tidy tests are the model):
-//! - every source file (`.rs`, `.sh`) is on ARCHITECTURE.md's code map;
-//! - every `unsafe` block, fn or impl says why it is sound (`SAFETY:`);
-//! - no module depends on itself through others, in any crate;
+//! - every source file (`.rs`, `.sh`) is on ARCHITECTURE.md's code map,
+//!   by its path: its crate's section, the modules between, the file;
+//! - every crate denies an `unsafe` that does not say why it is sound
+//!   (clippy's `undocumented_unsafe_blocks`, rustc's
+//!   `unsafe_op_in_unsafe_fn`), and clippy refuses one;
+//! - no module depends on itself through others, in any crate (every
+//!   `use` tree and path read whole by `syn`);
 //! - the numbers the docs give that a script can compute (the count of
 //!   plugins, the release's sizes) are the ones it computes. Such a number
 //!   carries a marker right after it, `<!-- computed: KEY -->`, invisible
 //!   once rendered; the keys are [`Computed`]'s.
+//!
+//! Each check has a self-test that makes it fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -20,10 +26,11 @@ fn read(rel: &Path) -> String {
 
 // ---- the code map -------------------------------------------------------------
 
-/// The words ARCHITECTURE.md names in code: every backtick span and every
-/// fenced block, split at what cannot be part of a file or module name.
-fn code_map_words() -> BTreeSet<String> {
-    let text = read(Path::new("ARCHITECTURE.md"));
+/// The words of a piece of Markdown in code: every backtick span and every
+/// fenced line, split at what cannot be part of a file or module name
+/// (`netfilter/masq`, `metrics::server` and `tests/readback.rs` give
+/// each part).
+fn code_words(text: &str) -> BTreeSet<String> {
     let mut spans = Vec::new();
     let mut fenced = false;
     for line in text.lines() {
@@ -46,169 +53,363 @@ fn code_map_words() -> BTreeSet<String> {
         .collect()
 }
 
-/// The name a file goes by on the map: its module's (the directory's for
-/// `mod.rs`, the crate's for `lib.rs` and `main.rs`), or its file name.
-fn map_names(rel: &Path) -> Vec<String> {
-    let name = rel.file_name().expect("name").to_string_lossy().to_string();
-    let parts: Vec<String> = rel
+/// A `###` section of the code map: the crates it describes (its
+/// heading's words, and the code words before the colon of each bullet:
+/// `- \`bridge/\`: ...`), and its blocks' code words (a bullet with its
+/// continuation lines, a paragraph, a table row, a fenced block).
+struct Section {
+    crates: BTreeSet<String>,
+    blocks: Vec<Block>,
+}
+
+/// A block's code words, and those before a bullet's colon (what it is
+/// about: `bridge/`, or `netfilter/`).
+struct Block {
+    lead: BTreeSet<String>,
+    words: BTreeSet<String>,
+}
+
+/// The sections of `## Code map` in `text` (ARCHITECTURE.md).
+fn code_map(text: &str) -> Vec<Section> {
+    let map = text
+        .split("\n## Code map")
+        .nth(1)
+        .and_then(|rest| rest.split("\n## ").next())
+        .unwrap_or("");
+    let mut sections = Vec::new();
+    for part in map.split("\n### ").skip(1) {
+        let (heading, body) = part.split_once('\n').unwrap_or((part, ""));
+        let mut blocks: Vec<String> = Vec::new();
+        let mut fenced = false;
+        for line in body.lines() {
+            let new_block = if fenced {
+                false
+            } else {
+                line.trim().is_empty()
+                    || line.starts_with("- ")
+                    || line.starts_with('|')
+                    || line.starts_with("```")
+                    || blocks.last().is_some_and(|b| b.trim().is_empty())
+            };
+            if line.starts_with("```") {
+                fenced = !fenced;
+            }
+            if new_block || blocks.is_empty() {
+                blocks.push(String::new());
+            }
+            let last = blocks.last_mut().expect("a block");
+            last.push_str(line);
+            last.push('\n');
+        }
+        let blocks: Vec<Block> = blocks
+            .iter()
+            .map(|b| Block {
+                lead: if b.starts_with("- ") {
+                    code_words(b.split(':').next().unwrap_or(""))
+                } else {
+                    BTreeSet::new()
+                },
+                words: code_words(b),
+            })
+            .collect();
+        let mut crates: BTreeSet<String> = heading
+            .split(|c: char| !(c.is_ascii_alphanumeric() || "_.-".contains(c)))
+            .filter(|w| !w.is_empty())
+            .map(str::to_string)
+            .collect();
+        for b in &blocks {
+            crates.extend(b.lead.iter().cloned());
+        }
+        sections.push(Section { crates, blocks });
+    }
+    sections
+}
+
+/// Where a file is, as the map names it: its crate (the directory above
+/// `src/`, or the first directory outside the plugins' folder), the
+/// modules or folders between (`src` left out), and the names it goes
+/// by (its module's, the file's own).
+#[derive(Debug, PartialEq, Eq)]
+struct MapPath {
+    krate: String,
+    within: Vec<String>,
+    names: Vec<String>,
+}
+
+fn map_path(rel: &Path) -> MapPath {
+    let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().to_string())
         .collect();
-    let stem = match name.as_str() {
-        "mod.rs" | "lib.rs" | "main.rs" => {
-            let dir = &parts[parts.len() - 2];
-            if dir == "src" && parts.len() >= 3 {
-                parts[parts.len() - 3].clone()
-            } else {
-                dir.clone()
-            }
-        }
-        _ => name
-            .rsplit_once('.')
-            .map(|(s, _)| s.to_string())
-            .unwrap_or(name.clone()),
+    if parts.first().map(String::as_str) == Some("plugins") {
+        parts.remove(0);
+    }
+    let file = parts.pop().expect("a file name");
+    let krate = parts.first().cloned().unwrap_or_default();
+    let mut within: Vec<String> = parts
+        .iter()
+        .skip(1)
+        .filter(|p| *p != "src")
+        .cloned()
+        .collect();
+    let stem = file
+        .rsplit_once('.')
+        .map_or(file.clone(), |(s, _)| s.to_string());
+    let names = match stem.as_str() {
+        // A module's own file goes by the module's name.
+        "mod" | "lib" | "main" => match within.pop() {
+            Some(module) => vec![module, file],
+            None => vec![krate.clone(), file],
+        },
+        _ => vec![stem, file],
     };
-    // Test files are named after their plugin with `_` for the `-`.
-    let hyphened = stem.replace('_', "-");
-    vec![stem, hyphened, name]
+    MapPath {
+        krate,
+        within,
+        names,
+    }
+}
+
+/// Whether `path` is on the map: in a section that describes its crate,
+/// one block names every folder and module between the crate and it, and
+/// the file itself; a bullet about some other crate of `crates` (the
+/// workspace's) does not count. A crate's root (`lib.rs`, `main.rs`) is
+/// on it where a section describes the crate. A test file of
+/// `tests/tests/` named after a plugin crate is the "module per plugin"
+/// the map speaks of.
+fn on_the_map(
+    map: &[Section],
+    path: &MapPath,
+    crates: &BTreeSet<String>,
+    plugins: &BTreeSet<String>,
+) -> bool {
+    if path.krate == "tests"
+        && path.within == ["tests"]
+        && plugins.contains(&path.names[0].replace('_', "-"))
+    {
+        return true;
+    }
+    let crate_root = path.within.is_empty() && path.names[0] == path.krate;
+    map.iter()
+        .filter(|section| section.crates.contains(&path.krate))
+        .any(|section| {
+            crate_root
+                || section.blocks.iter().any(|block| {
+                    let about_another = block.lead.iter().any(|w| crates.contains(w))
+                        && !block.lead.contains(&path.krate);
+                    !about_another
+                        && path.within.iter().all(|w| block.words.contains(w))
+                        && path.names.iter().any(|n| block.words.contains(n))
+                })
+        })
 }
 
 #[test]
 fn every_source_file_is_on_the_code_map() {
-    let words = code_map_words();
-    let missing: Vec<String> = tree_files(&[".rs", ".sh"])
+    let map = code_map(&read(Path::new("ARCHITECTURE.md")));
+    assert!(
+        map.len() >= 6,
+        "{} sections: the map reader is broken",
+        map.len()
+    );
+    let plugins: BTreeSet<String> = plugins().into_iter().map(|p| p.to_string()).collect();
+    let files = tree_files(&[".rs", ".sh"]);
+    assert!(files.len() > 200, "{} files", files.len());
+    let crates: BTreeSet<String> = files.iter().map(|f| map_path(f).krate).collect();
+    let missing: Vec<String> = files
         .iter()
-        .filter(|f| !map_names(f).iter().any(|n| words.contains(n)))
+        .filter(|f| !on_the_map(&map, &map_path(f), &crates, &plugins))
         .map(|f| f.display().to_string())
         .collect();
     assert!(
         missing.is_empty(),
-        "not named on ARCHITECTURE.md's code map (say in a few words where each \
-         belongs): {missing:#?}"
+        "not on ARCHITECTURE.md's code map (name each, with its crate and the modules \
+         between, where it belongs): {missing:#?}"
     );
 }
 
 #[test]
-fn the_code_map_reader_finds_names_in_code_and_in_fences() {
-    let words = code_map_words();
-    for w in ["attach", "skel", "netfilter", "portmap", "tidy"] {
-        assert!(words.contains(w), "{w}");
+fn the_code_map_reader_takes_paths_not_words() {
+    let text = "\
+# Architecture
+
+## Code map
+
+### `libcni/`
+
+- `netfilter/`: `route`, and the features `masq/{nft, ipt}`.
+- `config.rs`: the keys.
+
+### Plugins
+
+- `bridge/`: `node`, `config`.
+- `plugins/vrf/`: `device`.
+
+## The path of one ADD
+
+`vrf/config` here is no part of the map.
+";
+    let map = code_map(text);
+    assert_eq!(map.len(), 2);
+    let plugins = BTreeSet::new();
+    let crates: BTreeSet<String> = ["libcni", "bridge", "vrf"].map(String::from).into();
+    let on = |f: &str| on_the_map(&map, &map_path(Path::new(f)), &crates, &plugins);
+    for f in [
+        "libcni/src/netfilter/route.rs",
+        "libcni/src/netfilter/masq/nft.rs",
+        "libcni/src/netfilter/masq/mod.rs",
+        "libcni/src/netfilter/mod.rs",
+        "libcni/src/config.rs",
+        "libcni/src/lib.rs",
+        "bridge/src/config.rs",
+        "plugins/vrf/src/device.rs",
+    ] {
+        assert!(on(f), "{f} is on the map");
     }
-    assert!(!words.contains("Architecture"), "prose is not code");
+    // A bare word elsewhere on the map is not the file's place.
+    for f in [
+        "plugins/vrf/src/config.rs",
+        "libcni/src/netfilter/conntrack.rs",
+        "libcni/src/node.rs",
+        "bridge/src/route.rs",
+    ] {
+        assert!(!on(f), "{f} is not on the map");
+    }
     assert_eq!(
-        map_names(Path::new("plugins/host-device/src/lib.rs"))[0],
-        "host-device"
+        map_path(Path::new("operator/src/metrics/server/mod.rs")),
+        MapPath {
+            krate: "operator".into(),
+            within: vec!["metrics".into()],
+            names: vec!["server".into(), "mod.rs".into()],
+        }
     );
-    assert_eq!(
-        map_names(Path::new("libcni/src/netfilter/masq/mod.rs"))[0],
-        "masq"
-    );
-    assert_eq!(
-        map_names(Path::new("tests/tests/host_device.rs"))[1],
-        "host-device"
-    );
+    let plugins: BTreeSet<String> = ["host-device".to_string()].into();
+    let test_file = |f: &str| on_the_map(&[], &map_path(Path::new(f)), &crates, &plugins);
+    assert!(test_file("tests/tests/host_device.rs"));
+    assert!(!test_file("tests/tests/other.rs"));
 }
 
 // ---- unsafe -------------------------------------------------------------------
 
-/// The code of a line: what comes before a `//` comment.
-fn code_of(line: &str) -> &str {
-    line.split("//").next().unwrap_or("")
+/// The lints that make every `unsafe` say why it is sound, as the root's
+/// `[workspace.lints]` sets them: clippy checks each block and impl for a
+/// `// SAFETY:` comment, and an `unsafe fn` must spell its unsafe
+/// operations out in such blocks.
+const UNSAFE_LINTS: [(&str, &str); 2] = [
+    ("clippy", "undocumented_unsafe_blocks"),
+    ("rust", "unsafe_op_in_unsafe_fn"),
+];
+
+/// The `key = value` lines of the TOML table `[name]` of `text`.
+fn toml_table<'a>(text: &'a str, name: &str) -> Vec<&'a str> {
+    let header = format!("[{name}]");
+    let mut lines = text.lines().skip_while(|l| l.trim() != header);
+    if lines.next().is_none() {
+        return Vec::new();
+    }
+    lines
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect()
 }
 
-/// Whether `line` opens an `unsafe` block, fn, impl or extern block.
-fn opens_unsafe(line: &str) -> bool {
-    let code = code_of(line);
-    let mut rest = code;
-    while let Some(at) = rest.find("unsafe") {
-        let before = rest[..at].chars().last();
-        let after = rest[at + "unsafe".len()..].trim_start();
-        let word_start = before.is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
-        if word_start
-            && (after.starts_with('{')
-                || after.starts_with("fn ")
-                || after.starts_with("impl")
-                || after.starts_with("extern"))
-        {
-            return true;
-        }
-        rest = &rest[at + "unsafe".len()..];
-    }
-    false
-}
-
-/// The lines of `text` that open `unsafe` without a `SAFETY:` comment on
-/// that line or in the comments right above its statement (the lines that
-/// open the statement, ending in `(`, `=` or `,`, may come between, as
-/// clippy's `undocumented_unsafe_blocks` allows).
-fn undocumented_unsafe(text: &str) -> Vec<usize> {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if !opens_unsafe(line) || line.contains("SAFETY:") {
-            continue;
-        }
-        let mut documented = false;
-        for above in lines[..i].iter().rev().map(|l| l.trim()) {
-            if above.starts_with("//") || above.starts_with("#[") {
-                if above.contains("SAFETY:") {
-                    documented = true;
-                    break;
-                }
-                continue;
-            }
-            let opens_statement = ["(", "=", ","]
-                .iter()
-                .any(|end| code_of(above).trim_end().ends_with(end));
-            if !opens_statement {
-                break;
-            }
-        }
-        if !documented {
-            out.push(i + 1);
-        }
-    }
-    out
+/// Whether `text`'s table `[<prefix><tool>]` denies each of [`UNSAFE_LINTS`].
+fn denies_unsafe_lints(text: &str, prefix: &str) -> bool {
+    UNSAFE_LINTS.iter().all(|(tool, lint)| {
+        toml_table(text, &format!("{prefix}{tool}"))
+            .iter()
+            .any(|l| l.replace(' ', "") == format!("{lint}=\"deny\""))
+    })
 }
 
 #[test]
-fn every_unsafe_block_says_why_it_is_sound() {
-    let mut missing = Vec::new();
-    let mut seen = 0;
-    for f in tree_files(&[".rs"]) {
-        let text = read(&f);
-        seen += text.lines().filter(|l| opens_unsafe(l)).count();
-        for line in undocumented_unsafe(&text) {
-            missing.push(format!("{}:{line}", f.display()));
+fn every_crate_denies_an_unsafe_without_safety() {
+    let root = read(Path::new("Cargo.toml"));
+    assert!(
+        denies_unsafe_lints(&root, "workspace.lints."),
+        "the root Cargo.toml's [workspace.lints] deny {UNSAFE_LINTS:?}"
+    );
+    let manifests: Vec<PathBuf> = tree_files(&["Cargo.toml"])
+        .into_iter()
+        .filter(|m| m.parent() != Some(Path::new("")))
+        .collect();
+    assert!(manifests.len() >= 25, "{} crates", manifests.len());
+    let mut lax = Vec::new();
+    for m in &manifests {
+        let text = read(m);
+        let inherits = toml_table(&text, "lints").contains(&"workspace = true");
+        // fuzz/ is a workspace of its own: it sets the same lints.
+        let own = denies_unsafe_lints(&text, "lints.");
+        if !(inherits || own) {
+            lax.push(m.display().to_string());
         }
     }
     assert!(
-        seen >= 50,
-        "only {seen} unsafe blocks found: the reader is broken"
-    );
-    assert!(
-        missing.is_empty(),
-        "unsafe without a `// SAFETY:` comment saying why it is sound: {missing:#?}"
+        lax.is_empty(),
+        "crates that do not deny {UNSAFE_LINTS:?} (add `[lints] workspace = true`): {lax:#?}"
     );
 }
 
+/// The lints as the root sets them refuse an `unsafe` block without a
+/// `// SAFETY:` comment, and an `unsafe fn` whose body is not in one, and
+/// take both once documented: clippy run on a crate of its own.
 #[test]
-fn the_unsafe_reader_tells_documented_from_not() {
-    // Written with `UNSAFE` so that this file's own check skips it.
-    let text = "\
-// SAFETY: plain getpid(2).
-let a = UNSAFE { libc::getpid() };
-let b = UNSAFE { libc::getpid() };
-// SAFETY: as above.
-let fd = cvt(
-    UNSAFE { libc::eventfd(0, 0) },
-)?;
-let c = x.UNSAFE_thing(); // not UNSAFE code
-UNSAFE fn f() {}
-// UNSAFE { in a comment }
-"
-    .replace("UNSAFE", "unsafe");
-    assert_eq!(undocumented_unsafe(&text), [3, 9]);
+fn clippy_refuses_an_unsafe_without_safety() {
+    let root = read(Path::new("Cargo.toml"));
+    let lints: String = UNSAFE_LINTS
+        .iter()
+        .map(|(tool, _)| {
+            let table = toml_table(&root, &format!("workspace.lints.{tool}")).join("\n");
+            format!("[lints.{tool}]\n{table}\n")
+        })
+        .collect();
+    let work = tests::TempDir::new("tidy-unsafe");
+    let clippy = |name: &str, code: &str| {
+        let dir = work.path().join(name);
+        std::fs::create_dir_all(dir.join("src")).expect("mkdir");
+        std::fs::write(
+            dir.join("Cargo.toml"),
+            format!("[package]\nname = \"{name}\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n\n{lints}"),
+        )
+        .expect("write");
+        std::fs::write(dir.join("src/lib.rs"), code).expect("write");
+        let out = std::process::Command::new(std::env::var("CARGO").unwrap_or("cargo".into()))
+            .args(["clippy", "--offline", "--quiet", "--", "-D", "warnings"])
+            .current_dir(&dir)
+            .env("CARGO_TARGET_DIR", work.path().join("target"))
+            .env_remove("RUSTFLAGS")
+            .output()
+            .expect("run cargo clippy");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Written with `UNSAFE` so that nothing here reads as this file's own.
+    let code = |s: &str| s.replace("UNSAFE", "unsafe");
+    let (ok, err) = clippy(
+        "bare_block",
+        &code("pub fn pid() -> i32 {\n    UNSAFE { std::ptr::read(&1) }\n}\n"),
+    );
+    assert!(
+        !ok && err.contains("unsafe block missing a safety comment"),
+        "{err}"
+    );
+    let (ok, err) = clippy(
+        "bare_fn",
+        &code("/// # Safety\n/// none.\npub UNSAFE fn one(p: *const i32) -> i32 {\n    std::ptr::read(p)\n}\n"),
+    );
+    assert!(!ok && err.contains("requires unsafe block"), "{err}");
+    let (ok, err) = clippy(
+        "documented",
+        &code(
+            "pub fn pid() -> i32 {\n    // SAFETY: a valid reference.\n    UNSAFE { std::ptr::read(&1) }\n}\n\n\
+             /// # Safety\n/// `p` is valid.\npub UNSAFE fn one(p: *const i32) -> i32 {\n    \
+             // SAFETY: the caller's promise.\n    UNSAFE { std::ptr::read(p) }\n}\n",
+        ),
+    );
+    assert!(ok, "{err}");
 }
 
 // ---- module cycles ----------------------------------------------------------------
@@ -236,72 +437,133 @@ fn module_of(rel: &Path) -> Option<(PathBuf, Vec<String>)> {
 }
 
 /// The module paths the code of `text` (in `module`) names through
-/// `crate::` and `super::`, comments and its `#[cfg(test)] mod tests`
-/// left out.
-fn references(text: &str, module: &[String]) -> Vec<Vec<String>> {
-    let code: String = text
-        .split("#[cfg(test)]\nmod tests")
-        .next()
-        .unwrap_or("")
-        .lines()
-        .map(code_of)
-        .collect::<Vec<_>>()
-        .join("\n");
-    let is_name = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_';
-    let path_at = |s: &str| -> Vec<String> {
-        let mut out = Vec::new();
-        let mut rest = s;
-        loop {
-            let n = rest.find(|c: char| !is_name(c)).unwrap_or(rest.len());
-            if n == 0 {
-                break;
+/// `crate::`, `super::` and `self::`: every path of the code and every
+/// `use` tree whole (`use crate::{a, b::c}` names both), read by `syn`;
+/// items under `#[cfg(test)]` (a `mod tests;` anywhere in the file, or
+/// an inline one) left out.
+fn references(text: &str, module: &[String]) -> Result<Vec<Vec<String>>, String> {
+    use syn::visit::Visit;
+
+    struct Paths<'a> {
+        module: &'a [String],
+        out: Vec<Vec<String>>,
+    }
+
+    impl Paths<'_> {
+        /// A path from its segments, when it starts from this crate.
+        fn add(&mut self, segments: &[String]) {
+            let (mut path, mut rest) = match segments.first().map(String::as_str) {
+                Some("crate") => (Vec::new(), &segments[1..]),
+                Some("self") => (self.module.to_vec(), &segments[1..]),
+                Some("super") => (self.module.to_vec(), segments),
+                _ => return,
+            };
+            while let Some((first, r)) = rest.split_first() {
+                if first != "super" {
+                    break;
+                }
+                if path.pop().is_none() {
+                    return;
+                }
+                rest = r;
             }
-            out.push(rest[..n].to_string());
-            match rest[n..].strip_prefix("::") {
-                Some(r) => rest = r,
-                None => break,
+            path.extend(rest.iter().cloned());
+            self.out.push(path);
+        }
+
+        fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+            match tree {
+                syn::UseTree::Path(p) => {
+                    prefix.push(p.ident.to_string());
+                    self.use_tree(prefix, &p.tree);
+                    prefix.pop();
+                }
+                syn::UseTree::Name(n) => {
+                    prefix.push(n.ident.to_string());
+                    self.add(prefix);
+                    prefix.pop();
+                }
+                syn::UseTree::Rename(r) => {
+                    prefix.push(r.ident.to_string());
+                    self.add(prefix);
+                    prefix.pop();
+                }
+                syn::UseTree::Glob(_) => self.add(prefix),
+                syn::UseTree::Group(g) => {
+                    for t in &g.items {
+                        self.use_tree(prefix, t);
+                    }
+                }
             }
         }
-        out
+    }
+
+    /// `#[cfg(test)]` exactly.
+    fn cfg_test(attrs: &[syn::Attribute]) -> bool {
+        attrs.iter().any(|a| {
+            a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test")
+        })
+    }
+
+    impl<'ast> Visit<'ast> for Paths<'_> {
+        fn visit_item(&mut self, item: &'ast syn::Item) {
+            let attrs = match item {
+                syn::Item::Mod(m) => &m.attrs,
+                syn::Item::Fn(f) => &f.attrs,
+                syn::Item::Impl(i) => &i.attrs,
+                syn::Item::Use(u) => &u.attrs,
+                syn::Item::Const(c) => &c.attrs,
+                syn::Item::Static(s) => &s.attrs,
+                syn::Item::Struct(s) => &s.attrs,
+                syn::Item::Enum(e) => &e.attrs,
+                syn::Item::Trait(t) => &t.attrs,
+                syn::Item::Type(t) => &t.attrs,
+                syn::Item::Macro(m) => &m.attrs,
+                _ => return syn::visit::visit_item(self, item),
+            };
+            if !cfg_test(attrs) {
+                syn::visit::visit_item(self, item);
+            }
+        }
+
+        fn visit_item_use(&mut self, item: &'ast syn::ItemUse) {
+            self.use_tree(&mut Vec::new(), &item.tree);
+        }
+
+        fn visit_path(&mut self, path: &'ast syn::Path) {
+            let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+            self.add(&segments);
+            syn::visit::visit_path(self, path);
+        }
+    }
+
+    let file = syn::parse_file(text).map_err(|e| format!("not Rust that syn reads: {e}"))?;
+    let mut paths = Paths {
+        module,
+        out: Vec::new(),
     };
-    let mut out = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let word_start = code[..at]
-            .chars()
-            .last()
-            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
-        if word_start {
-            out.push(path_at(&code[at + "crate::".len()..]));
-        }
-    }
-    for (at, _) in code.match_indices("super::") {
-        if code[..at].ends_with("super::") {
-            continue; // counted from the first `super::` of a run
-        }
-        let mut rest = &code[at..];
-        let mut up = 0;
-        while let Some(r) = rest.strip_prefix("super::") {
-            up += 1;
-            rest = r;
-        }
-        if up > module.len() {
-            continue;
-        }
-        let mut path = module[..module.len() - up].to_vec();
-        path.extend(path_at(rest));
-        out.push(path);
-    }
-    out
+    paths.visit_file(&file);
+    Ok(paths.out)
+}
+
+/// What the module graphs hold: the edges found between sibling
+/// modules, and each cycle as `crate parent: [members]`.
+#[derive(Debug, Default)]
+struct ModuleGraphs {
+    edges: usize,
+    cycles: Vec<String>,
 }
 
 /// The cycles among sibling modules: for each reference from module `m`
 /// to path `t`, an edge between their children of the lowest common
-/// parent. Each cycle is listed as `crate parent: [members]`.
-fn module_cycles(files: &[(PathBuf, Vec<String>, String)]) -> Vec<String> {
+/// parent. A file `syn` cannot read is an error.
+fn module_cycles(files: &[(PathBuf, Vec<String>, String)]) -> Result<ModuleGraphs, String> {
     type Graph = BTreeMap<String, BTreeSet<String>>;
     let mut graphs: BTreeMap<(PathBuf, Vec<String>), Graph> = BTreeMap::new();
     for (krate, module, text) in files {
-        for target in references(text, module) {
+        let targets = references(text, module)
+            .map_err(|e| format!("{} {}: {e}", krate.display(), module.join("::")))?;
+        for target in targets {
             let common = module
                 .iter()
                 .zip(&target)
@@ -318,7 +580,14 @@ fn module_cycles(files: &[(PathBuf, Vec<String>, String)]) -> Vec<String> {
                 .insert(to.clone());
         }
     }
-    let mut out = Vec::new();
+    let mut out = ModuleGraphs {
+        edges: graphs
+            .values()
+            .flat_map(|g| g.values())
+            .map(BTreeSet::len)
+            .sum(),
+        cycles: Vec::new(),
+    };
     for ((krate, parent), graph) in &graphs {
         // A module is on a cycle when it reaches itself.
         let reaches = |from: &String| -> BTreeSet<String> {
@@ -337,7 +606,7 @@ fn module_cycles(files: &[(PathBuf, Vec<String>, String)]) -> Vec<String> {
             .cloned()
             .collect();
         if !on_cycle.is_empty() {
-            out.push(format!(
+            out.cycles.push(format!(
                 "{} {}: {on_cycle:?}",
                 krate.display(),
                 if parent.is_empty() {
@@ -348,7 +617,7 @@ fn module_cycles(files: &[(PathBuf, Vec<String>, String)]) -> Vec<String> {
             ));
         }
     }
-    out
+    Ok(out)
 }
 
 #[test]
@@ -361,13 +630,26 @@ fn no_module_depends_on_itself_through_others() {
         })
         .collect();
     assert!(files.len() > 200, "{} files", files.len());
-    let cycles = module_cycles(&files);
+    let graphs = module_cycles(&files).unwrap_or_else(|e| panic!("{e}"));
+    // What the crates' modules name of each other, read whole: far fewer
+    // would mean the reader misses paths.
     assert!(
-        cycles.is_empty(),
+        graphs.edges >= MIN_MODULE_EDGES,
+        "only {} edges between modules found: the reader is broken",
+        graphs.edges
+    );
+    assert!(
+        graphs.cycles.is_empty(),
         "modules that depend on themselves through others (move what both \
-         need into a module of its own): {cycles:#?}"
+         need into a module of its own): {:#?}",
+        graphs.cycles
     );
 }
+
+/// The edges between sibling modules of the workspace (the check found
+/// 368 when this was written; a reader that misses grouped
+/// imports finds far fewer).
+const MIN_MODULE_EDGES: usize = 330;
 
 #[test]
 fn the_cycle_finder_finds_a_circle_and_only_a_circle() {
@@ -388,15 +670,55 @@ fn the_cycle_finder_finds_a_circle_and_only_a_circle() {
         file("netfilter::masq", "use super::nft::Nft;"),
         file("netfilter::nft", "use super::super::stats;"),
     ];
+    let cycles =
+        |files: &[(PathBuf, Vec<String>, String)]| module_cycles(files).expect("Rust").cycles;
     assert_eq!(
-        module_cycles(&circle),
+        cycles(&circle),
         [r#"bench (root): {"multicall", "report"}"#]
     );
     let line = [
         file("report", "use crate::cells::ms;"),
         file("multicall", "use crate::cells::x; // crate::report"),
     ];
-    assert_eq!(module_cycles(&line), Vec::<String>::new());
+    assert_eq!(cycles(&line), Vec::<String>::new());
+    // A grouped import, and a path in the code, make edges too.
+    let grouped = [
+        file(
+            "report",
+            "use crate::{cells::ms, multicall::{self, Comparison}};",
+        ),
+        file("multicall", "fn f() { crate::report::cell(); }"),
+        file("cells", ""),
+    ];
+    assert_eq!(
+        cycles(&grouped),
+        [r#"bench (root): {"multicall", "report"}"#]
+    );
+    // A `mod tests;` near the top hides nothing after it; its own
+    // imports, and an inline test module's, are no edges.
+    let after_tests = [
+        file(
+            "report",
+            "#[cfg(test)]\nmod tests;\n\nuse crate::multicall::Comparison;",
+        ),
+        file("multicall", "use crate::report::cell;"),
+    ];
+    assert_eq!(
+        cycles(&after_tests),
+        [r#"bench (root): {"multicall", "report"}"#]
+    );
+    let test_only = [
+        file(
+            "report",
+            "#[cfg(test)]\nmod tests {\n    use crate::multicall::Comparison;\n}",
+        ),
+        file("multicall", "use crate::report::cell;"),
+    ];
+    assert_eq!(cycles(&test_only), Vec::<String>::new());
+    assert!(
+        module_cycles(&[file("report", "fn {")]).is_err(),
+        "a file syn cannot read"
+    );
 }
 
 // ---- computed numbers ---------------------------------------------------------------
