@@ -10,7 +10,7 @@
 //! [`MAX_CONNECTIONS`]) the oldest waiting request is shed to take the
 //! new connection, never the new one refused; an accept that fails backs
 //! off and is logged, never retried at once. Scrapes run on the worker of
-//! [`scraper`], which reads the node once per round of waiting scrapes.
+//! `scraper`, which reads the node once per round of waiting scrapes.
 //! Plugins never wait on any of it.
 
 mod http;
