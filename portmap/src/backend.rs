@@ -1,17 +1,15 @@
-//! The backend facade, by libcni's netfilter contract: one attachment's
-//! host ports added and checked on the [`Route`] the config chose
-//! ([`on_route`]: nftables in [`crate::nft`], iptables over netlink in
-//! [`crate::ipt_netlink`], legacy iptables in [`crate::ipt`]), removed and
-//! collected on both backends ([`teardown_both`]), as the Go plugins'
-//! teardown does. DEL reports the UDP host ports it removed (for the
-//! conntrack flush).
+//! The backend facade, by libcni's netfilter contract ([`Rules`]): one
+//! attachment's host ports added and checked on the [`Route`] the config
+//! chose ([`on_route`]: nftables in [`crate::nft`], iptables over netlink
+//! in [`crate::ipt_netlink`], legacy iptables in [`crate::ipt`]), removed
+//! and collected on both backends ([`teardown`] with
+//! [`Visit::both_backends`]), as the Go plugins' teardown does. DEL
+//! reports the UDP host ports it removed (for the conntrack flush).
 
 use libcni::fault;
 use libcni::netfilter::conntrack::IPPROTO_UDP;
 use libcni::netfilter::nft::{Family as NftFamily, Nft};
-use libcni::netfilter::{
-    on_route, teardown_both, Backend, BothBackends, OnRoute, Owner, Route, Verb,
-};
+use libcni::netfilter::{on_route, teardown, Backend, Owner, Route, Rules, Verb, Visit};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{ErrorList, Result};
@@ -21,56 +19,53 @@ use crate::{ipt, ipt_netlink, nft};
 
 /// ADD's rules on `backend`.
 pub fn add(backend: Backend, spec: &PortMapSpec) -> Result<()> {
-    let mut wanted = Wanted {
-        verb: Verb::Add,
-        spec,
-    };
-    on_route(Route::of(backend), &mut wanted)
+    on_route(Route::of(backend), Verb::Add, &mut Wanted { spec })
 }
 
 /// CHECK on `backend`: code 102 naming what is missing.
 pub fn check(backend: Backend, spec: &PortMapSpec) -> Result<()> {
-    let mut wanted = Wanted {
-        verb: Verb::Check,
-        spec,
-    };
-    on_route(Route::of(backend), &mut wanted)
+    on_route(Route::of(backend), Verb::Check, &mut Wanted { spec })
 }
 
 /// One attachment's host ports, as ADD writes them and CHECK reads them.
 struct Wanted<'a> {
-    verb: Verb,
     spec: &'a PortMapSpec,
 }
 
-impl OnRoute for Wanted<'_> {
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        match self.verb {
+/// What [`Wanted`] serves no verb of.
+const WANTED: &str = "an attachment's wanted host ports";
+
+impl Rules for Wanted<'_> {
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
             Verb::Add => nft::add(n, self.spec),
             Verb::Check => nft::check(n, self.spec),
+            Verb::Del | Verb::Gc => Err(verb.not_served_by(WANTED)),
         }
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        match self.verb {
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
             Verb::Add => ipt_netlink::add(n, self.spec),
             Verb::Check => ipt_netlink::check(n, self.spec),
+            Verb::Del | Verb::Gc => Err(verb.not_served_by(WANTED)),
         }
     }
 
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        match self.verb {
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
+        match verb {
             Verb::Add => {
                 ipt::add(self.spec, family)?;
                 fault::point("portmap/between-families");
                 Ok(())
             }
             Verb::Check => ipt::check(self.spec, family),
+            Verb::Del | Verb::Gc => Err(verb.not_served_by(WANTED)),
         }
     }
 }
 
-/// DEL of `owner`'s rules on both backends ([`teardown_both`]): the
+/// DEL of `owner`'s rules on both backends ([`Visit::both_backends`]): the
 /// nftables side reads back the rules of the container's ledger (or lists
 /// the chains once, for rules the Go plugin wrote); on legacy iptables a
 /// process runs only when iptables-nft shows the container's chain, or
@@ -81,7 +76,12 @@ pub fn del(owner: &Owner, backend: Backend, errors: &mut ErrorList) -> Vec<Remov
         owner,
         udp_ports: Vec::new(),
     };
-    teardown_both(backend, &mut state, errors);
+    teardown(
+        &Visit::both_backends(backend),
+        Verb::Del,
+        &mut state,
+        errors,
+    );
     state.udp_ports
 }
 
@@ -99,25 +99,41 @@ impl Del<'_> {
     }
 }
 
-impl BothBackends for Del<'_> {
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        let removed = nft::del(n, self.owner)?;
-        self.keep_udp(removed);
-        Ok(())
+/// What [`Del`] serves no verb of.
+const DEL: &str = "an attachment's host ports to remove";
+
+impl Rules for Del<'_> {
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Del => {
+                let removed = nft::del(n, self.owner)?;
+                self.keep_udp(removed);
+                Ok(())
+            }
+            _ => Err(verb.not_served_by(DEL)),
+        }
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        let removed = ipt_netlink::del(n, self.owner)?;
-        self.keep_udp(removed);
-        Ok(())
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Del => {
+                let removed = ipt_netlink::del(n, self.owner)?;
+                self.keep_udp(removed);
+                Ok(())
+            }
+            _ => Err(verb.not_served_by(DEL)),
+        }
+    }
+
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
+        match verb {
+            Verb::Del => ipt::del(self.owner, family),
+            _ => Err(verb.not_served_by(DEL)),
+        }
     }
 
     fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
         n.is_none_or(|n| iptables_has_container(n, self.owner, family))
-    }
-
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::del(self.owner, family)
     }
 }
 
@@ -125,31 +141,44 @@ impl BothBackends for Del<'_> {
 /// legacy iptables by processes only when the host port chains are there,
 /// or when `backend` is iptables).
 pub fn gc(network: &str, valid: &[Attachment], backend: Backend, errors: &mut ErrorList) {
-    teardown_both(backend, &mut Gc { network, valid }, errors);
+    let mut stale = Stale { network, valid };
+    teardown(&Visit::both_backends(backend), Verb::Gc, &mut stale, errors);
 }
 
-/// A network's stale host ports, for [`gc`].
-struct Gc<'a> {
+/// A network's host ports of attachments not in `valid`, for [`gc`].
+struct Stale<'a> {
     network: &'a str,
     valid: &'a [Attachment],
 }
 
-impl BothBackends for Gc<'_> {
+/// What [`Stale`] serves no verb of.
+const STALE: &str = "a network's stale host ports";
+
+impl Rules for Stale<'_> {
     /// The UDP ports it removes are not flushed, as Go's GC does not.
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        nft::gc(n, self.network, self.valid).map(drop)
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Gc => nft::gc(n, self.network, self.valid).map(drop),
+            _ => Err(verb.not_served_by(STALE)),
+        }
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        ipt_netlink::gc(n, self.network, self.valid)
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Gc => ipt_netlink::gc(n, self.network, self.valid),
+            _ => Err(verb.not_served_by(STALE)),
+        }
+    }
+
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
+        match verb {
+            Verb::Gc => ipt::gc(self.network, self.valid, family),
+            _ => Err(verb.not_served_by(STALE)),
+        }
     }
 
     fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
         n.is_none_or(|n| iptables_has_hostports(n, family))
-    }
-
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::gc(self.network, self.valid, family)
     }
 }
 

@@ -16,11 +16,12 @@
 //!   iptables-nft's `nat` and `filter` tables, in iptables-nft's own
 //!   encoding (the default on iptables-nft nodes, no process).
 //!
-//! Every feature is laid out by one contract ([`route`]): a file per
-//! backend, ADD and CHECK through [`on_route`], DEL and GC through
-//! [`teardown_both`]. [`masq`] and [`spoofcheck`] (nf_tables only, as the
-//! Go plugin) live here; portmap and the firewall in their own crates;
-//! [`conntrack`] removes stale UDP conntrack entries.
+//! Every feature with a choice of backend is laid out by one contract
+//! ([`route`]): a file per backend under a facade that implements
+//! [`Rules`], ADD and CHECK through [`on_route`], DEL and GC through
+//! [`teardown`]. [`masq`] lives here, portmap and the firewall in their
+//! own crates; [`spoofcheck`] (nf_tables only, as the Go plugin) has no
+//! route to choose. [`conntrack`] removes stale UDP conntrack entries.
 //! Everything acts on the network namespace of the calling thread (the
 //! plugin's own): tests call it inside [`crate::netns::NetNs::run`].
 
@@ -40,8 +41,8 @@ pub mod wire;
 use sha2::{Digest, Sha512};
 
 pub use route::{
-    default_backend, node_iptables, on_route, teardown_both, BothBackends, IptablesPath,
-    NodeIptables, OnRoute, Route, Verb,
+    default_backend, node_iptables, on_route, teardown, IptablesPath, NodeIptables, Programs,
+    Route, Rules, Verb, Visit,
 };
 
 use crate::types::Attachment;

@@ -1,17 +1,19 @@
 //! The netfilter contract: where a feature's rules go, and the two
-//! flows every feature (masquerade, host ports, the firewall, the spoof
-//! check) runs through, so that a backend's reach and the "both backends
-//! on DEL" rule are decided once.
+//! flows every feature with a choice of backend (masquerade, host ports,
+//! the firewall) runs through, so that a backend's reach and the "both
+//! backends on DEL" rule are decided once. (The spoof check has one
+//! backend, nf_tables, as in Go: it has no route to choose.)
 //!
 //! A feature has a file per backend, named for what that backend writes:
 //! `nft.rs` (nf_tables in the feature's own table), `ipt_netlink.rs`
 //! (iptables rules written over netlink in iptables-nft's encoding) and
 //! `ipt.rs` (iptables rules by `iptables-restore`, legacy x_tables); the
-//! firewall adds `firewalld.rs`. Its ADD and CHECK implement [`OnRoute`]
-//! and run through [`on_route`] on the [`Route`] the config chose; its DEL
-//! and GC implement [`BothBackends`] and run through [`teardown_both`],
-//! which visits every backend whatever the config chose. What was written
-//! is verified through [`super::ledger::verified`].
+//! firewall adds `firewalld.rs`. Its facade implements the one trait,
+//! [`Rules`], whose steps take the [`Verb`]: ADD and CHECK run through
+//! [`on_route`] on the [`Route`] the config chose; DEL and GC through
+//! [`teardown`], on the places a list of [`Visit`]s names
+//! ([`Visit::both_backends`]: every backend whatever the config chose).
+//! What was written is verified through [`super::ledger::verified`].
 
 use super::{nft, Backend};
 use crate::IpFamily;
@@ -142,89 +144,154 @@ pub fn default_backend() -> Backend {
     }
 }
 
-/// What an [`OnRoute`] step does: write the rules, or only read them.
+/// What a feature's rules are asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verb {
-    /// ADD: write what is missing (idempotent).
+    /// ADD: write what is missing (idempotent), on one route.
     Add,
     /// CHECK: read, and fail with code 102 naming what is missing.
     Check,
+    /// DEL: remove one attachment's rules, wherever they are.
+    Del,
+    /// GC: remove the rules of a network's attachments that are not
+    /// valid.
+    Gc,
 }
 
-/// One feature's ADD or CHECK on the one route the config chose:
-/// [`on_route`] opens what the route needs and calls the matching step.
-pub trait OnRoute {
+impl Verb {
+    /// The error of a facade asked for a verb it has no steps for: what
+    /// each verb needs (an attachment's spec, or a network's valid
+    /// attachments) differs, so each facade serves some.
+    pub fn not_served_by(self, facade: &str) -> Error {
+        Error::Internal(format!("netfilter: {facade} has no {self:?} step"))
+    }
+}
+
+/// One feature's rules on each backend: the one trait of the contract.
+/// [`on_route`] runs ADD and CHECK on one route; [`teardown`] runs DEL and
+/// GC on the places its [`Visit`]s name.
+pub trait Rules {
     /// nf_tables, in the feature's own table.
-    fn nftables(&mut self, nft: &mut nft::Nft) -> Result<()>;
+    fn nftables(&mut self, verb: Verb, nft: &mut nft::Nft) -> Result<()>;
     /// iptables rules over netlink, in iptables-nft's encoding, both
     /// families through one socket.
-    fn iptables_over_netlink(&mut self, nft: &mut nft::Nft) -> Result<()>;
-    /// iptables rules of `family` by `iptables-restore` (IPv4, then IPv6).
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()>;
+    fn iptables_over_netlink(&mut self, verb: Verb, nft: &mut nft::Nft) -> Result<()>;
+    /// iptables rules of `family` by `iptables-save`/`-restore`.
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()>;
+    /// For a teardown's [`Programs::WhereHeld`]: whether legacy iptables
+    /// of `family` may hold something to remove, judged without a process
+    /// (from iptables-nft's tables in `nft`, or with `None` when nf_tables
+    /// could not be opened). Where nothing tells, it may.
+    fn iptables_may_hold(&mut self, _nft: Option<&mut nft::Nft>, _family: IpFamily) -> bool {
+        true
+    }
 }
 
-/// Runs `op` on `route`, stopping at the first error.
-pub fn on_route(route: Route, op: &mut impl OnRoute) -> Result<()> {
+/// Runs `verb` (ADD or CHECK) of `rules` on `route`, stopping at the first
+/// error; the programs run IPv4, then IPv6.
+pub fn on_route(route: Route, verb: Verb, rules: &mut impl Rules) -> Result<()> {
     match route {
-        Route::Nftables => op.nftables(&mut nft::Nft::open()?),
-        Route::Iptables(IptablesPath::Netlink) => op.iptables_over_netlink(&mut nft::Nft::open()?),
+        Route::Nftables => rules.nftables(verb, &mut nft::Nft::open()?),
+        Route::Iptables(IptablesPath::Netlink) => {
+            rules.iptables_over_netlink(verb, &mut nft::Nft::open()?)
+        }
         Route::Iptables(IptablesPath::Programs) => {
             for family in IpFamily::BOTH {
-                op.iptables_programs(family)?;
+                rules.iptables_programs(verb, family)?;
             }
             Ok(())
         }
     }
 }
 
-/// One feature's state (masquerade, host ports) on both backends, as a
-/// teardown (DEL, GC) visits it: [`teardown_both`] runs the steps in the
-/// one order every feature shares.
-pub trait BothBackends {
-    /// The nf_tables side, in the feature's own table.
-    fn nftables(&mut self, nft: &mut nft::Nft) -> Result<()>;
-    /// The iptables side where the node's iptables is iptables-nft: read
-    /// and written over netlink, no process.
-    fn iptables_over_netlink(&mut self, nft: &mut nft::Nft) -> Result<()>;
-    /// Whether iptables of `family` may hold something to remove, judged
-    /// without a process (from iptables-nft's tables in `nft`, or with
-    /// `None` when nf_tables could not be opened); only asked when the
-    /// config did not choose iptables.
-    fn iptables_may_hold(&mut self, nft: Option<&mut nft::Nft>, family: IpFamily) -> bool;
-    /// The iptables side of `family` by `iptables-save`/`-restore`.
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()>;
+/// One place a teardown (DEL, GC) looks, in the order of its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Visit {
+    /// The feature's nf_tables state. When `required`, nf_tables failing
+    /// to open is an error; otherwise nf_tables is only looked at to
+    /// spare iptables processes.
+    Nftables { required: bool },
+    /// iptables rules over netlink; where nf_tables does not open, the
+    /// programs instead, as [`Programs`] says.
+    IptablesOverNetlink(Programs),
+    /// iptables rules by the programs, family by family.
+    IptablesPrograms(Programs),
 }
 
-/// Tears `state` down on both backends, whichever `backend` the config
-/// chose, as the Go plugins' teardown does: nf_tables first; then on an
-/// iptables-nft node the iptables side over netlink; elsewhere the
-/// iptables programs of each family, where the config chose iptables or
-/// the family [may hold](BothBackends::iptables_may_hold) something. Every
-/// step runs; their errors are kept in `errors`.
-pub fn teardown_both(backend: Backend, state: &mut impl BothBackends, errors: &mut ErrorList) {
-    let mut nft = open_nft_for_teardown(backend, errors);
-    if let Some(n) = nft.as_mut() {
-        errors.record(state.nftables(n));
-        if IptablesPath::of_node() == IptablesPath::Netlink {
-            errors.record(state.iptables_over_netlink(n));
-            return;
-        }
+/// Which families' legacy iptables a teardown runs the programs for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Programs {
+    /// Both: the config chose iptables.
+    EveryFamily,
+    /// Those that [may hold](Rules::iptables_may_hold) something.
+    WhereHeld,
+}
+
+impl Visit {
+    /// The Go plugins' teardown, whichever `backend` the config chose:
+    /// nf_tables (required unless the config chose iptables); then this
+    /// node's iptables side, over netlink on an iptables-nft node, else
+    /// the programs, for every family when the config chose iptables and
+    /// otherwise for those that may hold something.
+    pub fn both_backends(backend: Backend) -> [Visit; 2] {
+        let programs = match backend {
+            Backend::Iptables => Programs::EveryFamily,
+            Backend::Nftables => Programs::WhereHeld,
+        };
+        [
+            Visit::Nftables {
+                required: backend != Backend::Iptables,
+            },
+            Visit::iptables_of_node(programs),
+        ]
     }
-    for family in IpFamily::BOTH {
-        if backend == Backend::Iptables || state.iptables_may_hold(nft.as_mut(), family) {
-            errors.record(state.iptables_programs(family));
+
+    /// This node's iptables side: over netlink where its iptables is
+    /// iptables-nft, else the programs.
+    pub fn iptables_of_node(programs: Programs) -> Visit {
+        match IptablesPath::of_node() {
+            IptablesPath::Netlink => Visit::IptablesOverNetlink(programs),
+            IptablesPath::Programs => Visit::IptablesPrograms(programs),
         }
     }
 }
 
-/// For a teardown that covers both backends: nf_tables, or `None` when it
-/// cannot be opened. That is an error, kept in `errors`, unless `backend`
-/// is iptables: then nf_tables is only looked at to spare iptables
-/// processes, and `None` means running them.
-fn open_nft_for_teardown(backend: Backend, errors: &mut ErrorList) -> Option<nft::Nft> {
+/// Runs `verb` (DEL or GC) of `rules` on each of `visits`, in order. Every
+/// step runs; their errors are kept in `errors`. nf_tables is opened once,
+/// for every visit that reads it.
+pub fn teardown(visits: &[Visit], verb: Verb, rules: &mut impl Rules, errors: &mut ErrorList) {
+    let required = visits
+        .iter()
+        .any(|v| matches!(v, Visit::Nftables { required: true }));
+    let mut nft = open_nft_for_teardown(required, errors);
+    for visit in visits {
+        let programs = match (visit, nft.as_mut()) {
+            (Visit::Nftables { .. }, Some(n)) => {
+                errors.record(rules.nftables(verb, n));
+                continue;
+            }
+            (Visit::Nftables { .. }, None) => continue,
+            (Visit::IptablesOverNetlink(_), Some(n)) => {
+                errors.record(rules.iptables_over_netlink(verb, n));
+                continue;
+            }
+            (Visit::IptablesOverNetlink(p) | Visit::IptablesPrograms(p), _) => *p,
+        };
+        for family in IpFamily::BOTH {
+            if programs == Programs::EveryFamily || rules.iptables_may_hold(nft.as_mut(), family) {
+                errors.record(rules.iptables_programs(verb, family));
+            }
+        }
+    }
+}
+
+/// For a teardown: nf_tables, or `None` when it cannot be opened. That is
+/// an error, kept in `errors`, when it is `required`; otherwise `None`
+/// means running the iptables programs instead.
+fn open_nft_for_teardown(required: bool, errors: &mut ErrorList) -> Option<nft::Nft> {
     match nft::Nft::open() {
         Ok(n) => Some(n),
-        Err(_) if backend == Backend::Iptables => None,
+        Err(_) if !required => None,
         Err(e) => {
             errors.push(Error::kernel(
                 "open nf_tables",

@@ -58,7 +58,7 @@ pub use nft::rule_comment;
 
 use super::ledger;
 use super::nft::{Family, Nft};
-use super::{on_route, teardown_both, Backend, BothBackends, OnRoute, Owner, Route, Verb};
+use super::{on_route, teardown, Backend, Owner, Route, Rules, Verb, Visit};
 use crate::types::{Attachment, IpPrefix};
 use crate::IpFamily;
 use crate::{ErrorList, Result};
@@ -77,57 +77,74 @@ pub const OLD_TABLE: &str = "cni_rs_masq";
 /// iptables is iptables-nft ([`ipt_netlink::add`]), by `iptables-restore`
 /// elsewhere.
 pub fn add(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    let mut wanted = Wanted {
-        verb: Verb::Add,
+    let mut masq = Masquerade {
         owner,
         ifname,
         addrs,
     };
-    on_route(Route::of(backend), &mut wanted)
+    on_route(Route::of(backend), Verb::Add, &mut masq)
 }
 
 /// Whether `owner`'s addresses are masqueraded (CHECK); code 102 otherwise.
 pub fn check(backend: Backend, owner: &Owner, ifname: &str, addrs: &[IpPrefix]) -> Result<()> {
-    let mut wanted = Wanted {
-        verb: Verb::Check,
+    let mut masq = Masquerade {
         owner,
         ifname,
         addrs,
     };
-    on_route(Route::of(backend), &mut wanted)
+    on_route(Route::of(backend), Verb::Check, &mut masq)
 }
 
-/// One attachment's masquerade, as ADD writes it and CHECK reads it.
-struct Wanted<'a> {
-    verb: Verb,
+/// One attachment's masquerade: ADD writes it, CHECK reads it, DEL
+/// removes it (which needs no address: DEL works after the namespace is
+/// gone).
+struct Masquerade<'a> {
     owner: &'a Owner,
     ifname: &'a str,
     addrs: &'a [IpPrefix],
 }
 
-impl OnRoute for Wanted<'_> {
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        match self.verb {
+/// What [`Masquerade`] serves no verb of.
+const MASQUERADE: &str = "an attachment's masquerade";
+
+impl Rules for Masquerade<'_> {
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
             Verb::Add => nft::add(n, self.owner, self.ifname, self.addrs),
             Verb::Check => nft::check(n, self.owner, self.ifname, self.addrs),
+            Verb::Del => nft::del(n, self.owner, self.ifname),
+            Verb::Gc => Err(verb.not_served_by(MASQUERADE)),
         }
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        match self.verb {
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
             Verb::Add => ipt_netlink::add(n, self.owner, self.addrs),
             Verb::Check => ipt_netlink::check(n, self.owner, self.addrs),
+            Verb::Del => ipt_netlink::del(n, self.owner),
+            Verb::Gc => Err(verb.not_served_by(MASQUERADE)),
         }
     }
 
     /// A family without addresses has nothing to write or read.
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
         let addrs = of_family(self.addrs, family);
-        match self.verb {
-            _ if addrs.is_empty() => Ok(()),
+        match verb {
+            Verb::Add | Verb::Check if addrs.is_empty() => Ok(()),
             Verb::Add => ipt::add(self.owner, &addrs, family),
             Verb::Check => ipt::check(self.owner, &addrs, family),
+            Verb::Del => ipt::del(self.owner, family),
+            Verb::Gc => Err(verb.not_served_by(MASQUERADE)),
         }
+    }
+
+    /// Where iptables-nft does not show the container's chain, legacy
+    /// iptables is not read.
+    fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
+        n.is_none_or(|n| {
+            n.has_chain(Family::of(family), "nat", &ipt::chain(self.owner))
+                .unwrap_or(true)
+        })
     }
 }
 
@@ -141,48 +158,24 @@ fn of_family(addrs: &[IpPrefix], family: IpFamily) -> Vec<IpPrefix> {
 }
 
 /// Removes `owner`'s masquerade on `ifname` on both backends, as the Go
-/// plugins do ([`teardown_both`]): on legacy iptables a process runs only
-/// when iptables-nft shows the container's chain, or when `backend` is
-/// iptables. Needs no address: DEL works after the namespace is gone.
-/// Best effort: every step runs, the first error is returned.
+/// plugins do ([`Visit::both_backends`]): on legacy iptables a process
+/// runs only when iptables-nft shows the container's chain, or when
+/// `backend` is iptables. Needs no address: DEL works after the namespace
+/// is gone. Best effort: every step runs, the first error is returned.
 pub fn del(backend: Backend, owner: &Owner, ifname: &str) -> Result<()> {
     let mut errors = ErrorList::new();
-    let mut state = Teardown {
+    let mut masq = Masquerade {
         owner,
         ifname,
-        chain: ipt::chain(owner),
+        addrs: &[],
     };
-    teardown_both(backend, &mut state, &mut errors);
+    teardown(
+        &Visit::both_backends(backend),
+        Verb::Del,
+        &mut masq,
+        &mut errors,
+    );
     errors.finish_first()
-}
-
-/// One attachment's masquerade, for [`del`].
-struct Teardown<'a> {
-    owner: &'a Owner,
-    ifname: &'a str,
-    /// Its iptables chain.
-    chain: String,
-}
-
-impl BothBackends for Teardown<'_> {
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        nft::del(n, self.owner, self.ifname)
-    }
-
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        ipt_netlink::del(n, self.owner)
-    }
-
-    fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
-        n.is_none_or(|n| {
-            n.has_chain(Family::of(family), "nat", &self.chain)
-                .unwrap_or(true)
-        })
-    }
-
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::del(self.owner, family)
-    }
 }
 
 /// Removes the masquerade of attachments of `network` that are not in
@@ -190,33 +183,51 @@ impl BothBackends for Teardown<'_> {
 /// alike), on legacy iptables only when `backend` is iptables.
 pub fn gc(backend: Backend, network: &str, valid: &[Attachment]) -> Result<()> {
     let mut errors = ErrorList::new();
-    teardown_both(backend, &mut Gc { network, valid }, &mut errors);
+    let mut stale = Stale { network, valid };
+    teardown(
+        &Visit::both_backends(backend),
+        Verb::Gc,
+        &mut stale,
+        &mut errors,
+    );
     errors.finish_first()
 }
 
-/// A network's stale masquerade, for [`gc`].
-struct Gc<'a> {
+/// A network's masquerade of attachments not in `valid`, for GC.
+struct Stale<'a> {
     network: &'a str,
     valid: &'a [Attachment],
 }
 
-impl BothBackends for Gc<'_> {
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        nft::gc(n, self.network, self.valid)
+/// What [`Stale`] serves no verb of.
+const STALE: &str = "a network's stale masquerade";
+
+impl Rules for Stale<'_> {
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Gc => nft::gc(n, self.network, self.valid),
+            _ => Err(verb.not_served_by(STALE)),
+        }
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        ipt_netlink::gc(n, self.network, self.valid)
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Gc => ipt_netlink::gc(n, self.network, self.valid),
+            _ => Err(verb.not_served_by(STALE)),
+        }
+    }
+
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
+        match verb {
+            Verb::Gc => ipt::gc(self.network, self.valid, family),
+            _ => Err(verb.not_served_by(STALE)),
+        }
     }
 
     /// The rules of every container hang off `POSTROUTING`: no chain
     /// tells, so legacy iptables is read only when the config chose it.
     fn iptables_may_hold(&mut self, _: Option<&mut Nft>, _: IpFamily) -> bool {
         false
-    }
-
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        ipt::gc(self.network, self.valid, family)
     }
 }
 

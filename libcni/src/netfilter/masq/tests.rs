@@ -227,13 +227,16 @@ fn netfilter_masq_iptables_native_equals_iptables_restore() {
         .unwrap();
     process
         .run(|| {
-            let mut wanted = Wanted {
-                verb: Verb::Add,
+            let mut masq = Masquerade {
                 owner: &owner,
                 ifname: "eth0",
                 addrs: &addrs,
             };
-            on_route(Route::Iptables(IptablesPath::Programs), &mut wanted)
+            on_route(
+                Route::Iptables(IptablesPath::Programs),
+                Verb::Add,
+                &mut masq,
+            )
         })
         .unwrap()
         .unwrap();

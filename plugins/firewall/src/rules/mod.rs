@@ -4,7 +4,8 @@
 //! same-bridge` drops traffic entering a bridge from another isolated
 //! bridge, and `isolated` also between containers of the same bridge.
 //! IPv4 and IPv6, three backends, laid out by libcni's netfilter contract
-//! (ADD and CHECK through `on_route`, DEL and GC through `teardown_both`):
+//! (one `Rules` trait; ADD and CHECK through `on_route`, DEL and GC
+//! through `teardown` on the places `TeardownHint::visits` names):
 //!
 //! - iptables: the Go plugin's iptables chains and rules, byte for byte
 //!   ([`ipt`]); where the node's iptables is iptables-nft they are written
@@ -41,9 +42,7 @@ use self::ipt::Rules;
 use self::records::{Record, Records};
 use libcni::fault;
 use libcni::netfilter::nft::Nft;
-use libcni::netfilter::{
-    on_route, teardown_both, Backend, BothBackends, OnRoute, Owner, Route, Verb,
-};
+use libcni::netfilter::{on_route, teardown, Owner, Programs, Route, Verb, Visit};
 use libcni::types::Attachment;
 use libcni::IpFamily;
 use libcni::{Error, ErrorList, Result};
@@ -123,13 +122,23 @@ pub enum TeardownHint {
 }
 
 impl TeardownHint {
-    /// The netfilter backend a teardown starts from: iptables unless the
-    /// config names nftables.
-    fn netfilter(&self) -> Backend {
-        match self {
-            TeardownHint::Nftables => Backend::Nftables,
-            _ => Backend::Iptables,
+    /// Where a teardown looks: our previous release's own table in
+    /// nf_tables (which must open when the config names nftables); then,
+    /// when the rules need an iptables pass, for the nftables backend its
+    /// rules over netlink on every node (they are iptables-nft's), for any
+    /// other this node's iptables side, every family. Legacy iptables is
+    /// read only when the config chose it (or firewalld, or nothing): the
+    /// nftables backend never writes there.
+    fn visits(&self, iptables: bool) -> Vec<Visit> {
+        let nftables = matches!(self, TeardownHint::Nftables);
+        let mut visits = vec![Visit::Nftables { required: nftables }];
+        if iptables && nftables {
+            // Teardown::iptables_may_hold: no programs if nf_tables fails.
+            visits.push(Visit::IptablesOverNetlink(Programs::WhereHeld));
+        } else if iptables {
+            visits.push(Visit::iptables_of_node(Programs::EveryFamily));
         }
+        visits
     }
 }
 
@@ -260,8 +269,8 @@ pub fn add(backend: &FwBackend, spec: &FirewallSpec, records: &Records) -> Resul
         FwBackend::Firewalld { zone } => firewalld_add(zone, spec),
         FwBackend::Iptables | FwBackend::Nftables => {
             fault::point("firewall/add-before-commit");
-            let mut wanted = Wanted::new(Verb::Add, spec, Rules::AcceptAndIsolation);
-            on_route(backend.route(), &mut wanted)
+            let mut wanted = Wanted::new(spec, Rules::AcceptAndIsolation);
+            on_route(backend.route(), Verb::Add, &mut wanted)
         }
     };
     if let Err(e) = done {
@@ -292,8 +301,8 @@ fn firewalld_isolation(verb: Verb, spec: &FirewallSpec) -> Result<()> {
     if spec.isolate.is_none() {
         return Ok(());
     }
-    let mut wanted = Wanted::new(verb, spec, Rules::IsolationOnly);
-    on_route(Route::iptables(), &mut wanted)
+    let mut wanted = Wanted::new(spec, Rules::IsolationOnly);
+    on_route(Route::iptables(), verb, &mut wanted)
 }
 
 /// Whether `spec`'s rules are all there (CHECK); code 102 naming what is
@@ -301,8 +310,8 @@ fn firewalld_isolation(verb: Verb, spec: &FirewallSpec) -> Result<()> {
 pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
     match backend {
         FwBackend::Iptables | FwBackend::Nftables => {
-            let mut wanted = Wanted::new(Verb::Check, spec, Rules::AcceptAndIsolation);
-            on_route(backend.route(), &mut wanted)
+            let mut wanted = Wanted::new(spec, Rules::AcceptAndIsolation);
+            on_route(backend.route(), Verb::Check, &mut wanted)
         }
         FwBackend::Firewalld { zone } => {
             let mut fw = firewalld::Firewalld::connect()?;
@@ -322,19 +331,21 @@ pub fn check(backend: &FwBackend, spec: &FirewallSpec) -> Result<()> {
 /// One container's iptables rules, as ADD writes them and CHECK reads
 /// them ([`ipt`]).
 struct Wanted<'a> {
-    verb: Verb,
     spec: &'a FirewallSpec,
     rules: Rules,
 }
 
+/// What [`Wanted`] serves no verb of.
+const WANTED: &str = "a container's wanted firewall rules";
+
 impl<'a> Wanted<'a> {
-    fn new(verb: Verb, spec: &'a FirewallSpec, rules: Rules) -> Wanted<'a> {
-        Wanted { verb, spec, rules }
+    fn new(spec: &'a FirewallSpec, rules: Rules) -> Wanted<'a> {
+        Wanted { spec, rules }
     }
 
-    /// The rules of `family`'s addresses through `via`; a family without
-    /// addresses has none.
-    fn family(&self, family: IpFamily, via: &mut ipt::Filter) -> Result<()> {
+    /// `verb` on the rules of `family`'s addresses through `via`; a family
+    /// without addresses has none.
+    fn family(&self, verb: Verb, family: IpFamily, via: &mut ipt::Filter) -> Result<()> {
         let addrs = self.spec.family_addrs(family);
         if addrs.is_empty() {
             return Ok(());
@@ -345,7 +356,7 @@ impl<'a> Wanted<'a> {
             family,
             rules: self.rules,
         };
-        match self.verb {
+        match verb {
             Verb::Add => {
                 // For IsolationOnly, firewalld_add has passed the fault
                 // points already.
@@ -357,26 +368,27 @@ impl<'a> Wanted<'a> {
                 ipt::add(&want, via)
             }
             Verb::Check => ipt::check(&want, via),
+            Verb::Del | Verb::Gc => Err(verb.not_served_by(WANTED)),
         }
     }
 }
 
-impl OnRoute for Wanted<'_> {
+impl libcni::netfilter::Rules for Wanted<'_> {
     /// The firewall's nftables rules are its iptables rules in
     /// iptables-nft's encoding, so both go over netlink.
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        self.iptables_over_netlink(n)
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        self.iptables_over_netlink(verb, n)
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
         for family in IpFamily::BOTH {
-            self.family(family, &mut ipt::Filter::Netlink(n))?;
+            self.family(verb, family, &mut ipt::Filter::Netlink(n))?;
         }
         Ok(())
     }
 
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        self.family(family, &mut ipt::Filter::Programs)
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
+        self.family(verb, family, &mut ipt::Filter::Programs)
     }
 }
 
@@ -401,69 +413,62 @@ fn firewalld_remove(sources: &Sources, errors: &mut ErrorList) {
     }
 }
 
-/// The netfilter side of a DEL or GC, on both backends ([`teardown_both`]).
+/// The netfilter side of a DEL or GC, on the places
+/// [`TeardownHint::visits`] names.
 struct Teardown<'a> {
-    /// The backend the config names (iptables when it names firewalld or
-    /// none).
-    backend: Backend,
     /// What our previous release's own table (`inet cni_rs_firewall`)
     /// holds of this teardown.
     previous_release: &'a dyn Fn(&mut Nft) -> Result<()>,
-    /// Whether the iptables rules need a pass at all.
-    iptables: bool,
     /// The accept rules to remove, except those of `held`.
     remove: &'a [IpAddr],
     held: &'a [IpAddr],
     /// Which of our previous release's owner records go.
     doomed: &'a dyn Fn(&ipt::LegacyRecord) -> bool,
-    /// Whether the rules over netlink were removed already.
-    netlink_done: bool,
 }
+
+/// What [`Teardown`] serves no verb of.
+const TEARDOWN: &str = "a firewall teardown";
 
 impl Teardown<'_> {
     /// The accept rules of `family` in `remove`, and the doomed records,
-    /// through `via`.
-    fn family(&self, family: IpFamily, via: &mut ipt::Filter) -> Result<()> {
-        let addrs = of_family(self.remove, family);
-        ipt::remove(&addrs, self.held, self.doomed, family, via)
+    /// through `via`, for DEL and GC alike (what goes was chosen by the
+    /// verb's caller).
+    fn family(&self, verb: Verb, family: IpFamily, via: &mut ipt::Filter) -> Result<()> {
+        match verb {
+            Verb::Del | Verb::Gc => {
+                let addrs = of_family(self.remove, family);
+                ipt::remove(&addrs, self.held, self.doomed, family, via)
+            }
+            Verb::Add | Verb::Check => Err(verb.not_served_by(TEARDOWN)),
+        }
     }
 }
 
-impl BothBackends for Teardown<'_> {
-    /// Our previous release's table; and for the nftables backend, whose
-    /// rules are iptables-nft's on every node, the rules over netlink.
-    fn nftables(&mut self, n: &mut Nft) -> Result<()> {
-        let mut errors = ErrorList::new();
-        errors.record((self.previous_release)(n));
-        if self.backend == Backend::Nftables {
-            errors.record(self.iptables_over_netlink(n));
+impl libcni::netfilter::Rules for Teardown<'_> {
+    /// Our previous release's table.
+    fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
+        match verb {
+            Verb::Del | Verb::Gc => (self.previous_release)(n),
+            Verb::Add | Verb::Check => Err(verb.not_served_by(TEARDOWN)),
         }
-        errors.finish_joined()
     }
 
-    fn iptables_over_netlink(&mut self, n: &mut Nft) -> Result<()> {
-        if !self.iptables || self.netlink_done {
-            return Ok(());
-        }
-        self.netlink_done = true;
+    fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
         let mut errors = ErrorList::new();
         for family in IpFamily::BOTH {
-            errors.record(self.family(family, &mut ipt::Filter::Netlink(n)));
+            errors.record(self.family(verb, family, &mut ipt::Filter::Netlink(n)));
         }
         errors.finish_joined()
     }
 
-    /// Legacy iptables is read only when the config chose it (or
-    /// firewalld, or nothing): the nftables backend never writes there.
-    fn iptables_may_hold(&mut self, _: Option<&mut Nft>, _: IpFamily) -> bool {
-        false
+    fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
+        self.family(verb, family, &mut ipt::Filter::Programs)
     }
 
-    fn iptables_programs(&mut self, family: IpFamily) -> Result<()> {
-        if !self.iptables {
-            return Ok(());
-        }
-        self.family(family, &mut ipt::Filter::Programs)
+    /// The nftables backend never writes to legacy iptables: where
+    /// nf_tables does not open, its teardown runs no program.
+    fn iptables_may_hold(&mut self, _: Option<&mut Nft>, _: IpFamily) -> bool {
+        false
     }
 }
 
@@ -545,16 +550,14 @@ pub fn del(
     // pass; otherwise the rules of `remove`, and our previous release's
     // records of this owner (found only by reading the chain).
     let legacy_mine = ipt::owner_comment(owner);
-    let mut teardown = Teardown {
-        backend: hint.netfilter(),
+    let mut state = Teardown {
         previous_release: &|n| nft::del(n, owner, &remove),
-        iptables: !remove.is_empty() || known.is_empty(),
         remove: &remove,
         held: &held,
         doomed: &|rec| rec.comment == legacy_mine,
-        netlink_done: false,
     };
-    teardown_both(hint.netfilter(), &mut teardown, &mut errors);
+    let iptables = !remove.is_empty() || known.is_empty();
+    teardown(&hint.visits(iptables), Verb::Del, &mut state, &mut errors);
     fault::point("firewall/del-after-commit");
     if errors.is_empty() {
         for (a, _) in &mine {
@@ -601,16 +604,13 @@ pub fn gc(
         .filter(|(_, r)| r.backend != "firewalld")
         .map(|(a, _)| *a)
         .collect();
-    let mut teardown = Teardown {
-        backend: hint.netfilter(),
+    let mut state = Teardown {
         previous_release: &|n| nft::gc(n, network, valid),
-        iptables: true,
         remove: &remove,
         held: &[],
         doomed: &|rec| ipt::legacy_stale(rec, network, valid),
-        netlink_done: false,
     };
-    teardown_both(hint.netfilter(), &mut teardown, &mut errors);
+    teardown(&hint.visits(true), Verb::Gc, &mut state, &mut errors);
     if errors.is_empty() {
         for (a, _) in &stale {
             errors.record(records.remove(*a));
