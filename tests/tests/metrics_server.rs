@@ -258,6 +258,68 @@ fn metrics_server_answers_beside_clients_that_never_read() {
     assert_all_answered(test, under_load(test, "msnoread", "never-read"), 3);
 }
 
+/// Out of file descriptors (a limit of 12, which the server cannot raise,
+/// below what its 8 connections at least need, and 40 idle connections):
+/// a failed accept sheds the oldest connection or pauses, never spins.
+/// Every scrape is answered (what it cannot open counted as a read
+/// error), and the server spent less than a second of CPU on the whole
+/// phase (a spinning accept loop burns one core).
+#[test]
+fn metrics_server_out_of_descriptors_sheds_and_does_not_spin() {
+    let test = "metrics_server_out_of_descriptors_sheds_and_does_not_spin";
+    if !require_root(test) {
+        return;
+    }
+    let node = Node::new("msfds");
+    node.ns.ip(&["link", "set", "lo", "up"]);
+    let cni_rs = bin("cni-rs");
+    let args = [
+        "--nofile=12:12",
+        cni_rs.to_str().unwrap(),
+        "metrics",
+        "--listen",
+        "127.0.0.1:9585",
+        "--conf-dir",
+        node.conf_dir.path().to_str().unwrap(),
+        "--cache-dir",
+        node.cache_dir.path().to_str().unwrap(),
+        "--cri-socket",
+        "none",
+    ];
+    let server = Background::start(&node.ns, "prlimit", &args);
+    wait_for("the metrics server", || {
+        http_request(&node.ns, "127.0.0.1", PORT, "GET /healthz HTTP/1.0\r\n\r\n").is_some()
+    });
+    // prlimit execs the server: the same process.
+    let pid = server.pid();
+    let cpu = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .expect("stat")
+            .1
+            .split_whitespace()
+            .collect();
+        // utime and stime, fields 14 and 15 of stat(5), in clock ticks.
+        fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+    };
+    let before = cpu();
+    let out =
+        python_client(&node.ns, HOSTILE, &["idle-40", &pid.to_string()]).expect("the clients");
+    let used = cpu() - before;
+    let n: Vec<u64> = out.split_whitespace().map(|w| w.parse().unwrap()).collect();
+    assert_eq!(
+        (n[0], n[1]),
+        (3, 3),
+        "{test}: scrapes answered of asked: {out}"
+    );
+    // 100 ticks a second on Linux.
+    assert!(
+        used < 100,
+        "{test}: {used} ticks of CPU while out of descriptors"
+    );
+}
+
 /// Requests pipelined on one connection get one answer, then the close.
 #[test]
 fn metrics_server_answers_one_request_per_connection() {

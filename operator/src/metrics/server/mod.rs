@@ -51,6 +51,9 @@ pub const MAX_REQUEST: usize = 8 << 10;
 /// Connections held at once, at most (fewer when the file descriptor
 /// limit is lower): 2048 full request buffers are 16 MiB.
 pub const MAX_CONNECTIONS: usize = 2048;
+/// Connections held at least, however low the descriptor limit: past
+/// what the limit leaves, a failed accept closes the oldest one.
+const MIN_CONNECTIONS: usize = 8;
 /// File descriptors kept for what a scrape opens (the node's files, the
 /// CRI socket, namespaces).
 const RESERVED_FDS: usize = 64;
@@ -103,6 +106,7 @@ pub fn serve(
         next_token: 0,
         capacity,
         accept_pause: Pause::default(),
+        out_of_fds_logged: None,
     };
     crate::repeat::until_stopped(move || server.run())
 }
@@ -120,7 +124,8 @@ fn connection_capacity() -> usize {
         Err(_) => 1024,
     };
     let fds = usize::try_from(soft).unwrap_or(usize::MAX);
-    fds.saturating_sub(RESERVED_FDS).clamp(16, MAX_CONNECTIONS)
+    fds.saturating_sub(RESERVED_FDS)
+        .clamp(MIN_CONNECTIONS, MAX_CONNECTIONS)
 }
 
 /// One client connection, from accept to close.
@@ -165,6 +170,9 @@ struct Server {
     next_token: Token,
     capacity: usize,
     accept_pause: Pause,
+    /// When running out of descriptors was last logged (once a minute
+    /// at most: under a flood it happens at every accept).
+    out_of_fds_logged: Option<Instant>,
 }
 
 /// What the last poll said of each socket.
@@ -371,6 +379,19 @@ impl Server {
                 // and try once more, then pause.
                 Err(e) if is_out_of_resources(&e) && !shed_for_fds && self.shed() => {
                     shed_for_fds = true;
+                    let now = Instant::now();
+                    if self
+                        .out_of_fds_logged
+                        .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(60))
+                    {
+                        self.out_of_fds_logged = Some(now);
+                        eprintln!(
+                            "cni-rs metrics: accepting on {}: {e}; closed the oldest of {} \
+                             connections for the new one",
+                            self.addr,
+                            self.conns.len() + 1
+                        );
+                    }
                 }
                 Err(e) => {
                     self.pause_accepting(&e);
