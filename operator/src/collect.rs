@@ -731,17 +731,37 @@ fn read_kernel(configured: &Configured, unreadable: &mut Vec<String>) -> Kernel 
         }
         Err(e) => unreadable.push(format!("links and qdiscs: {e}")),
     }
-    let mut nft = Nft::open().ok();
+    // A table that is not there reads as empty; any other failure (no
+    // CAP_NET_ADMIN, which nfnetlink asks even to read) is unreadable,
+    // never taken for "no rules".
+    let mut nft = match Nft::open() {
+        Ok(n) => Some(n),
+        Err(e) => {
+            unreadable.push(format!("nf_tables: {e}"));
+            None
+        }
+    };
     if let Some(n) = nft.as_mut() {
-        kernel.nft = NftRules {
-            nat_chains: [Family::Ip, Family::Ip6]
-                .into_iter()
-                .flat_map(|f| n.chain_names(f, "nat").unwrap_or_default())
-                .collect(),
-            portmap_owners: portmap::node_state::nft_rule_owners(n),
-            masq_comments: libcni::netfilter::masq::nft_rule_comments(n),
-        };
-        kernel.spoof_checks = spoofcheck::attachments(n).into_iter().collect();
+        let mut read =
+            |what: &str, e: libcni::Error| unreadable.push(format!("nf_tables {what}: {e}"));
+        for family in [Family::Ip, Family::Ip6] {
+            match n.chain_names(family, "nat") {
+                Ok(chains) => kernel.nft.nat_chains.extend(chains),
+                Err(e) => read("nat chains", e),
+            }
+        }
+        match portmap::node_state::nft_rule_owners(n) {
+            Ok(owners) => kernel.nft.portmap_owners = owners,
+            Err(e) => read("host port rules", e),
+        }
+        match libcni::netfilter::masq::nft_rule_comments(n) {
+            Ok(comments) => kernel.nft.masq_comments = comments,
+            Err(e) => read("masquerade rules", e),
+        }
+        match spoofcheck::attachments(n) {
+            Ok(checks) => kernel.spoof_checks = checks.into_iter().collect(),
+            Err(e) => read("spoof check chains", e),
+        }
     }
     let legacy = IptablesPath::of_node() == IptablesPath::Programs;
     if legacy {
@@ -786,9 +806,9 @@ fn forward_rules(
     if let Some(n) = nft {
         for family in IpFamily::BOTH {
             // A family without the table has no such rules.
-            let read = libcni::netfilter::iptables_nft::filter::read(n, family, &[FORWARD_CHAIN]);
-            if let Ok((saved, _)) = read {
-                lines.extend(saved.rules_of(FORWARD_CHAIN).cloned());
+            match libcni::netfilter::iptables_nft::filter::read(n, family, &[FORWARD_CHAIN]) {
+                Ok((saved, _)) => lines.extend(saved.rules_of(FORWARD_CHAIN).cloned()),
+                Err(e) => unreadable.push(format!("nf_tables filter table: {e}")),
             }
         }
     }

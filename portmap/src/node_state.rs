@@ -18,15 +18,13 @@ pub fn recorded(network: &str) -> Vec<(String, PathBuf)> {
 /// The containers whose mappings are in the nf_tables host port chains
 /// (ours and the Go plugin's nftables backend, whose rules carry the
 /// container ID as their comment, cut to what `nft` keeps, and no network).
-pub fn nft_rule_owners(nft: &mut Nft) -> std::collections::BTreeSet<String> {
+pub fn nft_rule_owners(nft: &mut Nft) -> libcni::Result<std::collections::BTreeSet<String>> {
     let mut owners = std::collections::BTreeSet::new();
     for family in [Family::Ip, Family::Ip6] {
         for chain in [crate::nft::HOSTPORTS, crate::nft::HOSTIP_HOSTPORTS] {
-            let rules = nft
-                .rules(family, crate::nft::TABLE, chain)
-                .unwrap_or_default();
+            let rules = nft.rules(family, crate::nft::TABLE, chain)?;
             owners.extend(rules.into_iter().filter_map(|r| r.comment));
         }
     }
-    owners
+    Ok(owners)
 }

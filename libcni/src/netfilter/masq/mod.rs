@@ -252,12 +252,12 @@ pub fn recorded(network: &str) -> Vec<(String, Option<String>, std::path::PathBu
 /// The comments of the per-address rules in the Go plugins' nf_tables
 /// masquerade table (ours are the same): one per attachment and address,
 /// [`rule_comment`].
-pub fn nft_rule_comments(nft: &mut Nft) -> Vec<String> {
-    nft.rules(nft::F, TABLE, CHAIN)
-        .unwrap_or_default()
+pub fn nft_rule_comments(nft: &mut Nft) -> Result<Vec<String>> {
+    Ok(nft
+        .rules(nft::F, TABLE, CHAIN)?
         .into_iter()
         .filter_map(|r| r.comment)
-        .collect()
+        .collect())
 }
 
 /// The network, interface and container ID a [`rule_comment`] names;

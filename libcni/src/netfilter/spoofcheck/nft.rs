@@ -30,18 +30,15 @@ pub fn chain_of(container_id: &str, ifname: &str) -> String {
 /// The attachments whose spoof check is in the kernel, as [`ref_id`]s
 /// (the two parts cannot be told apart when the container ID has a dash:
 /// match them with [`ref_id`]), read from the chain names of `bridge nat`.
-pub fn attachments(nft: &mut Nft) -> Vec<String> {
-    let chains: std::collections::BTreeSet<String> = nft
-        .chain_names(F, TABLE)
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
+pub fn attachments(nft: &mut Nft) -> Result<Vec<String>> {
+    let chains: std::collections::BTreeSet<String> =
+        nft.chain_names(F, TABLE)?.into_iter().collect();
     // An attachment's chain is the one with its `-mac` chain beside it.
-    chains
+    Ok(chains
         .iter()
         .filter(|c| chains.contains(&format!("{c}-mac")))
         .filter_map(|c| c.strip_prefix(IFACE_CHAIN_PREFIX).map(str::to_string))
-        .collect()
+        .collect())
 }
 
 fn comment(r: &str) -> String {
