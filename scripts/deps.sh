@@ -220,6 +220,15 @@ ensure_prometheus() {
   with_services_held apt_install --no-install-recommends prometheus
 }
 
+# checkov (PyPI), the Kubernetes manifest scanner tests/tests/daemonset.rs
+# runs on deploy/ (docs/install.md lists the checks it may fail).
+ensure_checkov() {
+  command -v checkov >/dev/null 2>&1 && return
+  echo "installing checkov (pip)" >&2
+  python3 -m pip install --quiet --root-user-action=ignore checkov ||
+    { echo "error: pip install checkov failed" >&2; return 1; }
+}
+
 # firewalld and dbus-daemon for the firewall plugin's firewalld tests, which
 # start their own on a private bus in a throwaway mount and network namespace
 # (tests/src/firewalld.rs), never the machine's. Installing must not start

@@ -21,6 +21,7 @@ ensure_podman
 ensure_release_test_deps
 ensure_firewalld
 ensure_prometheus
+ensure_checkov
 
 # What killed runs left (their own guard never ran) is not this run's:
 # removed before it, so that the check at the end sees only this run's.

@@ -83,9 +83,27 @@ pub struct ContainerSpec {
     pub command: Vec<String>,
     pub args: Vec<String>,
     pub mounts: Vec<MountSpec>,
-    pub privileged: bool,
+    /// Its `securityContext`, as kubelet passes it on.
+    pub security: SecuritySpec,
     /// The log file, under the sandbox's `log_directory`.
     pub log_path: String,
+}
+
+/// A container's `securityContext`, as kubelet turns it into CRI's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecuritySpec {
+    pub privileged: bool,
+    /// `capabilities.drop` and `.add`, without the `CAP_` prefix
+    /// (`ALL`, `NET_ADMIN`), as the manifest writes them.
+    pub drop_capabilities: Vec<String>,
+    pub add_capabilities: Vec<String>,
+    /// `allowPrivilegeEscalation: false`: no_new_privs.
+    pub no_new_privileges: bool,
+    pub read_only_root: bool,
+    /// `runAsUser`.
+    pub run_as_user: Option<i64>,
+    /// `seccompProfile: {type: RuntimeDefault}`.
+    pub seccomp_runtime_default: bool,
 }
 
 /// Where a container is in its life.
@@ -219,10 +237,7 @@ impl CriClient {
             annotations: HashMap::new(),
             log_path: container.log_path.clone(),
             linux: Some(proto::LinuxContainerConfig {
-                security_context: Some(proto::LinuxContainerSecurityContext {
-                    privileged: container.privileged,
-                    namespace_options: Some(namespace_options(pod)),
-                }),
+                security_context: Some(security_context(pod, &container.security)),
             }),
         };
         let request = proto::CreateContainerRequest {
@@ -480,5 +495,37 @@ fn namespace_options(pod: &PodSpec) -> proto::NamespaceOption {
         } as i32,
         pid: proto::NamespaceMode::Container as i32,
         ipc: proto::NamespaceMode::Pod as i32,
+    }
+}
+
+/// CRI's security context of a container, as kubelet fills it from the
+/// container's `securityContext`: capabilities as the manifest names them
+/// (CRI's have no `CAP_` prefix: the runtime adds it), seccomp in both
+/// the field and the deprecated path, the namespaces of the pod.
+fn security_context(pod: &PodSpec, sc: &SecuritySpec) -> proto::LinuxContainerSecurityContext {
+    let seccomp = if sc.seccomp_runtime_default {
+        proto::security_profile::ProfileType::RuntimeDefault
+    } else {
+        proto::security_profile::ProfileType::Unconfined
+    };
+    proto::LinuxContainerSecurityContext {
+        capabilities: Some(proto::Capability {
+            add_capabilities: sc.add_capabilities.clone(),
+            drop_capabilities: sc.drop_capabilities.clone(),
+        }),
+        privileged: sc.privileged,
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: sc.run_as_user.map(|value| proto::Int64Value { value }),
+        readonly_rootfs: sc.read_only_root,
+        seccomp_profile_path: if sc.seccomp_runtime_default {
+            "runtime/default".into()
+        } else {
+            "unconfined".into()
+        },
+        no_new_privs: sc.no_new_privileges,
+        seccomp: Some(proto::SecurityProfile {
+            profile_type: seccomp as i32,
+            localhost_ref: String::new(),
+        }),
     }
 }
