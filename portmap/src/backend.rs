@@ -104,32 +104,22 @@ const DEL: &str = "an attachment's host ports to remove";
 
 impl Rules for Del<'_> {
     fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
-        match verb {
-            Verb::Del => {
-                let removed = nft::del(n, self.owner)?;
-                self.keep_udp(removed);
-                Ok(())
-            }
-            _ => Err(verb.not_served_by(DEL)),
-        }
+        verb.only(Verb::Del, DEL)?;
+        let removed = nft::del(n, self.owner)?;
+        self.keep_udp(removed);
+        Ok(())
     }
 
     fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
-        match verb {
-            Verb::Del => {
-                let removed = ipt_netlink::del(n, self.owner)?;
-                self.keep_udp(removed);
-                Ok(())
-            }
-            _ => Err(verb.not_served_by(DEL)),
-        }
+        verb.only(Verb::Del, DEL)?;
+        let removed = ipt_netlink::del(n, self.owner)?;
+        self.keep_udp(removed);
+        Ok(())
     }
 
     fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
-        match verb {
-            Verb::Del => ipt::del(self.owner, family),
-            _ => Err(verb.not_served_by(DEL)),
-        }
+        verb.only(Verb::Del, DEL)?;
+        ipt::del(self.owner, family)
     }
 
     fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {
@@ -157,24 +147,18 @@ const STALE: &str = "a network's stale host ports";
 impl Rules for Stale<'_> {
     /// The UDP ports it removes are not flushed, as Go's GC does not.
     fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
-        match verb {
-            Verb::Gc => nft::gc(n, self.network, self.valid).map(drop),
-            _ => Err(verb.not_served_by(STALE)),
-        }
+        verb.only(Verb::Gc, STALE)?;
+        nft::gc(n, self.network, self.valid).map(drop)
     }
 
     fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
-        match verb {
-            Verb::Gc => ipt_netlink::gc(n, self.network, self.valid),
-            _ => Err(verb.not_served_by(STALE)),
-        }
+        verb.only(Verb::Gc, STALE)?;
+        ipt_netlink::gc(n, self.network, self.valid)
     }
 
     fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
-        match verb {
-            Verb::Gc => ipt::gc(self.network, self.valid, family),
-            _ => Err(verb.not_served_by(STALE)),
-        }
+        verb.only(Verb::Gc, STALE)?;
+        ipt::gc(self.network, self.valid, family)
     }
 
     fn iptables_may_hold(&mut self, n: Option<&mut Nft>, family: IpFamily) -> bool {

@@ -276,6 +276,20 @@ fn assert_confined(test: &str, c: &ContainerSpec) {
     );
 }
 
+/// `c` without the added capability `cap`, under a name and log of its
+/// own: to show what the capability is for.
+fn without_capability(c: &ContainerSpec, cap: &str) -> ContainerSpec {
+    let mut weaker = c.clone();
+    weaker.name = format!(
+        "{}-without-{}",
+        c.name,
+        cap.to_lowercase().replace('_', "-")
+    );
+    weaker.log_path = format!("{}.log", weaker.name);
+    weaker.security.add_capabilities.retain(|a| a != cap);
+    weaker
+}
+
 /// Waits (bounded by `secs`) until `cond` holds, saying `what` otherwise.
 fn wait_until(secs: u64, what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -551,13 +565,7 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
     );
     cri.stop_container(&metrics_id, 30).expect("StopContainer");
     // Without NET_ADMIN, the node's host port rules cannot be read.
-    let mut weaker = metrics.clone();
-    weaker.name = "metrics-without-net-admin".into();
-    weaker.log_path = "metrics-weaker.log".into();
-    weaker
-        .security
-        .add_capabilities
-        .retain(|c| c != "NET_ADMIN");
+    let weaker = without_capability(&metrics, "NET_ADMIN");
     let (weaker_id, body) = run_metrics(&mut cri, &weaker);
     assert!(
         body.contains("cni_metrics_read_errors_total{source=\"node\"}"),
@@ -628,13 +636,7 @@ fn the_daemonset_installs_the_suite_from_its_image_and_a_pod_starts_through_it()
     // The capability is what it is there for: without NET_ADMIN, gc's
     // pass cannot remove another lost pod's rules, and says so.
     let second_ip = leak("second-lost-pod", 8088);
-    let mut weaker = gc.clone();
-    weaker.name = "gc-without-net-admin".into();
-    weaker.log_path = "gc-weaker.log".into();
-    weaker
-        .security
-        .add_capabilities
-        .retain(|c| c != "NET_ADMIN");
+    let weaker = without_capability(&gc, "NET_ADMIN");
     assert!(
         weaker.security.add_capabilities.is_empty(),
         "{test}: gc adds NET_ADMIN alone"

@@ -105,11 +105,38 @@ fn conflist(leases: &Path) -> Value {
 struct Scenario {
     node: Node,
     _state: TempDir,
+    _logs: TempDir,
     log_conf: PathBuf,
     log: PathBuf,
 }
 
 impl Scenario {
+    /// A node namespace (loopback up) with the network `metricnet` and
+    /// the call log on (its config's `extra` keys too).
+    fn new(tag: &str, extra: Value) -> Scenario {
+        let node = Node::new(tag);
+        node.ns.ip(&["link", "set", "lo", "up"]);
+        let state = TempDir::new(&format!("{tag}-state"));
+        let logs = TempDir::new(&format!("{tag}-log"));
+        let log = logs.path().join("calls.log");
+        let mut conf = json!({"logFile": log});
+        if let (Some(c), Some(e)) = (conf.as_object_mut(), extra.as_object()) {
+            c.extend(e.clone());
+        }
+        let log_conf = logs.write("cni-rs.conf", &conf.to_string());
+        node.write_conf(
+            "10-metricnet.conflist",
+            &conflist(&state.path().join("leases")),
+        );
+        Scenario {
+            node,
+            _state: state,
+            _logs: logs,
+            log_conf,
+            log,
+        }
+    }
+
     fn cnitool(&self, verb: &str, pod: Option<&Netns>, id: &str) -> PluginOutput {
         let path = pod.map(|p| p.path().display().to_string());
         let mut args = vec![verb, "metricnet"];
@@ -147,26 +174,8 @@ fn prometheus_scrapes_the_scenarios_exact_numbers() {
     if !require_root("prometheus_scrapes_the_scenarios_exact_numbers") {
         return;
     }
-    let node = Node::new("metrics");
-    node.ns.ip(&["link", "set", "lo", "up"]);
-    let state = TempDir::new("metrics-state");
-    let logs = TempDir::new("metrics-log");
-    let log = logs.path().join("calls.log");
     // A small cap: the plugins rotate the log during the scenario.
-    let log_conf = logs.write(
-        "cni-rs.conf",
-        &json!({"logFile": log, "logMaxBytes": 2500}).to_string(),
-    );
-    node.write_conf(
-        "10-metricnet.conflist",
-        &conflist(&state.path().join("leases")),
-    );
-    let s = Scenario {
-        node,
-        _state: state,
-        log_conf,
-        log,
-    };
+    let s = Scenario::new("metrics", json!({"logMaxBytes": 2500}));
 
     // Three pods; one removed, one leaked (its namespace gone, no DEL).
     let pods: Vec<Netns> = ["web", "gone", "lost"]
@@ -275,7 +284,7 @@ fn prometheus_scrapes_the_scenarios_exact_numbers() {
             (r#"cni_metrics_read_errors_total{source="call_log"}"#, 1.0),
         ],
     );
-    let rotated = logs.path().join("calls.log.1");
+    let rotated = s.log.with_extension("log.1");
     assert!(rotated.exists(), "the plugins rotated the log once already");
 
     // A fourth pod, read incrementally across the next rotation: each call
@@ -383,22 +392,7 @@ fn a_scrape_without_the_cri_runtime_serves_no_old_judgement() {
     if !require_root(test) || step_skipped("containerd") {
         return;
     }
-    let node = Node::new("metcri");
-    node.ns.ip(&["link", "set", "lo", "up"]);
-    let state = TempDir::new("metcri-state");
-    let logs = TempDir::new("metcri-log");
-    let log = logs.path().join("calls.log");
-    let log_conf = logs.write("cni-rs.conf", &json!({"logFile": log}).to_string());
-    node.write_conf(
-        "10-metricnet.conflist",
-        &conflist(&state.path().join("leases")),
-    );
-    let s = Scenario {
-        node,
-        _state: state,
-        log_conf,
-        log,
-    };
+    let s = Scenario::new("metcri", json!({}));
     let pod = Netns::new("metcri-web");
     assert_eq!(s.cnitool("add", Some(&pod), "web").exit_code, 0);
     // A containerd of its own (no CNI config: it only answers CRI).

@@ -165,6 +165,15 @@ impl Verb {
     pub fn not_served_by(self, facade: &str) -> Error {
         Error::Internal(format!("netfilter: {facade} has no {self:?} step"))
     }
+
+    /// For a facade that serves one verb: `Ok` when this is `served`.
+    pub fn only(self, served: Verb, facade: &str) -> Result<()> {
+        if self == served {
+            Ok(())
+        } else {
+            Err(self.not_served_by(facade))
+        }
+    }
 }
 
 /// One feature's rules on each backend: the one trait of the contract.

@@ -204,24 +204,18 @@ const STALE: &str = "a network's stale masquerade";
 
 impl Rules for Stale<'_> {
     fn nftables(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
-        match verb {
-            Verb::Gc => nft::gc(n, self.network, self.valid),
-            _ => Err(verb.not_served_by(STALE)),
-        }
+        verb.only(Verb::Gc, STALE)?;
+        nft::gc(n, self.network, self.valid)
     }
 
     fn iptables_over_netlink(&mut self, verb: Verb, n: &mut Nft) -> Result<()> {
-        match verb {
-            Verb::Gc => ipt_netlink::gc(n, self.network, self.valid),
-            _ => Err(verb.not_served_by(STALE)),
-        }
+        verb.only(Verb::Gc, STALE)?;
+        ipt_netlink::gc(n, self.network, self.valid)
     }
 
     fn iptables_programs(&mut self, verb: Verb, family: IpFamily) -> Result<()> {
-        match verb {
-            Verb::Gc => ipt::gc(self.network, self.valid, family),
-            _ => Err(verb.not_served_by(STALE)),
-        }
+        verb.only(Verb::Gc, STALE)?;
+        ipt::gc(self.network, self.valid, family)
     }
 
     /// The rules of every container hang off `POSTROUTING`: no chain
