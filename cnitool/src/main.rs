@@ -3,7 +3,7 @@
 //! the `cnitool` library: parse arguments and environment, load the list from
 //! `NETCONFPATH`, run the verb, print the ADD result.
 
-use cnitool::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR};
+use cnitool::{load_conf_list, CniConfig, RuntimeConf, DEFAULT_CACHE_DIR, USAGE};
 use libcni::cli::Args;
 use libcni::invoke::split_path_list;
 use libcni::types::Attachment;
@@ -13,39 +13,6 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha512};
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
-
-const USAGE: &str = "\
-Usage: cnitool [--cache-dir DIR] [-i IFNAME | --ifname IFNAME] add|check|del <net> <netns>
-       cnitool [--cache-dir DIR] gc <net> [<netns>[:<ifname>]]...
-       cnitool status <net> [<netns>]
-
-Runs the network configuration list <net> (found in NETCONFPATH) for the
-network namespace <netns> (a path, e.g. /var/run/netns/test).
-
-  add     attach; prints the result JSON
-  check   check the attachment against the cached ADD result
-  del     detach
-  gc      keep the attachments of the listed namespaces (interface from
-          :<ifname>, else the default interface) and remove everything
-          else of <net>: cached attachments are DELeted, then every plugin
-          gets GC with the kept ones as cni.dev/valid-attachments
-  status  ask the plugins whether they can serve ADD
-
-Options:
-  -i, --ifname IFNAME   interface name in the container (default: $CNI_IFNAME or eth0)
-      --cache-dir DIR   result cache directory (default: $CNI_CACHE_DIR or /var/lib/cni)
-  -h, --help            print this help
-      --version         print cnitool and its version
-
-Environment:
-  NETCONFPATH      configuration directory (default /etc/cni/net.d)
-  CNI_PATH         plugin directories, ':'-separated
-  CNI_ARGS         K=V;K2=V2 pairs passed to the plugins
-  CAP_ARGS         JSON object of capability arguments (e.g. portMappings)
-  CNI_IFNAME       interface name (overridden by --ifname)
-  CNI_CONTAINERID  container ID (default: cnitool- + 20 hex of sha512(abs netns path))
-  CNI_CACHE_DIR    result cache directory (overridden by --cache-dir)
-";
 
 const DEFAULT_NETCONFPATH: &str = "/etc/cni/net.d";
 

@@ -30,7 +30,8 @@ use error::Error;
 use liveness::Judge;
 use node::NodePaths;
 
-const COMMON_OPTIONS: &str = "\
+/// The options every node command takes, after its own help.
+pub const COMMON_OPTIONS: &str = "\
 OPTIONS
   --conf-dir DIR     the runtimes' conf dir (default $NETCONFPATH or /etc/cni/net.d)
   --bin-dir DIRS     the plugin path, ':'-separated (default $CNI_PATH or /opt/cni/bin)
