@@ -238,3 +238,34 @@ ensure_firewalld() {
   command -v firewalld >/dev/null 2>&1 && return
   with_services_held apt_install --no-install-recommends firewalld
 }
+
+# The release's cargo tools, from crates.io at pinned versions, built once
+# into CNI_RS_TOOLS_DIR (default ~/.cache/cni-rs-tools, kept between runs:
+# a fresh machine pays about 15 minutes of builds once) and put on PATH:
+#   cargo-auditable  embeds each binary's dependency list (scripts/release.sh)
+#   cargo-about      the license texts of the notices (scripts/bom.py)
+#   cargo-deny       the license and source policy (deny.toml; .ci/run)
+#   cargo-audit      `cargo audit bin` on the release (tests/tests/supply_chain.rs)
+# ensure_cargo_tool NAME VERSION [FEATURES]
+ensure_cargo_tool() {
+  local name=$1 version=$2 root
+  root=${CNI_RS_TOOLS_DIR:-$HOME/.cache/cni-rs-tools}/$name-$version
+  if [ ! -x "$root/bin/$name" ]; then
+    echo "installing $name $version (cargo install, into $root)" >&2
+    cargo install --quiet --locked --root "$root" ${3:+"--features=$3"} "$name" --version "$version" ||
+      { echo "error: cargo install $name $version failed" >&2; return 1; }
+  fi
+  case ":$PATH:" in *":$root/bin:"*) ;; *) PATH=$root/bin:$PATH ;; esac
+  export PATH
+}
+ensure_release_tools() {
+  ensure_cargo_tool cargo-auditable 0.7.7 && ensure_cargo_tool cargo-about 0.9.3 cli
+}
+ensure_supply_chain_tools() {
+  ensure_release_tools && ensure_cargo_tool cargo-deny 0.20.2 && ensure_cargo_tool cargo-audit 0.22.2 || return 1
+  # The SBOM validators (PyPI): SPDX's own tools and NTIA's minimum elements.
+  python3 -c 'import spdx_tools, ntia_conformance_checker' 2>/dev/null && return
+  echo "installing spdx-tools and ntia-conformance-checker (pip)" >&2
+  python3 -m pip install --quiet --root-user-action=ignore spdx-tools==0.8.5 ntia-conformance-checker==6.0.0 ||
+    { echo "error: pip install spdx-tools ntia-conformance-checker failed" >&2; return 1; }
+}
