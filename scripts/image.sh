@@ -3,7 +3,7 @@
 # whose tag names one image index with a manifest per architecture
 # (scripts/release.sh calls it with its multicall stages):
 #
-#   scripts/image.sh OUT_TAR ARCH=MULTICALL_DIR [ARCH=MULTICALL_DIR...]
+#   scripts/image.sh OUT_TAR ARCH=MULTICALL_DIR[:DOC_DIR] [ARCH=...]
 #
 # ARCH is a release architecture (scripts/arch.sh: amd64, arm64, arm,
 # ppc64le, s390x). MULTICALL_DIR holds that architecture's static
@@ -12,7 +12,17 @@
 # layer, and nothing else does: no shell, no libc. The entry point is
 # /bin/cni-rs, so a container's args choose what it does
 # (deploy/cni-rs.yaml: `install /host/opt/cni/bin`, then `gc --apply
-# --every 10m`). OUT_TAR is the OCI image layout (index.json, oci-layout,
+# --every 10m`). DOC_DIR's files (release.sh's: LICENSE,
+# THIRD-PARTY-NOTICES and cni-rs.spdx.json, the SBOM of the binary) go to
+# /usr/share/doc/cni-rs.
+#
+# The image index and each manifest carry the OCI annotations
+# org.opencontainers.image.{title,description,version,licenses,created},
+# created being SOURCE_DATE_EPOCH, and revision (CNI_RS_REVISION, default
+# the checkout's commit) and source (CNI_RS_SOURCE_URL, default the git
+# remote origin's URL when it is one) when known: a build from the source
+# release, outside git, has neither unless they are given. The configs
+# carry the same as labels. OUT_TAR is the OCI image layout (index.json, oci-layout,
 # blobs/) as a tar; its index.json has one entry, tagged with the suite's
 # version, which is the image index: a runtime pulls the manifest of its
 # node's platform (linux/arm/v7 for arm), and
@@ -40,7 +50,7 @@ out=$1
 shift
 . "$repo/scripts/arch.sh"
 for pair in "$@"; do
-  arch=${pair%%=*} src=${pair#*=}
+  arch=${pair%%=*} src=${pair#*=} src=${src%%:*}
   arch_oci "$arch" >/dev/null || exit 2
   if [ ! -f "$src/cni-rs" ] || [ ! -x "$src/cni-rs" ]; then
     echo "error: $src/cni-rs is missing: MULTICALL_DIR holds the multicall binary and its links" >&2
@@ -58,6 +68,27 @@ command -v umoci >/dev/null || {
 version=${CNI_RS_VERSION:-$(suite_version)}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
 created=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
+revision=${CNI_RS_REVISION:-$(git -C "$repo" rev-parse HEAD 2>/dev/null || true)}
+source_url=${CNI_RS_SOURCE_URL:-$(git -C "$repo" remote get-url origin 2>/dev/null || true)}
+case $source_url in
+https://* | http://* | git@* | ssh://* | git://*) ;;
+*) source_url= ;; # a local path is no place to get the source from
+esac
+annotations=(
+  "org.opencontainers.image.title=cni-rs"
+  "org.opencontainers.image.description=The CNI plugins in Rust, static, with the installer and the node command"
+  "org.opencontainers.image.version=$version"
+  "org.opencontainers.image.licenses=Apache-2.0"
+  "org.opencontainers.image.created=$created"
+)
+[ -z "$revision" ] || annotations+=("org.opencontainers.image.revision=$revision")
+[ -z "$source_url" ] || annotations+=("org.opencontainers.image.source=$source_url")
+labels=()
+manifest_annotations=()
+for a in "${annotations[@]}"; do
+  labels+=(--config.label "$a")
+  manifest_annotations+=(--manifest.annotation "$a")
+done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -65,7 +96,8 @@ layout=$work/layout
 umoci init --layout "$layout"
 platforms=()
 for pair in "$@"; do
-  arch=${pair%%=*} src=${pair#*=}
+  arch=${pair%%=*} src=${pair#*=} doc=
+  case $src in *:*) doc=${src#*:} src=${src%%:*} ;; esac
   oci=$(arch_oci "$arch")
   tag=$version-${oci//\//-}
   root=$work/root-$arch
@@ -74,19 +106,19 @@ for pair in "$@"; do
   find "$src" -maxdepth 1 -type l -lname cni-rs -printf '%f\n' | while read -r p; do
     ln -s cni-rs "$root/bin/$p"
   done
+  if [ -n "$doc" ]; then
+    install -d -m 0755 "$root/usr/share/doc/cni-rs"
+    install -m 0644 "$doc"/* "$root/usr/share/doc/cni-rs/"
+  fi
   tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
     --mtime="@$SOURCE_DATE_EPOCH" -C "$root" -cf "$work/layer-$arch.tar" .
   umoci new --image "$layout:$tag"
   umoci raw add-layer --image "$layout:$tag" \
-    --history.created "$created" --history.created_by "scripts/image.sh: /bin/cni-rs and its links" \
+    --history.created "$created" --history.created_by "scripts/image.sh: /bin/cni-rs, its links and its documents" \
     "$work/layer-$arch.tar"
   umoci config --image "$layout:$tag" --no-history \
     --created "$created" --os linux --architecture "${oci%%/*}" \
-    --config.entrypoint /bin/cni-rs --config.workingdir / \
-    --config.label "org.opencontainers.image.title=cni-rs" \
-    --config.label "org.opencontainers.image.version=$version" \
-    --config.label "org.opencontainers.image.licenses=Apache-2.0" \
-    --config.label "org.opencontainers.image.description=The CNI plugins in Rust, static, with the installer and the node command"
+    --config.entrypoint /bin/cni-rs --config.workingdir / "${labels[@]}" "${manifest_annotations[@]}"
   platforms+=("$tag=$oci")
 done
 # Each change above wrote a new manifest and config; only the last are
@@ -94,9 +126,9 @@ done
 umoci gc --layout "$layout"
 # The image index: the platforms' manifests, in the order given, under the
 # version's tag; their own tags go.
-python3 - "$layout" "$version" "${platforms[@]}" <<'PY'
+python3 - "$layout" "$version" "$(printf '%s\n' "${annotations[@]}")" "${platforms[@]}" <<'PY'
 import hashlib, json, os, sys
-layout, version, pairs = sys.argv[1], sys.argv[2], sys.argv[3:]
+layout, version, annotations, pairs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 top = json.load(open(os.path.join(layout, "index.json")))
 by_tag = {m["annotations"]["org.opencontainers.image.ref.name"]: m for m in top["manifests"]}
 manifests = []
@@ -110,7 +142,8 @@ for pair in pairs:
     manifests.append({"mediaType": desc["mediaType"], "digest": desc["digest"],
                       "size": desc["size"], "platform": p})
 index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-         "manifests": manifests}
+         "manifests": manifests,
+         "annotations": dict(a.split("=", 1) for a in annotations.splitlines())}
 blob = json.dumps(index, separators=(",", ":"), sort_keys=True).encode()
 digest = hashlib.sha256(blob).hexdigest()
 with open(os.path.join(layout, "blobs", "sha256", digest), "wb") as f:

@@ -20,11 +20,22 @@
 # removes the Go package as it installs this one, files are never shared
 # between the two, and whatever depended on the Go package stays installed.
 #
+# /usr/share/doc/cni-rs holds the copyright file in Debian's machine-readable
+# form (DEP-5) and THIRD-PARTY-NOTICES, both of exactly the crates the
+# package's binaries link (scripts/bom.py, from what each binary embeds:
+# they are built with cargo auditable), and the changelog; each program in
+# a bin dir has its manual page (docs/man, rendered from its --help by
+# crate manpages). docs/install.md lists the lintian warnings left, and why.
+#
 # Same inputs, same bytes: file times are SOURCE_DATE_EPOCH (default: the
 # last commit's time), owners root, dpkg-deb sorts the entries.
-# Environment: SOURCE_DATE_EPOCH; DEB_COMPRESS (xz, the default, or gzip,
-# none); CNI_RS_VERSION (default: the workspace's version); DEB_ARCH, the
-# binaries' Debian architecture (default: this machine's).
+# Environment: DEB_MAINTAINER, the Maintainer field ("Name <address>"), who
+# builds the package: required, else DEBFULLNAME and DEBEMAIL (as dch reads
+# them); ABOUT_JSON, cargo-about's JSON of the workspace (default: made
+# here, `cargo about generate`); SOURCE_DATE_EPOCH; DEB_COMPRESS (xz, the
+# default, or gzip, none); CNI_RS_VERSION (default: the workspace's
+# version); DEB_ARCH, the binaries' Debian architecture (default: this
+# machine's).
 set -euo pipefail
 umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,6 +52,14 @@ version=${CNI_RS_VERSION:-$(suite_version)}
 arch=${DEB_ARCH:-$(dpkg --print-architecture)}
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$repo" log -1 --format=%ct)}
 compress=${DEB_COMPRESS:-xz}
+maintainer=${DEB_MAINTAINER:-}
+if [ -z "$maintainer" ] && [ -n "${DEBFULLNAME:-}" ] && [ -n "${DEBEMAIL:-}" ]; then
+  maintainer="$DEBFULLNAME <$DEBEMAIL>"
+fi
+if ! [[ $maintainer =~ ^[^\<\>]+\ \<[^@\<\>\ ]+@[^@\<\>\ ]+\>$ ]]; then
+  echo "error: set DEB_MAINTAINER to who builds this package, \"Name <address>\" (got '$maintainer')" >&2
+  exit 2
+fi
 units_src=$repo/plugins/dhcp/systemd
 units=(cni-dhcp.service cni-dhcp.socket)
 
@@ -99,7 +118,41 @@ if [ -n "$node_command" ]; then
   shipped_units="${shipped_units:+$shipped_units }cni-rs-gc.service cni-rs-gc.timer"
 fi
 
-install -m 0644 "$repo/scripts/deb/copyright" "$root/usr/share/doc/cni-rs/copyright"
+# Licenses and notices of exactly what the binaries link.
+binaries=()
+for n in "${names[@]}"; do binaries+=("$root/usr/lib/cni/$n"); done
+[ -z "$node_command" ] || binaries+=("$root/usr/sbin/cni-rs")
+about=${ABOUT_JSON:-}
+if [ -z "$about" ]; then
+  about=$stage/about.json
+  (cd "$repo" && cargo about generate --locked --format json --workspace -o "$about")
+fi
+python3 "$repo/scripts/bom.py" copyright --about "$about" "${binaries[@]}" >"$root/usr/share/doc/cni-rs/copyright"
+python3 "$repo/scripts/bom.py" notices --about "$about" "${binaries[@]}" |
+  gzip -9 -n >"$root/usr/share/doc/cni-rs/THIRD-PARTY-NOTICES.gz"
+# A native package's changelog (Debian policy 12.7), dated the release.
+sed -e "s|@VERSION@|$version|" -e "s|@MAINTAINER@|$maintainer|" \
+  -e "s|@DATE@|$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")|" "$repo/scripts/deb/changelog.in" |
+  gzip -9 -n >"$root/usr/share/doc/cni-rs/changelog.gz"
+# The manual page of each program in a bin dir.
+for page in "$repo"/docs/man/*.[18]; do
+  name=$(basename "$page")
+  [ -e "$root/usr/bin/${name%.*}" ] || [ -e "$root/usr/sbin/${name%.*}" ] || continue
+  install -d -m 0755 "$root/usr/share/man/man${name##*.}"
+  gzip -9 -n <"$page" >"$root/usr/share/man/man${name##*.}/$name.gz"
+done
+for dir in usr/bin usr/sbin; do
+  for program in "$root/$dir"/*; do
+    [ -e "$program" ] || continue
+    p=$(basename "$program")
+    ls "$root"/usr/share/man/man[18]/"$p".[18].gz >/dev/null 2>&1 ||
+      { echo "error: /$dir/$p has no manual page in docs/man (crate manpages)" >&2; exit 1; }
+  done
+done
+# lintian's reading of the static-pie binaries, overridden with the reason.
+install -d -m 0755 "$root/usr/share/lintian/overrides"
+grep -v '^#' "$repo/scripts/deb/lintian-overrides" >"$root/usr/share/lintian/overrides/cni-rs"
+find "$root/usr/share" -type f -exec chmod 0644 {} +
 for script in postinst prerm postrm; do
   sed -e "s|@UNITS@|$shipped_units|" -e "s|@NAMES@|${names[*]}|" \
     "$repo/scripts/deb/$script" >"$root/DEBIAN/$script"
@@ -122,7 +175,7 @@ cat >"$root/DEBIAN/control" <<EOF
 Package: cni-rs
 Version: $version
 Architecture: $arch
-Maintainer: cni-rs developers <cni-rs@invalid>
+Maintainer: $maintainer
 Installed-Size: $installed_size
 Recommends: iptables
 Conflicts: containernetworking-plugins

@@ -23,8 +23,28 @@
 #                                                    multicall binary and its links,
 #                                                    an OCI image archive (scripts/image.sh)
 #   dist/cni-rs-image-...tar.sha256, .sha512         as above
+#   dist/cni-rs-v<version>-vendored.tar.gz           the source release: the tracked
+#                                                    source with every crate of
+#                                                    Cargo.lock in vendor/ (`cargo
+#                                                    vendor`), which builds offline
+#   dist/<artifact>.spdx.json                        each artifact's SPDX 2.3 SBOM, named
+#                                                    after it (cni-rs-linux-amd64-v0.1.0.spdx.json,
+#                                                    cni-rs_0.1.0_amd64.spdx.json): the
+#                                                    artifact with its checksums, each
+#                                                    binary in it, every crate they link
+#                                                    (version, license, purl, checksum)
+#   dist/*.sha256, *.sha512                          of every artifact and SBOM
 #   dist/SHA256SUMS                                  `sha256sum` of the tarballs, the
-#                                                    packages and the image
+#                                                    packages, the image, the source
+#                                                    release and the SBOMs
+#
+# Every binary embeds the list of crates it links (cargo auditable), which
+# `cargo audit bin`, Trivy and Grype read. Every tarball holds LICENSE and
+# THIRD-PARTY-NOTICES: the licenses and notices of exactly the crates its
+# binaries link (scripts/bom.py, with cargo-about's texts); the package
+# holds them in /usr/share/doc/cni-rs, with a DEP-5 copyright made from the
+# same data, and the image in /usr/share/doc/cni-rs, with the SBOM of its
+# binary (docs/install.md, "Verify a release").
 #
 # Then each foreign architecture's multicall form and cnitool run the chain
 # test on Debian's kernel of that architecture under QEMU
@@ -56,7 +76,13 @@
 #
 # Environment: SOURCE_DATE_EPOCH; CARGO_TARGET_DIR (default target/dist, apart
 # from target/release so the remapping flags do not rebuild a developer's
-# release tree).
+# release tree); DEB_MAINTAINER (scripts/package-deb.sh); CNI_RS_SOURCE_URL
+# and CNI_RS_REVISION (the image's annotations, scripts/image.sh).
+#
+# Run in the source release (its vendor/ and the .cargo/config.toml that
+# points there), the build is --offline: nothing is fetched, and the
+# binaries are the same bytes as the git checkout's (crates' paths are
+# remapped to /crates either way). It writes no source release of its own.
 set -euo pipefail
 umask 022
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -83,6 +109,15 @@ while [ $# -gt 0 ]; do
 done
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
+
+# A failed step stops the release, naming the architecture and the step.
+# `set -e` alone does not: bash turns it off inside a function called
+# under `||`, `&&` or `if`, so build_arch and what it calls check each
+# step themselves, and nothing here calls them under one.
+fail() { # ARCH WHAT
+  echo "error: the release of $1 stops: $2" >&2
+  exit 1
+}
 
 version=$(suite_version)
 IFS=, read -r -a arches <<<"$arches"
@@ -126,6 +161,13 @@ else
   multicall_plugins=("${every_plugin[@]}")
 fi
 for a in "${arches[@]}"; do ensure_cross_toolchain "$a" || exit 1; done
+ensure_release_tools || exit 1
+offline=()
+vendored=
+if [ -d "$repo/vendor" ] && grep -q '^\[source.vendored-sources\]' "$repo/.cargo/config.toml" 2>/dev/null; then
+  vendored=1
+  offline=(--offline)
+fi
 
 if [ -z "${SOURCE_DATE_EPOCH:-}" ]; then
   SOURCE_DATE_EPOCH=$(git -C "$repo" log -1 --format=%ct 2>/dev/null) || {
@@ -149,22 +191,23 @@ sep=$'\x1f'
 # static binaries (glibc's libc.a), which need no loader and no library of
 # the node's (docs/dependencies-and-build.md). With --target they reach only
 # what ships, never the build scripts and proc-macros, which run here.
-export CARGO_ENCODED_RUSTFLAGS="-Ctarget-feature=+crt-static$sep--remap-path-prefix=$repo=/cni-rs$sep--remap-path-prefix=$cargo_home=/cargo$sep--remap-path-prefix=$target=/target"
+# A crate's source is /crates/<name>-<version> whether it came from the
+# registry (extracted under registry/src/<index>, named as its cache dir,
+# which the fetch makes) or the source release's vendor/.
+if [ -z "$vendored" ]; then
+  (cd "$repo" && cargo fetch --locked >/dev/null) || fail "${arches[*]}" "cargo fetch failed"
+fi
+crate_dirs=$sep--remap-path-prefix=$repo/vendor=/crates
+for d in "$cargo_home"/registry/cache/*/; do
+  [ -d "$d" ] && crate_dirs+="$sep--remap-path-prefix=$cargo_home/registry/src/$(basename "$d")=/crates"
+done
+export CARGO_ENCODED_RUSTFLAGS="-Ctarget-feature=+crt-static$sep--remap-path-prefix=$repo=/cni-rs$sep--remap-path-prefix=$cargo_home=/cargo$crate_dirs$sep--remap-path-prefix=$target=/target"
 unset RUSTFLAGS
 bin_args=()
 for b in "${bins[@]}"; do bin_args+=(--bin "$b"); done
 stages=$(mktemp -d)
 trap 'rm -rf "$stages"' EXIT
 chmod 0755 "$stages"
-
-# A failed step stops the release, naming the architecture and the step.
-# `set -e` alone does not: bash turns it off inside a function called
-# under `||`, `&&` or `if`, so build_arch and what it calls check each
-# step themselves, and nothing here calls them under one.
-fail() { # ARCH WHAT
-  echo "error: the release of $1 stops: $2" >&2
-  exit 1
-}
 
 # Builds ARCH's binaries into $stages/ARCH/{bins,multicall}. The target
 # dir may hold an earlier build's binaries: only a build that succeeded
@@ -177,12 +220,12 @@ build_arch() {
     echo "building ${bins[*]} (release, v$version, $arch)" >&2
     # Not `tests` (nor what only it uses): it turns on libcni's fault-points,
     # the crash campaign's hook, which must not ship.
-    (cd "$repo" && arch_cargo "$arch" build --release --locked --workspace --exclude tests --exclude cri-client \
+    (cd "$repo" && arch_cargo "$arch" auditable build "${offline[@]}" --release --locked --workspace --exclude tests --exclude cri-client \
       --exclude bench --target "$triple" --target-dir "$target" "${bin_args[@]}") ||
       fail "$arch" "cargo build of ${bins[*]} failed"
   fi
   echo "building $multicall_bin (release, $arch, ${#multicall_plugins[@]} plugins)" >&2
-  (cd "$repo" && arch_cargo "$arch" build --release --locked --target "$triple" --target-dir "$target" \
+  (cd "$repo" && arch_cargo "$arch" auditable build "${offline[@]}" --release --locked --target "$triple" --target-dir "$target" \
     -p "$multicall_pkg" "${features[@]}") || fail "$arch" "cargo build of $multicall_bin failed"
   echo "built $arch in $(($(date +%s) - start)) s" >&2
 
@@ -233,30 +276,126 @@ pack() { # DIR TGZ
   tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner \
     --mtime="@$SOURCE_DATE_EPOCH" -C "$1" -cf - . | gzip -9 -n >"$out/$2"
 }
+# The license texts of every crate, from their own files (cargo-about, with
+# about.toml); which of them an artifact carries is scripts/bom.py's.
+about=$stages/about.json
+(cd "$repo" && cargo about generate "${offline[@]}" --locked --format json --workspace -o "$about") ||
+  fail "${arches[*]}" "cargo about generate failed"
+bom() { python3 "$repo/scripts/bom.py" "$1" --about "$about" "${@:2}"; }
+# The SBOM of ARTIFACT (a file of $out) beside it, named after it, with
+# its checksums. Each PATH is where BINARY is in the artifact; --vendored
+# instead: the source release, every crate of Cargo.lock.
+sbom() { # ARTIFACT PURPOSE (PATH BINARY)... | ARTIFACT PURPOSE --vendored
+  local artifact=$1 purpose=$2 name members=() binaries=()
+  name=${artifact%.tgz}
+  name=${name%.tar.gz}
+  name=${name%.tar}
+  name=${name%.deb}.spdx.json
+  shift 2
+  if [ "${1:-}" = --vendored ]; then
+    members=(--vendored)
+  else
+    while [ $# -ge 2 ]; do members+=(--member "$1"); binaries+=("$2"); shift 2; done
+  fi
+  bom spdx --artifact "$out/$artifact" --purpose "$purpose" "${members[@]}" "${binaries[@]}" >"$out/$name" &&
+    checksums "$name" && sums+=("$name")
+}
+# LICENSE and the notices of the crates that BINARY... link, into DIR.
+notices() { # DIR BINARY...
+  install -m 0644 "$repo/LICENSE" "$1/LICENSE" && bom notices "${@:2}" >"$1/THIRD-PARTY-NOTICES" &&
+    chmod 0644 "$1/THIRD-PARTY-NOTICES"
+}
 rm -f "$out/SHA256SUMS"
 sums=()
 images=()
+image_bins=()
 for arch in "${arches[@]}"; do
   tgz=cni-rs-linux-$arch-v$version.tgz
   multicall_tgz=cni-rs-multicall-linux-$arch-v$version.tgz
+  deb=cni-rs_${version}_$(arch_debian "$arch").deb
   # An earlier run's artifacts go first: a failed build leaves none.
-  rm -f "$out/$tgz"* "$out/$multicall_tgz"* "$out/cni-rs_${version}_$(arch_debian "$arch").deb"
+  rm -f "$out/$tgz"* "$out/$multicall_tgz"* "$out/$deb"* "$out/${tgz%.tgz}.spdx.json"* \
+    "$out/${multicall_tgz%.tgz}.spdx.json"* "$out/${deb%.deb}.spdx.json"*
   build_arch "$arch"
+  bin_paths=()
+  tgz_members=()
+  deb_members=()
+  for b in "${bins[@]}"; do
+    bin_paths+=("$stages/$arch/bins/$b")
+    tgz_members+=("./$b" "$stages/$arch/bins/$b")
+    deb_members+=("/usr/lib/cni/$b" "$stages/$arch/bins/$b")
+  done
+  multicall_path=$stages/$arch/multicall/$multicall_bin
+  # Notices before packing: the tarballs carry them.
+  if [ ${#bins[@]} -gt 0 ]; then
+    notices "$stages/$arch/bins" "${bin_paths[@]}" || fail "$arch" "the notices of $tgz"
+  fi
+  notices "$stages/$arch/multicall" "$multicall_path" || fail "$arch" "the notices of $multicall_tgz"
   pack "$stages/$arch/bins" "$tgz" || fail "$arch" "packing $tgz"
   checksums "$tgz" || fail "$arch" "checksums of $tgz"
+  sums+=("$tgz")
+  if [ ${#bins[@]} -gt 0 ]; then
+    sbom "$tgz" ARCHIVE "${tgz_members[@]}" || fail "$arch" "the SBOM of $tgz"
+  fi
   pack "$stages/$arch/multicall" "$multicall_tgz" || fail "$arch" "packing $multicall_tgz"
   checksums "$multicall_tgz" || fail "$arch" "checksums of $multicall_tgz"
-  deb=$(DEB_ARCH=$(arch_debian "$arch") "$repo/scripts/package-deb.sh" "$stages/$arch/bins" "$out" \
-    "$stages/$arch/multicall/$multicall_bin") || fail "$arch" "scripts/package-deb.sh failed"
-  sums+=("$tgz" "$multicall_tgz" "$(basename "$deb")")
-  images+=("$arch=$stages/$arch/multicall")
+  sums+=("$multicall_tgz")
+  sbom "$multicall_tgz" ARCHIVE "./$multicall_bin" "$multicall_path" || fail "$arch" "the SBOM of $multicall_tgz"
+  written=$(DEB_ARCH=$(arch_debian "$arch") ABOUT_JSON=$about "$repo/scripts/package-deb.sh" \
+    "$stages/$arch/bins" "$out" "$multicall_path") || fail "$arch" "scripts/package-deb.sh failed"
+  [ "$written" = "$out/$deb" ] || fail "$arch" "scripts/package-deb.sh wrote $written, not $deb"
+  checksums "$deb" || fail "$arch" "checksums of $deb"
+  sums+=("$deb")
+  sbom "$deb" INSTALL "${deb_members[@]}" /usr/sbin/cni-rs "$multicall_path" || fail "$arch" "the SBOM of $deb"
+  # The image's platform: the multicall form, and in /usr/share/doc/cni-rs
+  # its LICENSE, notices and the SBOM of its binary.
+  doc=$stages/$arch/image-doc
+  { install -d -m 0755 "$doc" && cp "$stages/$arch/multicall/LICENSE" "$stages/$arch/multicall/THIRD-PARTY-NOTICES" "$doc/" &&
+    bom spdx --artifact "$multicall_path" --purpose APPLICATION --member /bin/cni-rs "$multicall_path" \
+      >"$doc/cni-rs.spdx.json"; } || fail "$arch" "the image's documents"
+  images+=("$arch=$stages/$arch/multicall:$doc")
+  image_bins+=("$(arch_oci "$arch")/bin/cni-rs" "$multicall_path")
 done
 image=cni-rs-image-v$version.tar
-rm -f "$out/$image"*
+rm -f "$out/$image"* "$out/${image%.tar}.spdx.json"*
 digest=$("$repo/scripts/image.sh" "$out/$image" "${images[@]}") || fail "${arches[*]}" "scripts/image.sh failed"
 checksums "$image" || fail "${arches[*]}" "checksums of $image"
 echo "image $image: index $digest (${arches[*]})" >&2
 sums+=("$image")
+sbom "$image" CONTAINER "${image_bins[@]}" || fail "${arches[*]}" "the SBOM of $image"
+
+# The source release: the tracked files as they are in the work tree (the
+# binaries' source), every crate of Cargo.lock in vendor/, and
+# .cargo/config.toml pointing cargo there. A source release builds the
+# binaries; it is not written again from itself.
+source_tgz=cni-rs-v$version-vendored.tar.gz
+# The source's files, NUL-separated: git's tracked and not ignored ones in
+# a checkout, else every file but the build's outputs (the tree of a copy).
+source_files() {
+  if git -C "$repo" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    git -C "$repo" ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' f; do
+      # Deleted in the work tree, not yet committed: not the source.
+      [ -e "$repo/$f" ] || [ -L "$repo/$f" ] && printf '%s\0' "$f"
+    done
+  else
+    (cd "$repo" && find . \( -path ./target -o -path ./dist -o -path ./vendor -o -path "./${target#"$repo"/}" \
+      -o -path "./${out#"$repo"/}" \) -prune -o \( -type f -o -type l \) -printf '%P\0')
+  fi
+}
+if [ -z "$vendored" ]; then
+  rm -f "$out/$source_tgz"* "$out/${source_tgz%.tar.gz}.spdx.json"*
+  tree=$stages/source/cni-rs-v$version
+  { install -d -m 0755 "$tree" &&
+    source_files | (cd "$repo" && xargs -0 cp --parents -P -t "$tree") &&
+    (cd "$repo" && cargo vendor --quiet --locked --versioned-dirs "$tree/vendor" >/dev/null) &&
+    cat "$repo/scripts/vendored-config.toml" >>"$tree/.cargo/config.toml"; } || fail source "vendoring the source"
+  tar --sort=name --format=gnu --owner=0 --group=0 --numeric-owner --mode=go-w \
+    --mtime="@$SOURCE_DATE_EPOCH" -C "$stages/source" -cf - "cni-rs-v$version" | gzip -9 -n >"$out/$source_tgz" ||
+    fail source "packing $source_tgz"
+  checksums "$source_tgz" || fail source "checksums of $source_tgz"
+  sums+=("$source_tgz")
+  sbom "$source_tgz" SOURCE --vendored || fail source "the SBOM of $source_tgz"
+fi
 (cd "$out" && sha256sum "${sums[@]}" >SHA256SUMS) || fail "${arches[*]}" "writing SHA256SUMS"
 
 echo "wrote $out:" >&2

@@ -22,6 +22,12 @@ ensure_release_test_deps
 ensure_firewalld
 ensure_prometheus
 ensure_checkov
+ensure_supply_chain_tools
+ensure_cmd lintian lintian
+# The test release's package is maintained by whoever made the commit
+# under test (scripts/package-deb.sh wants a real Maintainer).
+DEB_MAINTAINER=${DEB_MAINTAINER:-$(git log -1 --format='%an <%ae>')}
+export DEB_MAINTAINER
 
 # What killed runs left (their own guard never ran) is not this run's:
 # removed before it, so that the check at the end sees only this run's.
@@ -58,7 +64,10 @@ multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p test
 # The release form: the tarball's binaries and the multicall tarball's
 # cni-rs, as scripts/release.sh ships them, in the empty root and through
 # the DaemonSet (its image built from that cni-rs); the docs' sizes are
-# checked against them (tests/tests/tidy.rs).
+# checked against them (tests/tests/tidy.rs). Then what a distribution and
+# a scanner check (tests/tests/supply_chain.rs): the SBOMs, validated and
+# against what the binaries embed, `cargo audit bin`, the notices, lintian,
+# the image's annotations, and the source release built offline.
 release_out=$repo/target/release-test
 rm -rf "$release_out"
 # This machine's architecture only: the others are the arch step's.
@@ -66,8 +75,9 @@ if scripts/release.sh --arch "$(. scripts/arch.sh && arch_host)" --out "$release
   mkdir -p "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-linux-*.tgz -C "$release_out/bin"
   tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
-  env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 cargo test -p tests --test suite --no-fail-fast \
-    -- empty_root:: daemonset:: tidy::the_sizes || status=$?
+  env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 CNI_TEST_DIST="$release_out/dist" \
+    cargo test -p tests --test suite --no-fail-fast \
+    -- empty_root:: daemonset:: tidy::the_sizes supply_chain:: || status=$?
 else
   echo "error: scripts/release.sh failed: the release form is not tested" >&2
   status=1
