@@ -181,3 +181,17 @@ impl DynamicNeeds {
         needed: 0,
     };
 }
+
+/// The Maintainer a test's package is built with: DEB_MAINTAINER, else
+/// the author of the commit under test (scripts/test.sh sets the same).
+pub fn deb_maintainer() -> String {
+    if let Ok(m) = std::env::var("DEB_MAINTAINER") {
+        return m;
+    }
+    let out = crate::run_ok(Command::new("git").current_dir(workspace_root()).args([
+        "log",
+        "-1",
+        "--format=%an <%ae>",
+    ]));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

@@ -43,6 +43,7 @@ mod release;
 mod sbr;
 mod soak;
 mod r#static;
+mod supply_chain;
 mod tap;
 mod tc_redirect_tap;
 mod tidy;

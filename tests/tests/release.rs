@@ -263,6 +263,7 @@ fn release(src: &Path, out: &Path, target: Option<&Path>, epoch: &str) {
         .arg(out)
         .current_dir(src)
         .env("SOURCE_DATE_EPOCH", epoch)
+        .env("DEB_MAINTAINER", deb_maintainer())
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
         .env_remove("LD_LIBRARY_PATH");
@@ -278,7 +279,7 @@ fn release(src: &Path, out: &Path, target: Option<&Path>, epoch: &str) {
 /// (static, of this machine, small: busybox's). Before, bash turned
 /// `set -e` off inside `build_arch` (called under `||`), and the release
 /// packed those under the new version and exited 0. The build is broken
-/// by a compiler wrapper that fails, as a broken toolchain would.
+/// by a compiler wrapper that fails every crate, as a broken toolchain would.
 #[test]
 fn a_release_whose_build_fails_ships_nothing_from_an_earlier_build() {
     let test = "a_release_whose_build_fails_ships_nothing_from_an_earlier_build";
@@ -294,7 +295,11 @@ fn a_release_whose_build_fails_ships_nothing_from_an_earlier_build() {
     }
     let broken = work.write_executable(
         "broken-rustc",
-        "#!/bin/sh\necho 'broken on purpose' >&2\nexit 1\n",
+        // cargo's own questions (version, target info) are answered, as
+        // cargo fetch and metadata ask them before the build; every
+        // crate's compile fails.
+        "#!/bin/sh\ncase \" $* \" in *\" -vV \"* | *\" --crate-name ___ \"*) exec \"$@\" ;; esac\n\
+         echo 'broken on purpose' >&2\nexit 1\n",
     );
     let out = work.path().join("dist");
     let arch = host_arch();
@@ -350,21 +355,28 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let deb = format!("cni-rs_{SUITE_VERSION}_{arch}.deb");
     let foreign_deb = format!("cni-rs_{SUITE_VERSION}_{FOREIGN}.deb");
     let image = format!("cni-rs-image-v{SUITE_VERSION}.tar");
+    let source = format!("cni-rs-v{SUITE_VERSION}-vendored.tar.gz");
+    // Each artifact's SBOM is named after it.
+    let sbom = |artifact: &str| {
+        let stem = [".tgz", ".tar.gz", ".tar", ".deb"]
+            .iter()
+            .find_map(|ext| artifact.strip_suffix(ext))
+            .expect("an artifact");
+        format!("{stem}.spdx.json")
+    };
     let names: Vec<&String> = da.keys().collect();
-    let mut want = vec![
-        "SHA256SUMS".to_string(),
-        deb.clone(),
-        foreign_deb.clone(),
-        image.clone(),
-        format!("{image}.sha256"),
-        format!("{image}.sha512"),
-    ];
-    for t in [
+    let mut want = vec!["SHA256SUMS".to_string()];
+    let artifacts = [
         tgz_of(arch),
         multicall_of(arch),
+        deb.clone(),
         tgz_of(FOREIGN),
         multicall_of(FOREIGN),
-    ] {
+        foreign_deb.clone(),
+        image.clone(),
+        source.clone(),
+    ];
+    for t in artifacts.iter().flat_map(|a| [a.clone(), sbom(a)]) {
         want.extend([format!("{t}.sha256"), format!("{t}.sha512"), t]);
     }
     want.sort();
@@ -382,13 +394,8 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         let out = run_ok(Command::new(tool).arg(file).current_dir(&dist));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    for t in [
-        &tgz,
-        &multicall_tgz,
-        &tgz_of(FOREIGN),
-        &multicall_of(FOREIGN),
-        &image,
-    ] {
+    for t in artifacts.iter().flat_map(|a| [a.clone(), sbom(a)]) {
+        let t = &t;
         assert_eq!(
             String::from_utf8_lossy(&da[&format!("{t}.sha256")]),
             sha("sha256sum", t)
@@ -399,16 +406,12 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         );
     }
     let sums = String::from_utf8_lossy(&da["SHA256SUMS"]).into_owned();
-    assert_eq!(
-        sums,
-        sha("sha256sum", &tgz)
-            + &sha("sha256sum", &multicall_tgz)
-            + &sha("sha256sum", &deb)
-            + &sha("sha256sum", &tgz_of(FOREIGN))
-            + &sha("sha256sum", &multicall_of(FOREIGN))
-            + &sha("sha256sum", &foreign_deb)
-            + &sha("sha256sum", &image)
-    );
+    let want_sums: String = artifacts
+        .iter()
+        .flat_map(|a| [a.clone(), sbom(a)])
+        .map(|t| sha("sha256sum", &t))
+        .collect();
+    assert_eq!(sums, want_sums);
     run_ok(
         Command::new("sha256sum")
             .args(["-c", "SHA256SUMS"])
@@ -424,7 +427,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     }
 
     // Flat as upstream's: ./ and one entry per binary, sorted, root-owned,
-    // 0755, dated the commit.
+    // 0755, dated the commit, and the license and notices, 0644.
     let listing = run_ok(
         Command::new("tar")
             .args(["--numeric-owner", "--full-time", "-tvzf", &tgz])
@@ -438,6 +441,8 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let mut bins: Vec<&str> = REPRO_BINS.split(',').collect();
     bins.sort();
     want_names.extend(bins.iter().map(|b| format!("./{b}")));
+    want_names.extend(["./LICENSE".to_string(), "./THIRD-PARTY-NOTICES".to_string()]);
+    want_names.sort();
     let mut got_names = Vec::new();
     for line in listing.lines() {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -445,6 +450,8 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         assert_eq!(format!("{} {}", f[3], f[4]), date, "{line}");
         let want_mode = if f[5] == "./" {
             "drwxr-xr-x"
+        } else if ["./LICENSE", "./THIRD-PARTY-NOTICES"].contains(&f[5]) {
+            "-rw-r--r--"
         } else {
             "-rwxr-xr-x"
         };
@@ -494,6 +501,8 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         entries,
         [
             "drwxr-xr-x ./",
+            "-rw-r--r-- ./LICENSE",
+            "-rw-r--r-- ./THIRD-PARTY-NOTICES",
             "-rwxr-xr-x ./cni-rs",
             "drwxr-xr-x ./deploy/",
             "-rw-r--r-- ./deploy/cni-rs-gc.service",
