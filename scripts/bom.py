@@ -216,6 +216,16 @@ def notices(args):
         w(lic["text"].rstrip() + "\n")
 
 
+# A copyright notice: "Copyright (c) 2018 Name", "Copyright 2016 Name",
+# "Copyright (c) The Rust Project Developers", "(c) 2020 Name"; not the
+# license texts' own sentences that start with the word.
+COPYRIGHT_LINE = re.compile(
+    r"^(?:copyright\s*(?:\(c\)|©)?\s*\d{4}|copyright\s*(?:\(c\)|©)\s*\S|(?:\(c\)|©)\s*\d{4})",
+    re.IGNORECASE)
+# A template's blanks: "Copyright [yyyy] [name of copyright owner]".
+PLACEHOLDER = re.compile(r"\[yyyy\]|<year>|<copyright holders?>|\[name of", re.IGNORECASE)
+
+
 def copyright_lines(about, key):
     """The copyright lines of a crate's license files, else its authors."""
     lines = []
@@ -223,7 +233,7 @@ def copyright_lines(about, key):
         if any((u["crate"]["name"], u["crate"]["version"]) == key for u in lic["used_by"]):
             for line in lic["text"].splitlines():
                 line = line.strip()
-                if re.match(r"(?i)^(copyright\b|\(c\)|©)", line) and "holder" not in line.lower():
+                if COPYRIGHT_LINE.match(line) and not PLACEHOLDER.search(line):
                     lines.append(line)
     return sorted(set(lines))
 

@@ -9,7 +9,7 @@
 # ppc64le, s390x). MULTICALL_DIR holds that architecture's static
 # multicall binary cni-rs and a link to it per plugin (the multicall
 # tarball's files); the binary and the links go to /bin of the image's one
-# layer, and nothing else does: no shell, no libc. The entry point is
+# layer (no shell, no libc, no other program). The entry point is
 # /bin/cni-rs, so a container's args choose what it does
 # (deploy/cni-rs.yaml: `install /host/opt/cni/bin`, then `gc --apply
 # --every 10m`). DOC_DIR's files (release.sh's: LICENSE,

@@ -598,12 +598,18 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
             out.contains("MSB") && out.contains("IBM S/390") && out.contains("statically linked"),
             "{FOREIGN}: {b}: {out}"
         );
+        // Its crate list embedded (cargo auditable), as on the host.
+        let sections = run_ok(Command::new("readelf").arg("-SW").arg(f.join(&b)));
+        assert!(
+            String::from_utf8_lossy(&sections.stdout).contains(".dep-v0"),
+            "{FOREIGN}: {b}: no .dep-v0 section"
+        );
     }
 
     // The image: an OCI layout whose one entry, tagged with the version,
     // is an image index with a manifest per architecture, in the order
-    // built: one layer of that architecture's multicall binary and its
-    // links, the binary as entry point, dated the commit.
+    // built: one layer of that architecture's multicall binary, its
+    // links and its documents, the binary as entry point, dated the commit.
     let i = work.path().join("i");
     std::fs::create_dir_all(&i).expect("mkdir");
     run_ok(
@@ -694,7 +700,14 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
             "drwxr-xr-x ./",
             "drwxr-xr-x ./bin/",
             "-rwxr-xr-x ./bin/cni-rs",
-            "lrwxrwxrwx ./bin/loopback -> cni-rs"
+            "lrwxrwxrwx ./bin/loopback -> cni-rs",
+            "drwxr-xr-x ./usr/",
+            "drwxr-xr-x ./usr/share/",
+            "drwxr-xr-x ./usr/share/doc/",
+            "drwxr-xr-x ./usr/share/doc/cni-rs/",
+            "-rw-r--r-- ./usr/share/doc/cni-rs/LICENSE",
+            "-rw-r--r-- ./usr/share/doc/cni-rs/THIRD-PARTY-NOTICES",
+            "-rw-r--r-- ./usr/share/doc/cni-rs/cni-rs.spdx.json"
         ]
     );
     let l = work.path().join("l");
