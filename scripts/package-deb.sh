@@ -149,9 +149,20 @@ for dir in usr/bin usr/sbin; do
       { echo "error: /$dir/$p has no manual page in docs/man (crate manpages)" >&2; exit 1; }
   done
 done
-# lintian's reading of the static-pie binaries, overridden with the reason.
+# lintian's reading of static binaries, overridden with the reason: the
+# tag of the kind the target builds (static-pie: ET_DYN; plain static on
+# a target without static-pie, s390x: ET_EXEC), so that no override goes
+# unused.
+tags=()
+for f in "${binaries[@]}"; do
+  case $(readelf -hW "$f" | sed -n 's/^ *Type: *\([A-Z]*\).*/\1/p') in
+  DYN) tags+=(shared-library-lacks-prerequisites) ;;
+  EXEC) tags+=(statically-linked-binary) ;;
+  esac
+done
 install -d -m 0755 "$root/usr/share/lintian/overrides"
-grep -v '^#' "$repo/scripts/deb/lintian-overrides" >"$root/usr/share/lintian/overrides/cni-rs"
+grep -v '^#' "$repo/scripts/deb/lintian-overrides" |
+  grep -F -e "$(printf '%s\n' "${tags[@]}" | sort -u)" >"$root/usr/share/lintian/overrides/cni-rs"
 find "$root/usr/share" -type f -exec chmod 0644 {} +
 for script in postinst prerm postrm; do
   sed -e "s|@UNITS@|$shipped_units|" -e "s|@NAMES@|${names[*]}|" \

@@ -195,3 +195,27 @@ pub fn deb_maintainer() -> String {
     ]));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+/// What lintian says against a package that it must not: every error,
+/// and each warning whose tag docs/install.md does not list with its
+/// reason (a `| `tag` |` row). Empty when lintian accepts it.
+pub fn lintian_problems(deb: &Path) -> Vec<String> {
+    let out = Command::new("lintian")
+        .args(["--tag-display-limit", "0", "--display-level", ">=warning"])
+        .arg(deb)
+        .output()
+        .unwrap_or_else(|e| panic!("lintian (scripts/deps.sh installs it): {e}"));
+    let docs = std::fs::read_to_string(workspace_root().join("docs/install.md")).expect("docs");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|line| {
+            let mut f = line.split_whitespace();
+            match (f.next(), f.next(), f.next()) {
+                (Some("E:"), ..) => true,
+                (Some("W:"), _, Some(tag)) => !docs.contains(&format!("| `{tag}` |")),
+                _ => false,
+            }
+        })
+        .map(str::to_string)
+        .collect()
+}

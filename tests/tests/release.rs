@@ -606,6 +606,15 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         );
     }
 
+    // lintian accepts the foreign package too (its binaries are plain
+    // static executables, not static-pie).
+    let problems = lintian_problems(&dist.join(&foreign_deb));
+    assert!(
+        problems.is_empty(),
+        "{foreign_deb}:\n{}",
+        problems.join("\n")
+    );
+
     // The image: an OCI layout whose one entry, tagged with the version,
     // is an image index with a manifest per architecture, in the order
     // built: one layer of that architecture's multicall binary, its
