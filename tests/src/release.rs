@@ -219,3 +219,13 @@ pub fn lintian_problems(deb: &Path) -> Vec<String> {
         .map(str::to_string)
         .collect()
 }
+
+/// The file name of an artifact's SBOM, as scripts/release.sh names it:
+/// `cni-rs-linux-amd64-v0.1.0.tgz` -> `cni-rs-linux-amd64-v0.1.0.spdx.json`.
+pub fn sbom_name(artifact: &str) -> String {
+    let stem = [".tgz", ".tar.gz", ".tar", ".deb"]
+        .iter()
+        .find_map(|ext| artifact.strip_suffix(ext))
+        .unwrap_or_else(|| panic!("{artifact} is not a release artifact"));
+    format!("{stem}.spdx.json")
+}

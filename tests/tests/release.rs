@@ -356,14 +356,6 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let foreign_deb = format!("cni-rs_{SUITE_VERSION}_{FOREIGN}.deb");
     let image = format!("cni-rs-image-v{SUITE_VERSION}.tar");
     let source = format!("cni-rs-v{SUITE_VERSION}-vendored.tar.gz");
-    // Each artifact's SBOM is named after it.
-    let sbom = |artifact: &str| {
-        let stem = [".tgz", ".tar.gz", ".tar", ".deb"]
-            .iter()
-            .find_map(|ext| artifact.strip_suffix(ext))
-            .expect("an artifact");
-        format!("{stem}.spdx.json")
-    };
     let names: Vec<&String> = da.keys().collect();
     let mut want = vec!["SHA256SUMS".to_string()];
     let artifacts = [
@@ -376,7 +368,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         image.clone(),
         source.clone(),
     ];
-    for t in artifacts.iter().flat_map(|a| [a.clone(), sbom(a)]) {
+    for t in artifacts.iter().flat_map(|a| [a.clone(), sbom_name(a)]) {
         want.extend([format!("{t}.sha256"), format!("{t}.sha512"), t]);
     }
     want.sort();
@@ -394,7 +386,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
         let out = run_ok(Command::new(tool).arg(file).current_dir(&dist));
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    for t in artifacts.iter().flat_map(|a| [a.clone(), sbom(a)]) {
+    for t in artifacts.iter().flat_map(|a| [a.clone(), sbom_name(a)]) {
         let t = &t;
         assert_eq!(
             String::from_utf8_lossy(&da[&format!("{t}.sha256")]),
@@ -408,7 +400,7 @@ fn release_is_the_same_bytes_from_another_source_path_and_target_dir() {
     let sums = String::from_utf8_lossy(&da["SHA256SUMS"]).into_owned();
     let want_sums: String = artifacts
         .iter()
-        .flat_map(|a| [a.clone(), sbom(a)])
+        .flat_map(|a| [a.clone(), sbom_name(a)])
         .map(|t| sha("sha256sum", &t))
         .collect();
     assert_eq!(sums, want_sums);

@@ -204,16 +204,9 @@ fn read_sbom(path: &Path) -> Sbom {
 }
 
 fn sbom_of(dist: &Path, artifact: &Path) -> PathBuf {
-    let name = artifact
-        .file_name()
-        .expect("name")
-        .to_string_lossy()
-        .into_owned();
-    let stem = ["tgz", "tar.gz", "tar", "deb"]
-        .iter()
-        .find_map(|ext| name.strip_suffix(&format!(".{ext}")))
-        .expect("an artifact");
-    dist.join(format!("{stem}.spdx.json"))
+    dist.join(sbom_name(
+        &artifact.file_name().expect("name").to_string_lossy(),
+    ))
 }
 
 /// The artifacts of the release: every file SHA256SUMS names that is not
@@ -812,9 +805,10 @@ fn lintian_finds_no_error_and_only_the_documented_warnings() {
 }
 
 /// The source release builds offline: unpacked where nothing else is, its
-/// multicall binary built by its own scripts/release.sh with the network
-/// cut (`unshare -n`; --offline --locked, as a vendored tree builds) is
-/// the same bytes as the release's.
+/// multicall binary (and cnitool, the `--only` that ships a package)
+/// built by its own scripts/release.sh with the network cut (`unshare
+/// -n`; --offline --locked, as a vendored tree builds) are the same bytes
+/// as the release's.
 #[test]
 fn the_source_release_builds_offline_to_the_same_multicall_binary() {
     let test = "the_source_release_builds_offline_to_the_same_multicall_binary";
@@ -834,7 +828,7 @@ fn the_source_release_builds_offline_to_the_same_multicall_binary() {
         .arg(tree.join("scripts/release.sh"))
         .args([
             "--only",
-            "cni-rs",
+            "cni-rs,cnitool",
             "--no-kernel-test",
             "--arch",
             host_arch(),
@@ -858,14 +852,24 @@ fn the_source_release_builds_offline_to_the_same_multicall_binary() {
             .exists(),
         "{test}: a source release writes no source release"
     );
-    let built = untar(&work, &host_multicall_tgz(&out), "built");
-    let shipped = untar(&work, &host_multicall_tgz(&dist), "shipped");
-    let (a, b) = (
-        std::fs::read(built.join("cni-rs")).expect("built"),
-        std::fs::read(shipped.join("cni-rs")).expect("shipped"),
-    );
-    assert!(
-        a == b,
-        "{test}: the offline build's cni-rs differs from the release's"
-    );
+    for (tgz, binary) in [
+        (host_multicall_tgz(&out), "cni-rs"),
+        (host_tgz(&out), "cnitool"),
+    ] {
+        let name = tgz
+            .file_name()
+            .expect("name")
+            .to_string_lossy()
+            .into_owned();
+        let built = untar(&work, &tgz, &format!("built-{binary}"));
+        let shipped = untar(&work, &dist.join(&name), &format!("shipped-{binary}"));
+        let (a, b) = (
+            std::fs::read(built.join(binary)).expect("built"),
+            std::fs::read(shipped.join(binary)).expect("shipped"),
+        );
+        assert!(
+            a == b,
+            "{test}: the offline build's {binary} differs from the release's"
+        );
+    }
 }
