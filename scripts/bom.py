@@ -195,10 +195,18 @@ def spdx_expression(expr):
     return re.sub(r"\s*/\s*", " OR ", expr.strip())
 
 
-def notices(args):
+def inputs(args):
+    """The workspace, cargo-about's data and the crate graph the command
+    describes: the binaries' linked crates, or with --vendored every
+    crate of Cargo.lock."""
     ws = Workspace()
     about = About(args.about)
     graph = locked_crates(ws) if args.vendored else linked_crates(ws, args.binaries)
+    return ws, about, graph
+
+
+def notices(args):
+    ws, about, graph = inputs(args)
     crates = third_party(ws, graph)
     w = sys.stdout.write
     w(f"Third-party notices for {PROJECT}\n\n")
@@ -244,9 +252,7 @@ def dep5_license(expr):
 
 def copyright_file(args):
     """Debian's machine-readable copyright (DEP-5) for the package."""
-    ws = Workspace()
-    about = About(args.about)
-    graph = locked_crates(ws) if args.vendored else linked_crates(ws, args.binaries)
+    ws, about, graph = inputs(args)
     crates = third_party(ws, graph)
     w = sys.stdout.write
     w("Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n"
@@ -299,9 +305,7 @@ def spdx_id(kind, name, version=""):
 
 
 def spdx(args):
-    ws = Workspace()
-    about = About(args.about)
-    graph = locked_crates(ws) if args.vendored else linked_crates(ws, args.binaries)
+    ws, about, graph = inputs(args)
     artifact = os.path.basename(args.artifact)
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH", "0"))
     created = datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

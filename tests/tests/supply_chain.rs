@@ -644,26 +644,10 @@ fn every_artifact_carries_the_license_and_the_notices_of_what_it_links() {
     }
     assert!(!copyright.contains("cni-rs@invalid"));
     // The image: each platform's layer.
-    let image = untar(
-        &work,
-        &dist.join(format!("cni-rs-image-v{SUITE_VERSION}.tar")),
-        "image",
-    );
-    let blob = |digest: &str| {
-        image
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"))
-    };
-    let json = |path: PathBuf| -> Value {
-        serde_json::from_slice(&std::fs::read(path).expect("read blob")).expect("JSON")
-    };
-    let top = json(image.join("index.json"));
-    let index = json(blob(
-        top["manifests"][0]["digest"].as_str().expect("digest"),
-    ));
-    for m in index["manifests"].as_array().expect("manifests") {
-        let manifest = json(blob(m["digest"].as_str().expect("digest")));
-        let layer = blob(manifest["layers"][0]["digest"].as_str().expect("layer"));
+    let image = Image::unpack(&work, &dist);
+    for m in image.index["manifests"].as_array().expect("manifests") {
+        let manifest = image.json(&m["digest"]);
+        let layer = image.blob(&manifest["layers"][0]["digest"]);
         let root = work.path().join(format!(
             "layer-{}",
             m["platform"]["architecture"].as_str().expect("arch")
@@ -700,6 +684,41 @@ fn every_artifact_carries_the_license_and_the_notices_of_what_it_links() {
     }
 }
 
+/// The release's image archive, unpacked: its OCI layout and the image
+/// index its one tag names.
+struct Image {
+    layout: PathBuf,
+    index: Value,
+}
+
+impl Image {
+    fn unpack(work: &TempDir, dist: &Path) -> Image {
+        let archive = dist.join(format!("cni-rs-image-v{SUITE_VERSION}.tar"));
+        let layout = untar(work, &archive, "image");
+        let top: Value =
+            serde_json::from_slice(&std::fs::read(layout.join("index.json")).expect("index.json"))
+                .expect("JSON");
+        let mut image = Image {
+            layout,
+            index: Value::Null,
+        };
+        image.index = image.json(&top["manifests"][0]["digest"]);
+        image
+    }
+
+    /// The blob of a descriptor's digest (`"sha256:..."`).
+    fn blob(&self, digest: &Value) -> PathBuf {
+        let digest = digest.as_str().expect("a digest");
+        self.layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:"))
+    }
+
+    fn json(&self, digest: &Value) -> Value {
+        serde_json::from_slice(&std::fs::read(self.blob(digest)).expect("blob")).expect("JSON")
+    }
+}
+
 /// The names of the workspace's own crates.
 fn suite_crates() -> BTreeSet<String> {
     let out = run_ok(Command::new("cargo").current_dir(workspace_root()).args([
@@ -725,21 +744,8 @@ fn the_image_carries_the_oci_annotations() {
     let test = "the_image_carries_the_oci_annotations";
     let Some(dist) = dist() else { return };
     let work = TempDir::new("annotations");
-    let image = untar(
-        &work,
-        &dist.join(format!("cni-rs-image-v{SUITE_VERSION}.tar")),
-        "image",
-    );
-    let blob = |digest: &str| -> Value {
-        let path = image
-            .join("blobs/sha256")
-            .join(digest.trim_start_matches("sha256:"));
-        serde_json::from_slice(&std::fs::read(path).expect("blob")).expect("JSON")
-    };
-    let top: Value =
-        serde_json::from_slice(&std::fs::read(image.join("index.json")).expect("index"))
-            .expect("JSON");
-    let index = blob(top["manifests"][0]["digest"].as_str().expect("digest"));
+    let image = Image::unpack(&work, &dist);
+    let index = &image.index;
     let epoch = commit_time();
     let date = run_ok(Command::new("date").args([
         "-u",
@@ -756,7 +762,7 @@ fn the_image_carries_the_oci_annotations() {
     let revision = String::from_utf8_lossy(&revision.stdout).trim().to_string();
     let mut annotated = vec![("index".to_string(), index["annotations"].clone())];
     for m in index["manifests"].as_array().expect("manifests") {
-        let manifest = blob(m["digest"].as_str().expect("digest"));
+        let manifest = image.json(&m["digest"]);
         annotated.push((m["platform"].to_string(), manifest["annotations"].clone()));
     }
     for (what, a) in annotated {
