@@ -25,7 +25,7 @@
 # package's binaries link (scripts/bom.py, from what each binary embeds:
 # they are built with cargo auditable), and the changelog; each program in
 # a bin dir has its manual page (docs/man, rendered from its --help by
-# crate manpages). docs/install.md lists the lintian warnings left, and why.
+# crate manpages). docs/install.md gives the lintian overrides, and why.
 #
 # Same inputs, same bytes: file times are SOURCE_DATE_EPOCH (default: the
 # last commit's time), owners root, dpkg-deb sorts the entries.
@@ -125,13 +125,15 @@ for n in "${names[@]}"; do binaries+=("$root/usr/lib/cni/$n"); done
 about=${ABOUT_JSON:-}
 if [ -z "$about" ]; then
   about=$stage/about.json
-  (cd "$repo" && cargo about generate --locked --format json --workspace -o "$about")
+  (cd "$repo" && cargo about generate --offline --locked --format json --workspace -o "$about")
 fi
 python3 "$repo/scripts/bom.py" copyright --about "$about" "${binaries[@]}" >"$root/usr/share/doc/cni-rs/copyright"
 python3 "$repo/scripts/bom.py" notices --about "$about" "${binaries[@]}" |
   gzip -9 -n >"$root/usr/share/doc/cni-rs/THIRD-PARTY-NOTICES.gz"
 # A native package's changelog (Debian policy 12.7), dated the release.
-sed -e "s|@VERSION@|$version|" -e "s|@MAINTAINER@|$maintainer|" \
+# (The name is escaped for sed's replacement: `&`, `|` and `\`.)
+maintainer_sed=$(printf '%s' "$maintainer" | sed 's/[&|\\]/\\&/g')
+sed -e "s|@VERSION@|$version|" -e "s|@MAINTAINER@|$maintainer_sed|" \
   -e "s|@DATE@|$(LC_ALL=C date -u -R -d "@$SOURCE_DATE_EPOCH")|" "$repo/scripts/deb/changelog.in" |
   gzip -9 -n >"$root/usr/share/doc/cni-rs/changelog.gz"
 # The manual page of each program in a bin dir.
