@@ -67,7 +67,8 @@ multicall=(env CNI_TEST_BIN_DIR="$repo/target/multicall-test" cargo test -p test
 # checked against them (tests/tests/tidy.rs). Then what a distribution and
 # a scanner check (tests/tests/supply_chain.rs): the SBOMs, validated and
 # against what the binaries embed, `cargo audit bin`, the notices, lintian,
-# the image's annotations, and the source release built offline.
+# the image's annotations, and the source release built offline; and the
+# package itself installed over Debian's Go plugins in the full-kernel VM.
 release_out=$repo/target/release-test
 rm -rf "$release_out"
 # This machine's architecture only: the others are the arch step's.
@@ -77,7 +78,7 @@ if scripts/release.sh --arch "$(. scripts/arch.sh && arch_host)" --out "$release
   tar -xzf "$release_out"/dist/cni-rs-multicall-linux-*.tgz -C "$release_out/bin" ./cni-rs
   env CNI_TEST_BIN_DIR="$release_out/bin" CNI_TEST_RELEASE=1 CNI_TEST_DIST="$release_out/dist" \
     cargo test -p tests --test suite --no-fail-fast \
-    -- empty_root:: daemonset:: tidy::the_sizes supply_chain:: || status=$?
+    -- empty_root:: daemonset:: tidy::the_sizes supply_chain:: release::the_package_replaces || status=$?
 else
   echo "error: scripts/release.sh failed: the release form is not tested" >&2
   status=1

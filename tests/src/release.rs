@@ -229,3 +229,19 @@ pub fn sbom_name(artifact: &str) -> String {
         .unwrap_or_else(|| panic!("{artifact} is not a release artifact"));
     format!("{stem}.spdx.json")
 }
+
+/// The release's `dist/` that scripts/test.sh's release step wrote
+/// (`CNI_TEST_DIST`), or None elsewhere, said on stderr: the tests that
+/// read the release run in that step.
+pub fn release_dist() -> Option<PathBuf> {
+    match std::env::var_os("CNI_TEST_DIST") {
+        Some(d) => Some(PathBuf::from(d)),
+        None => {
+            eprintln!(
+                "the release's artifacts are checked in scripts/test.sh's release step \
+                 (CNI_TEST_DIST)"
+            );
+            None
+        }
+    }
+}

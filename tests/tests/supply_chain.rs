@@ -15,20 +15,6 @@ use std::process::Command;
 use tests::release::*;
 use tests::*;
 
-/// The release's `dist/`, or None outside the release step.
-fn dist() -> Option<PathBuf> {
-    match std::env::var_os("CNI_TEST_DIST") {
-        Some(d) => Some(PathBuf::from(d)),
-        None => {
-            eprintln!(
-                "the release's artifacts are checked in scripts/test.sh's release step \
-                 (CNI_TEST_DIST)"
-            );
-            None
-        }
-    }
-}
-
 fn host_tgz(dist: &Path) -> PathBuf {
     dist.join(format!("cni-rs-linux-{}-v{SUITE_VERSION}.tgz", host_arch()))
 }
@@ -309,7 +295,7 @@ fn the_policy_refuses_a_license_outside_it_and_a_source_outside_crates_io() {
 #[test]
 fn every_artifact_has_a_valid_sbom_beside_it() {
     let test = "every_artifact_has_a_valid_sbom_beside_it";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let artifacts = artifacts(&dist);
     assert!(artifacts.len() >= 5, "{test}: {artifacts:?}");
     let sums = std::fs::read_to_string(dist.join("SHA256SUMS")).expect("SHA256SUMS");
@@ -364,7 +350,7 @@ fn every_artifact_has_a_valid_sbom_beside_it() {
 #[test]
 fn each_sbom_lists_the_crate_versions_its_binaries_embed() {
     let test = "each_sbom_lists_the_crate_versions_its_binaries_embed";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let work = TempDir::new("sbom-crates");
     // What any shipped binary may link: the workspace's normal
     // dependency closure, proc-macros left out (cargo tree's view).
@@ -458,7 +444,7 @@ fn each_sbom_lists_the_crate_versions_its_binaries_embed() {
 #[test]
 fn cargo_audit_bin_reports_exactly_the_crate_an_advisory_marks() {
     let test = "cargo_audit_bin_reports_exactly_the_crate_an_advisory_marks";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let work = TempDir::new("audit");
     let bins = untar(&work, &host_tgz(&dist), "bins");
     let multicall = untar(&work, &host_multicall_tgz(&dist), "multicall");
@@ -562,7 +548,7 @@ fn cargo_audit_bin_reports_exactly_the_crate_an_advisory_marks() {
 #[test]
 fn every_artifact_carries_the_license_and_the_notices_of_what_it_links() {
     let test = "every_artifact_carries_the_license_and_the_notices_of_what_it_links";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let work = TempDir::new("notices");
     let license = std::fs::read(workspace_root().join("LICENSE")).expect("LICENSE");
     let ours: BTreeSet<String> = suite_crates();
@@ -742,7 +728,7 @@ fn suite_crates() -> BTreeSet<String> {
 #[test]
 fn the_image_carries_the_oci_annotations() {
     let test = "the_image_carries_the_oci_annotations";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let work = TempDir::new("annotations");
     let image = Image::unpack(&work, &dist);
     let index = &image.index;
@@ -792,7 +778,7 @@ fn the_image_carries_the_oci_annotations() {
 #[test]
 fn lintian_finds_no_error_and_only_the_documented_warnings() {
     let test = "lintian_finds_no_error_and_only_the_documented_warnings";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let debs: Vec<PathBuf> = std::fs::read_dir(&dist)
         .expect("read dist")
         .map(|e| e.expect("entry").path())
@@ -818,7 +804,7 @@ fn lintian_finds_no_error_and_only_the_documented_warnings() {
 #[test]
 fn the_source_release_builds_offline_to_the_same_multicall_binary() {
     let test = "the_source_release_builds_offline_to_the_same_multicall_binary";
-    let Some(dist) = dist() else { return };
+    let Some(dist) = release_dist() else { return };
     let work = TempDir::new("offline");
     let source = untar(
         &work,
