@@ -69,8 +69,10 @@ ensure_cross_toolchain() {
   local arch=$1 gnu deb pkgs=()
   [ "$arch" = "$(arch_host)" ] && return 0
   gnu=$(arch_gnu "$arch") && deb=$(arch_debian "$arch") || return 1
-  [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] || pkgs+=(rustc-web cargo-web)
-  [ -d /usr/lib/rustlib/src/rust/library/std ] || pkgs+=(rust-web-src)
+  # rustc-web and its std's source, at the workspace's rust-version at
+  # least: a machine that installed them from stale package lists has an
+  # older one, which apt_install upgrades (it updates the lists first).
+  rustc_web_current && [ -d /usr/lib/rustlib/src/rust/library/std ] || pkgs+=(rustc-web cargo-web rust-web-src)
   command -v "$gnu-gcc" >/dev/null || pkgs+=("gcc-$gnu")
   [ -f "/usr/$gnu/lib/libc.a" ] || pkgs+=("libc6-dev-$deb-cross")
   [ ${#pkgs[@]} -eq 0 ] && return 0
@@ -78,6 +80,20 @@ ensure_cross_toolchain() {
     echo "error: apt-get install ${pkgs[*]} (the $arch build) failed" >&2
     return 1
   }
+  rustc_web_current || {
+    echo "error: Debian's rustc-web is $(/usr/bin/rustc --version), older than the workspace's rust-version" >&2
+    return 1
+  }
+}
+
+# Debian's rustc and cargo are installed, at the workspace's rust-version
+# or newer.
+rustc_web_current() {
+  local need have
+  [ -x /usr/bin/rustc ] && [ -x /usr/bin/cargo ] || return 1
+  need=$(sed -n 's/^rust-version = "\(.*\)"$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../Cargo.toml")
+  have=$(/usr/bin/rustc --version | cut -d' ' -f2)
+  [ -n "$need" ] && [ "$(printf '%s\n' "$need" "$have" | sort -V | head -1)" = "$need" ]
 }
 
 # cargo for ARCH: the machine's own for the host's architecture; Debian's

@@ -20,7 +20,7 @@ apt_install() {
     apt_updated=1
   fi
   echo "installing $*" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null ||
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=300 "$@" >/dev/null ||
     { echo "error: apt-get install $* failed" >&2; return 1; }
 }
 

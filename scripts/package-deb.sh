@@ -125,7 +125,9 @@ for n in "${names[@]}"; do binaries+=("$root/usr/lib/cni/$n"); done
 about=${ABOUT_JSON:-}
 if [ -z "$about" ]; then
   about=$stage/about.json
-  (cd "$repo" && cargo about generate --offline --locked --format json --workspace -o "$about")
+  # Every platform's crates first (cargo about reads them all), then offline.
+  (cd "$repo" && cargo fetch --locked >/dev/null &&
+    cargo about generate --offline --locked --format json --workspace -o "$about")
 fi
 python3 "$repo/scripts/bom.py" copyright --about "$about" "${binaries[@]}" >"$root/usr/share/doc/cni-rs/copyright"
 python3 "$repo/scripts/bom.py" notices --about "$about" "${binaries[@]}" |
