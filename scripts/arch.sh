@@ -26,7 +26,7 @@
 
 . "$(dirname "${BASH_SOURCE[0]}")/deps.sh"
 
-arch_names() { echo amd64 arm64 arm ppc64le s390x; }
+arch_names() { echo amd64 arm64 arm ppc64le s390x riscv64 mips64le; }
 
 arch_host() {
   case $(uname -m) in
@@ -44,6 +44,8 @@ arch_field() { # ARCH FIELD(1 target, 2 debian, 3 oci, 4 gnu)
   arm) row="armv7-unknown-linux-gnueabihf armhf arm/v7 arm-linux-gnueabihf" ;;
   ppc64le) row="powerpc64le-unknown-linux-gnu ppc64el ppc64le powerpc64le-linux-gnu" ;;
   s390x) row="s390x-unknown-linux-gnu s390x s390x s390x-linux-gnu" ;;
+  riscv64) row="riscv64gc-unknown-linux-gnu riscv64 riscv64 riscv64-linux-gnu" ;;
+  mips64le) row="mips64el-unknown-linux-gnuabi64 mips64el mips64le mips64el-linux-gnuabi64" ;;
   *) echo "error: unknown architecture '$1' (one of: $(arch_names))" >&2; return 1 ;;
   esac
   echo "$row" | cut -d' ' -f"$2"
@@ -59,6 +61,8 @@ arch_elf_machine() {
   arm) echo ARM ;;
   ppc64le) echo PowerPC64 ;;
   s390x) echo "IBM S/390" ;;
+  riscv64) echo RISC-V ;;
+  mips64le) echo "MIPS R3000" ;;
   *) arch_field "$1" 1 ;;
   esac
 }
@@ -96,6 +100,16 @@ rustc_web_current() {
   [ -n "$need" ] && [ "$(printf '%s\n' "$need" "$have" | sort -V | head -1)" = "$need" ]
 }
 
+# ARCH's codegen flags beyond the release's, one per line. mips64le's
+# code is the largest (fixed-size instructions, every global reached
+# through the GOT in three): optimized for size alone, its multicall
+# binary keeps under the 6 MB bound (docs/dependencies-and-build.md).
+arch_rustflags() {
+  case $1 in
+  mips64le) echo -Copt-level=z ;;
+  esac
+}
+
 # cargo for ARCH: the machine's own for the host's architecture; Debian's
 # rustc-web with -Zbuild-std and the cross linker for a foreign one. The
 # caller passes --target "$(arch_target ARCH)" and its other flags.
@@ -108,7 +122,11 @@ arch_cargo() {
   fi
   target=$(arch_target "$arch") && gnu=$(arch_gnu "$arch") || return 1
   var=$(echo "$target" | tr 'a-z-' 'A-Z_')
-  env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
+  # ARCH's own flags after the caller's (set only when there are some).
+  local encoded=${CARGO_ENCODED_RUSTFLAGS:-} flags=() f
+  for f in $(arch_rustflags "$arch"); do encoded=${encoded:+$encoded$'\x1f'}$f; done
+  [ -z "$encoded" ] || flags=("CARGO_ENCODED_RUSTFLAGS=$encoded")
+  env "${flags[@]}" RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 \
     "CARGO_TARGET_${var}_LINKER=$gnu-gcc" "CC_${target//-/_}=$gnu-gcc" "AR_${target//-/_}=$gnu-ar" \
     /usr/bin/cargo "$@" -Zbuild-std=std,panic_unwind
 }

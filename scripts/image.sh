@@ -6,10 +6,10 @@
 #   scripts/image.sh OUT_TAR ARCH=MULTICALL_DIR[:DOC_DIR] [ARCH=...]
 #
 # ARCH is a release architecture (scripts/arch.sh: amd64, arm64, arm,
-# ppc64le, s390x). MULTICALL_DIR holds that architecture's static
-# multicall binary cni-rs and a link to it per plugin (the multicall
-# tarball's files); the binary and the links go to /bin of the image's one
-# layer (no shell, no libc, no other program). The entry point is
+# ppc64le, s390x, riscv64, mips64le). MULTICALL_DIR holds that
+# architecture's static multicall binary cni-rs and a link to it per
+# plugin (the multicall tarball's files); the binary and the links go to
+# /bin of the image's one layer (no shell, no libc, no other program). The entry point is
 # /bin/cni-rs, so a container's args choose what it does
 # (deploy/cni-rs.yaml: `install /host/opt/cni/bin`, then `gc --apply
 # --every 10m`). DOC_DIR's files (release.sh's: LICENSE,

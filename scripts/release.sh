@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the release binaries of every architecture and writes the release
-# artifacts (ARCH: amd64, arm64, arm, ppc64le, s390x; DEBARCH: Debian's name
-# of it, armhf and ppc64el for arm and ppc64le):
+# artifacts (ARCH: amd64, arm64, arm, ppc64le, s390x, riscv64, mips64le;
+# DEBARCH: Debian's name of it, armhf, ppc64el and mips64el for arm,
+# ppc64le and mips64le):
 #
 #   dist/cni-rs-linux-<arch>-v<version>.tgz          every plugin, cnitool and
 #                                                    cni-rs-install, flat, as
@@ -53,7 +54,7 @@
 # Usage: scripts/release.sh [--out DIR] [--arch ARCH,ARCH] [--only NAME,NAME]
 #                           [--no-kernel-test]
 #   --out DIR    write there instead of dist/
-#   --arch ...   these architectures only (default: all five)
+#   --arch ...   these architectures only (default: all seven)
 #   --only ...   build and ship only these binaries, and a multicall binary of
 #                only the plugins among them (the reproducibility test uses it
 #                to keep CI fast); `cni-rs` among them is the multicall binary

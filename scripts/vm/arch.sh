@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # scripts/vm/arch.sh ARCH FILES_DIR SCRIPT
 #
-# Boots Debian bookworm's kernel of ARCH (amd64, arm64, arm, ppc64le,
-# s390x) under QEMU's software emulation, with an initramfs of that
+# Boots Debian's kernel of ARCH (amd64, arm64, arm, ppc64le, s390x,
+# riscv64, mips64le) under QEMU's software emulation, with an initramfs of that
 # architecture's own: Debian's busybox-static, `nft` with its libraries,
 # the kernel's networking modules (bridge, veth, ifb, netfilter, traffic
 # control, and what they depend on), FILES_DIR's files in /opt/cni/bin,
@@ -28,7 +28,7 @@
 # Settings (environment):
 #   ARCH_VM_CACHE=/var/cache/cni-rs-vm/arch  packages and initramfs parts
 #   ARCH_VM_TIMEOUT=900   seconds before the guest counts as hung
-#   ARCH_VM_MEM=1G, ARCH_VM_CPUS=2
+#   ARCH_VM_MEM=1G, ARCH_VM_CPUS=2 (mips64le: 1)
 #   ARCH_VM_VERBOSE=1     the whole console, kernel messages included
 #   ARCH_VM_MODULES_DROP=NAME[,NAME]  leave these modules out (to show
 #                         that the guest needs them)
@@ -56,7 +56,10 @@ arch=$1 files=$2 script=$3
 [ "$(id -u)" = 0 ] || die "needs root (apt, the cache)"
 
 # ARCH: Debian's name, the kernel flavour, QEMU's binary and package, its
-# machine, and the console.
+# machine, and the console. The guest's packages are bookworm's (Debian
+# 12), but riscv64's: Debian 12 has no riscv64 kernel, trixie (Debian 13)
+# is the first release with one. mips64le's Malta board has one CPU.
+suite=bookworm cpus=${ARCH_VM_CPUS:-2}
 case $arch in
 amd64) deb=amd64 flavour=amd64 qemu=qemu-system-x86_64 qemu_pkg=qemu-system-x86
 	machine=(-M q35 -cpu max) console=ttyS0 ;;
@@ -68,7 +71,11 @@ ppc64le) deb=ppc64el flavour=powerpc64le qemu=qemu-system-ppc64 qemu_pkg=qemu-sy
 	machine=(-M pseries -cpu power9) console=hvc0 ;;
 s390x) deb=s390x flavour=s390x qemu=qemu-system-s390x qemu_pkg=qemu-system-misc
 	machine=(-M s390-ccw-virtio -cpu max) console=ttysclp0 ;;
-*) die "unknown architecture $arch (amd64, arm64, arm, ppc64le, s390x)" ;;
+riscv64) deb=riscv64 flavour=riscv64 qemu=qemu-system-riscv64 qemu_pkg=qemu-system-misc
+	machine=(-M virt -bios default) console=ttyS0 suite=trixie ;;
+mips64le) deb=mips64el flavour=5kc-malta qemu=qemu-system-mips64el qemu_pkg=qemu-system-mips
+	machine=(-M malta -cpu 5KEc) console=ttyS0 cpus=1 ;;
+*) die "unknown architecture $arch (amd64, arm64, arm, ppc64le, s390x, riscv64, mips64le)" ;;
 esac
 
 . "$here/../deps.sh"
@@ -76,6 +83,8 @@ missing=()
 command -v "$qemu" >/dev/null || missing+=("$qemu_pkg")
 command -v cpio >/dev/null || missing+=(cpio)
 command -v depmod >/dev/null || missing+=(kmod)
+command -v xz >/dev/null || missing+=(xz-utils)
+command -v zstd >/dev/null || missing+=(zstd)
 [ ${#missing[@]} -eq 0 ] || apt_install --no-install-recommends "${missing[@]}" ||
 	die "apt-get install ${missing[*]} failed"
 
@@ -83,7 +92,7 @@ mkdir -p "$cache/$deb" || die "cannot create $cache/$deb"
 exec 9>"$cache/$deb/.lock"
 flock 9 || die "cannot lock $cache/$deb/.lock"
 
-# The private apt of ARCH: bookworm's main, signed by Debian's key.
+# The private apt of ARCH: its suite's main, signed by Debian's key.
 apt_dir=$cache/$deb/apt
 apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/nonexistent
 	-o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Dir::State::status=/dev/null
@@ -100,7 +109,7 @@ guest_apt() { # apt-get|apt-cache ARG...
 base_initramfs() {
 	local kpkg kver pkgs root stage key img m
 	mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$cache/$deb/debs"
-	echo "deb [arch=$deb signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main" \
+	echo "deb [arch=$deb signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $suite main" \
 		>"$apt_dir/sources.list"
 	if [ ! -s "$cache/$deb/packages" ]; then
 		guest_apt apt-get update -qq >&2 || die "apt-get update for $deb failed"
@@ -123,6 +132,12 @@ base_initramfs() {
 		rm -f "$cache/$deb"/base-*.cpio.gz "$cache/$deb"/kernel-*
 		root=$(mktemp -d) stage=$(mktemp -d)
 		for m in "$cache/$deb"/debs/*.deb; do dpkg-deb -x "$m" "$root" || die "cannot unpack $m"; done
+		# A merged-/usr release (trixie) ships /bin, /sbin and /lib under
+		# /usr only, but its binaries name /lib's loader: the links a
+		# system's base-files make.
+		for m in bin sbin lib; do
+			[ -e "$root/$m" ] || [ ! -d "$root/usr/$m" ] || ln -s "usr/$m" "$root/$m" || die "cannot link /$m"
+		done
 		kver=$(ls "$root/lib/modules" | head -1)
 		[ -n "$kver" ] || die "no modules in the $deb kernel package"
 		if [ -f "$root/boot/vmlinux-$kver" ]; then
@@ -141,20 +156,31 @@ base_initramfs() {
 		local places=() place
 		for place in kernel/net/bridge kernel/net/netfilter kernel/net/ipv4/netfilter \
 			kernel/net/ipv6/netfilter kernel/net/sched kernel/drivers/net/veth.ko kernel/drivers/net/ifb.ko; do
-			[ -e "$root/lib/modules/$kver/$place" ] && places+=("$place")
+			for place in "$place" "$place.xz" "$place.zst"; do
+				[ -e "$root/lib/modules/$kver/$place" ] && places+=("$place") && break
+			done
 		done
 		[ ${#places[@]} -gt 0 ] || die "none of the chain's modules is in the $kver kernel"
-		(cd "$root/lib/modules/$kver" && find "${places[@]}" -name '*.ko') | sed 's|.*/||; s|\.ko$||' >"$stage/.wanted" ||
-			die "cannot list the $kver modules"
+		# Modules are plain (.ko, bookworm) or compressed (.ko.xz, trixie);
+		# busybox's modprobe is given them plain.
+		(cd "$root/lib/modules/$kver" && find "${places[@]}" -name '*.ko' -o -name '*.ko.xz' -o -name '*.ko.zst') |
+			sed 's|.*/||; s|\.ko\(\.[a-z]*\)\{0,1\}$||' >"$stage/.wanted" || die "cannot list the $kver modules"
+		[ -s "$stage/.wanted" ] || die "no module of the chain in the $kver kernel's places (${places[*]})"
 		while read -r m; do
 			case ",${ARCH_VM_MODULES_DROP:-}," in *",$m,"*) continue ;; esac
 			modprobe -d "$root" -S "$kver" --show-depends "$m" || die "modprobe --show-depends $m failed"
 		done <"$stage/.wanted" | awk '$1 == "insmod" { print $2 }' | sort -u >"$stage/.files" ||
 			die "cannot resolve the $kver modules' dependencies"
 		while read -r m; do
-			case ",${ARCH_VM_MODULES_DROP:-}," in *",$(basename "$m" .ko),"*) continue ;; esac
-			mkdir -p "$stage/$(dirname "${m#"$root"}")" && cp "$m" "$stage/${m#"$root"}" ||
-				die "cannot copy module $m"
+			local plain=${m%.xz}
+			plain=${plain%.zst}
+			case ",${ARCH_VM_MODULES_DROP:-}," in *",$(basename "$plain" .ko),"*) continue ;; esac
+			mkdir -p "$stage/$(dirname "${m#"$root"}")" || die "mkdir for module $m"
+			case $m in
+			*.xz) xz -dc "$m" >"$stage/${plain#"$root"}" ;;
+			*.zst) zstd -qdc "$m" >"$stage/${plain#"$root"}" ;;
+			*) cp "$m" "$stage/${m#"$root"}" ;;
+			esac || die "cannot copy module $m"
 		done <"$stage/.files"
 		rm -f "$stage/.wanted" "$stage/.files"
 		depmod -b "$stage" "$kver" || die "depmod of the guest's modules failed"
@@ -224,8 +250,10 @@ cat "$base" "$work/run.cpio.gz" >"$work/initrd" || die "cannot write the initrd"
 
 console_log=$work/console
 start=$(date +%s.%N)
-timeout "${ARCH_VM_TIMEOUT:-900}" "$qemu" -nographic -no-reboot -no-user-config \
-	"${machine[@]}" -smp "${ARCH_VM_CPUS:-2}" -m "${ARCH_VM_MEM:-1G}" \
+# -nic none: no network device (Malta's built-in one wants a boot ROM);
+# the guest's network is the namespaces its test makes.
+timeout "${ARCH_VM_TIMEOUT:-900}" "$qemu" -nographic -no-reboot -no-user-config -nic none \
+	"${machine[@]}" -smp "$cpus" -m "${ARCH_VM_MEM:-1G}" \
 	-kernel "$kernel" -initrd "$work/initrd" \
 	-append "console=$console quiet loglevel=3 panic=-1 rdinit=/init" \
 	-serial "file:$console_log" -monitor none </dev/null >"$work/qemu.log" 2>&1 &
