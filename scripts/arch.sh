@@ -101,8 +101,8 @@ rustc_web_current() {
 }
 
 # ARCH's codegen flags beyond the release's, one per line. mips64le's
-# code is the largest (fixed-size instructions, every global reached
-# through the GOT in three): optimized for size alone, its multicall
+# code is the largest (fixed-size instructions, every global loaded from
+# the GOT in three instructions): optimized for size alone, its multicall
 # binary keeps under the 6 MB bound (docs/dependencies-and-build.md).
 arch_rustflags() {
   case $1 in

@@ -155,8 +155,8 @@ for dir in usr/bin usr/sbin; do
 done
 # lintian's reading of static binaries, overridden with the reason: the
 # tag of the kind the target builds (static-pie: ET_DYN; plain static on
-# a target without static-pie, s390x: ET_EXEC), so that no override goes
-# unused.
+# a target without static-pie, s390x, riscv64 and mips64le: ET_EXEC), so
+# that no override goes unused.
 tags=()
 for f in "${binaries[@]}"; do
   case $(readelf -hW "$f" | sed -n 's/^ *Type: *\([A-Z]*\).*/\1/p') in
