@@ -14,6 +14,9 @@ need_root "the benchmark"
 ensure_runtime_deps
 [ -x /usr/lib/cni/bridge ] || apt_install containernetworking-plugins
 ensure_cmd strace strace
+# The no-op floor's plugin is a static C program, built by cni-bench.
+ensure_cmd cc gcc
+[ -f "$(cc -print-file-name=libc.a)" ] || apt_install libc6-dev
 
 # Namespaces and temp dirs of an earlier run that was killed with SIGKILL
 # (its guard never ran): those whose process is gone.

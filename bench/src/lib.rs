@@ -10,16 +10,20 @@
 //! [`measure`] (the main table), [`calllog_cost`] (the call log on and
 //! off), [`multicall`] (the multicall form against
 //! the separate binaries), [`static_build`] (static binaries against
-//! dynamic ones), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
+//! dynamic ones), [`burst`] (pods ADDed and DELed at once), [`floors`]
+//! (each chain against plugins that do nothing and against the kernel's
+//! own work, with `src/bin/floor.rs`), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
 //! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
 //! output: [`report`] (RESULTS.md, its table cells in [`cells`]) and
 //! [`plot`] (the SVG).
 
+pub mod burst;
 pub mod calllog_cost;
 pub mod cells;
 pub mod chains;
 pub mod dhcp;
 pub mod diagnose;
+pub mod floors;
 pub mod interrupt;
 pub mod machine;
 pub mod measure;

@@ -202,7 +202,15 @@ pub fn load_average() -> String {
 pub const REFERENCE_FIVE: [&str; 5] = ["bridge", "host-local", "portmap", "bandwidth", "loopback"];
 
 /// Binaries in our release directory that are not plugins.
-pub const NOT_PLUGINS: [&str; 4] = ["cnitool", "cni-bench", "cni-rs", "cni-rs-install"];
+pub const NOT_PLUGINS: [&str; 7] = [
+    "cnitool",
+    "cni-bench",
+    "cni-bench-floor",
+    "cni-bench-scrape",
+    "cni-rs",
+    "cni-rs-install",
+    "cni-rs-manpages",
+];
 
 /// (name, bytes) of every executable file directly in `dir` except `skip`,
 /// sorted by name.

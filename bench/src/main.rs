@@ -248,6 +248,23 @@ fn run() -> Result<(), String> {
         (None, _) => None,
     };
 
+    // Each chain against its two floors.
+    run.progress(format_args!(
+        "the floors: no-op plugins and the kernel's own work"
+    ));
+    let floors = match bench::floors::measure(
+        &run.set,
+        &mut ns,
+        &scratch.dir("floors").map_err(io)?,
+        &chains_run,
+    )? {
+        Ok(f) => Some(f),
+        Err(e) => {
+            notes.push(format!("the floors are not measured: {e}"));
+            None
+        }
+    };
+
     let strace_dir = if diagnose::have_strace() {
         Some(scratch.dir("strace").map_err(io)?)
     } else {
@@ -278,6 +295,7 @@ fn run() -> Result<(), String> {
         extra,
         multicall,
         static_build,
+        floors,
         calllog,
         status_costs,
         diagnosis,
@@ -296,6 +314,7 @@ struct Measured {
     extra: Vec<report::ExtraReference>,
     multicall: Option<bench::multicall::Comparison>,
     static_build: Option<bench::static_build::Comparison>,
+    floors: Option<bench::floors::Floors>,
     calllog: Option<bench::calllog_cost::LogCost>,
     status_costs: Vec<bench::status::StatusCost>,
     diagnosis: Diagnosis,
@@ -353,6 +372,7 @@ fn write_results(
         chains: &m.outcomes,
         multicall: m.multicall.as_ref(),
         static_build: m.static_build.as_ref(),
+        floors: m.floors.as_ref(),
         calllog: m.calllog.as_ref(),
         starts: m.diagnosis.starts.as_ref(),
         floor: m.diagnosis.floor.as_ref(),

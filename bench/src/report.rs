@@ -66,6 +66,7 @@ pub struct Report<'a> {
     pub multicall: Option<&'a crate::multicall::Comparison>,
     /// Static binaries against dynamic ones, when measured.
     pub static_build: Option<&'a crate::static_build::Comparison>,
+    pub floors: Option<&'a crate::floors::Floors>,
     /// The call log on and off, when measured.
     pub calllog: Option<&'a crate::calllog_cost::LogCost>,
     pub cnitool_size: Option<u64>,
@@ -249,6 +250,9 @@ impl Report<'_> {
         self.extra_tables(&mut s);
         if let Some(m) = self.multicall {
             s.push_str(&crate::multicall::render(m));
+        }
+        if let Some(f) = self.floors {
+            s.push_str(&crate::floors::render(f));
         }
         if let Some(c) = self.static_build {
             s.push_str(&crate::static_build::render(c));
@@ -946,18 +950,21 @@ impl Report<'_> {
             s,
             "Syscalls of one ADD and one DEL of each of our plugins in its chain on the empty \
              node, and on the fullest node of each sweep (host-local alone: both sides), from \
-             `strace -f -c` (delegates included; counts). *netlink* = `sendto` + `sendmsg` \
+             `strace -f -C -T` (delegates included; counts). *netlink* = `sendto` + `sendmsg` \
              (requests; each waits for its answer), *exec* = `execve` (1 = the plugin itself), \
              *clone* = processes and threads started, *sleep* = `nanosleep` + `clock_nanosleep`, \
-             *open / dirents* = `openat` / `getdents64`.\n"
+             *open / dirents* = `openat` / `getdents64`, *nf sockets* = `NETLINK_NETFILTER` \
+             sockets opened / closed (of those closes, how many waited 1 ms or more for the \
+             kernel to destroy deleted nf_tables objects; one left open is released, and \
+             waits, at exit).\n"
         );
         let _ = writeln!(
             s,
-            "| Where | Plugin | Verb | syscalls | exec | clone | netlink | sleep | open / dirents | busiest (s of wall time in the syscall) |\n|---|---|---|---|---|---|---|---|---|---|"
+            "| Where | Plugin | Verb | syscalls | exec | clone | netlink | sleep | open / dirents | nf sockets | busiest (s of wall time in the syscall) |\n|---|---|---|---|---|---|---|---|---|---|---|"
         );
         for (key, list) in self.syscalls {
             if list.is_empty() {
-                let _ = writeln!(s, "| {key} | | | | | | | | | |");
+                let _ = writeln!(s, "| {key} | | | | | | | | | | |");
             }
             for sc in list {
                 let top: Vec<String> = sc
@@ -968,7 +975,7 @@ impl Report<'_> {
                     .collect();
                 let _ = writeln!(
                     s,
-                    "| {key} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} |",
+                    "| {key} | {} | {} | {} | {} | {} | {} | {} | {} / {} | {} / {} ({}) | {} |",
                     sc.plugin,
                     sc.command,
                     sc.total(),
@@ -978,6 +985,9 @@ impl Report<'_> {
                     sc.calls(&["nanosleep", "clock_nanosleep"]),
                     sc.calls(&["openat", "open"]),
                     sc.calls(&["getdents64", "getdents"]),
+                    sc.netfilter.opened,
+                    sc.netfilter.closes.len(),
+                    sc.netfilter.waiting(),
                     top.join(", ")
                 );
             }
@@ -1210,7 +1220,7 @@ impl Report<'_> {
              runtime (DEL gets the cached result as `prevResult`), alternating with the same \
              config on an empty `dataDir`.\n\
              - **Where the time goes.** `VERSION` runs of each binary (process start + init only), \
-             `/bin/true` as the floor of any process, and `strace -f -c` of one ADD and one DEL of \
+             `/bin/true` as the floor of any process, and `strace -f -C -T` of one ADD and one DEL of \
              each of our plugins.\n"
         );
     }

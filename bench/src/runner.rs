@@ -32,7 +32,7 @@ pub enum Mode<'a> {
     Timed,
     /// Under ptrace, for the peak RSS of every process.
     Traced,
-    /// Under `strace -f -c`, its syscall summary written to
+    /// Under `strace -f -C -T`, its trace and syscall summary written to
     /// `<dir>/<container id>-<type>-<command>`.
     Strace(&'a Path),
 }
@@ -223,7 +223,9 @@ impl SideSetup {
                 wrapper = vec![
                     "strace".into(),
                     "-f".into(),
-                    "-c".into(),
+                    // The summary after the trace, each call's duration in it.
+                    "-C".into(),
+                    "-T".into(),
                     "-w".into(),
                     "-o".into(),
                     out.to_string_lossy().into_owned(),

@@ -2,23 +2,17 @@
 //! static (the release's form, glibc's crt-static) and dynamic (a build with
 //! `RUSTFLAGS=""`, the form before it), measured side by side in one run:
 //! the start (`VERSION`, spawn to reaped) of every plugin, the full chain's
-//! ADD and DEL through the runtime, and a burst of [`BURST_PODS`] pods
-//! ADDed at once (as a node does when a deployment scales up or a node
-//! comes back) and DELed at once; and the sizes of both forms.
+//! ADD and DEL through the runtime, and bursts ([`crate::burst`]); and the
+//! sizes of both forms.
 
+use crate::burst::{self, Bursts, BURST_PODS};
 use crate::cells::{fine_ratio as x, megabytes as mb, p50_cell as ms};
-use crate::chains::{self, Chain, Side};
+use crate::chains::{Chain, Side};
 use crate::measure::{self, ChainOutcome, Setting};
 use crate::namespaces::Namespaces;
-use crate::runner::{runtime_conf, SideSetup};
 use crate::stats::{ratio, Samples};
-use cnitool::RuntimeConf;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
-
-/// Pods of one burst.
-pub const BURST_PODS: usize = 32;
 
 /// Bursts per form (ADD of every pod, then DEL of every pod), after one
 /// untimed burst each.
@@ -31,15 +25,6 @@ pub const START_RUNS: usize = 100;
 /// table's (a DEL's wall time is mostly the kernel's waits: see
 /// [`crate::multicall::ITERATIONS_FACTOR`]).
 pub const ITERATIONS_FACTOR: usize = 10;
-
-/// One form's bursts: the wall time from the first ADD started to the
-/// last one done (ms), the same for DEL, and what failed.
-#[derive(Debug, Clone, Default)]
-pub struct Bursts {
-    pub add: Samples,
-    pub del: Samples,
-    pub errors: Vec<String>,
-}
 
 /// Bytes on disk of one form.
 #[derive(Debug, Clone, Copy, Default)]
@@ -122,90 +107,16 @@ pub fn compare(
     }))
 }
 
-/// [`BURST_ROUNDS`] bursts per form on [`BURST_PODS`] pods of their own,
-/// the forms alternating (and which goes first), each pod with a host port
-/// of its own.
+/// [`BURST_ROUNDS`] bursts per form on [`BURST_PODS`] pods of their own.
 fn bursts(set: &Setting, ns: &mut Namespaces, chain: &Chain) -> Result<[Bursts; 2], String> {
     let pods = ns.add_pods(BURST_PODS).map_err(|e| e.to_string())?;
-    let sides = [
+    let forms = [
         measure::setup(set, chain, Side::Ours, "burst")?,
         measure::setup(set, chain, Side::Reference, "burst")?,
     ];
-    let mut out = [Bursts::default(), Bursts::default()];
-    for round in 0..=BURST_ROUNDS {
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for &k in &order {
-            crate::interrupt::check()?;
-            let rts: Vec<RuntimeConf> = pods
-                .iter()
-                .enumerate()
-                .map(|(i, pod)| {
-                    let mut caps = chain.capability_args.clone();
-                    if caps.contains_key("portMappings") {
-                        caps.insert(
-                            "portMappings".into(),
-                            chains::port_mapping(20_000 + i as u16),
-                        );
-                    }
-                    let id = format!("burst-{}-{round}-{i}", sides[k].side.tag());
-                    runtime_conf(id, pod, chain.ifname, &caps)
-                })
-                .collect();
-            let (add_ms, add_errors) = at_once(&sides[k], &rts, Verb::Add);
-            let (del_ms, del_errors) = at_once(&sides[k], &rts, Verb::Del);
-            // The first round of each form warms it and is not counted.
-            if round == 0 {
-                continue;
-            }
-            let errors: Vec<String> = add_errors.into_iter().chain(del_errors).collect();
-            if errors.is_empty() {
-                out[k].add.push(add_ms);
-                out[k].del.push(del_ms);
-            } else {
-                out[k].errors.extend(errors);
-            }
-        }
-    }
-    Ok(out)
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Verb {
-    Add,
-    Del,
-}
-
-/// Runs `verb` for every attachment of `rts` at once, a thread each (each
-/// thread is in the node namespace, as this one is): the wall time until
-/// the last is done, and the errors.
-fn at_once(side: &SideSetup, rts: &[RuntimeConf], verb: Verb) -> (f64, Vec<String>) {
-    let start = Instant::now();
-    let errors: Vec<String> = std::thread::scope(|s| {
-        let handles: Vec<_> = rts
-            .iter()
-            .map(|rt| {
-                s.spawn(move || match verb {
-                    Verb::Add => side
-                        .cni
-                        .add_network_list(&side.list, rt)
-                        .map(|_| ())
-                        .map_err(|e| format!("ADD {}: {e}", rt.container_id)),
-                    Verb::Del => side
-                        .cni
-                        .del_network_list(&side.list, rt)
-                        .map_err(|e| format!("DEL {}: {e}", rt.container_id)),
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .filter_map(|h| match h.join() {
-                Ok(r) => r.err(),
-                Err(_) => Some("a burst thread panicked".into()),
-            })
-            .collect()
-    });
-    (start.elapsed().as_secs_f64() * 1e3, errors)
+    let mut out = burst::measure(&forms, &pods, chain, BURST_ROUNDS)?.into_iter();
+    let mut next = || out.next().unwrap_or_default();
+    Ok([next(), next()])
 }
 
 /// The RESULTS.md section.
