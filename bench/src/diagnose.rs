@@ -9,6 +9,7 @@ use crate::interrupt;
 use crate::process::{self, Invocation};
 use crate::runner::{runtime_conf, Mode, SideSetup};
 use crate::stats::Samples;
+use crate::trace::{self, NetfilterSockets};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -105,96 +106,8 @@ pub struct Syscalls {
     pub raw: String,
     /// Its `NETLINK_NETFILTER` sockets, from the trace.
     pub netfilter: NetfilterSockets,
-}
-
-/// The `NETLINK_NETFILTER` sockets of one plugin call (nf_tables and
-/// conntrack). Releasing one waits, under the namespace's nf_tables commit
-/// mutex, while nf_tables objects deleted by anyone await destruction: a
-/// grace period after a deleting transaction.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NetfilterSockets {
-    pub opened: usize,
-    /// Each explicit `close` of one, in ms (one left open is released by
-    /// the process's exit, which the trace does not time).
-    pub closes: Vec<f64>,
-}
-
-impl NetfilterSockets {
-    /// Closes that waited for the kernel (1 ms or more).
-    pub fn waiting(&self) -> usize {
-        self.closes.iter().filter(|ms| **ms >= 1.0).count()
-    }
-}
-
-/// Reads [`NetfilterSockets`] from an `strace -f -T` trace. Sockets are
-/// told apart by descriptor alone: the plugin and its delegates never hold
-/// one of the same number at once. A call another thread interrupted is
-/// split in two lines, `<unfinished ...>` and `<... NAME resumed>`.
-pub fn parse_netfilter_sockets(trace: &str) -> NetfilterSockets {
-    enum Pending {
-        Socket,
-        Close,
-    }
-    let mut out = NetfilterSockets::default();
-    let mut open: Vec<u32> = Vec::new();
-    let mut pending: Vec<(&str, Pending)> = Vec::new();
-    let duration_ms = |line: &str| -> f64 {
-        line.rsplit_once('<')
-            .and_then(|(_, d)| d.trim_end_matches('>').parse::<f64>().ok())
-            .map_or(0.0, |s| s * 1e3)
-    };
-    let returned = |line: &str| -> Option<u32> {
-        let (_, r) = line.rsplit_once(')')?;
-        r.trim_start().strip_prefix('=')?.split_whitespace().next()?.parse().ok()
-    };
-    let opened = |fd: Option<u32>, out: &mut NetfilterSockets, open: &mut Vec<u32>| {
-        if let Some(fd) = fd {
-            out.opened += 1;
-            open.push(fd);
-        }
-    };
-    for line in trace.lines() {
-        let Some((pid, call)) = line.split_once(' ') else {
-            continue;
-        };
-        let call = call.trim_start();
-        let unfinished = call.ends_with("<unfinished ...>");
-        if call.starts_with("socket(AF_NETLINK") && call.contains("NETLINK_NETFILTER") {
-            if unfinished {
-                pending.push((pid, Pending::Socket));
-            } else {
-                opened(returned(call), &mut out, &mut open);
-            }
-        } else if let Some(rest) = call.strip_prefix("close(") {
-            let fd: Option<u32> = rest
-                .split(|c: char| !c.is_ascii_digit())
-                .next()
-                .and_then(|d| d.parse().ok());
-            let Some(fd) = fd.filter(|fd| open.contains(fd)) else {
-                continue;
-            };
-            open.retain(|f| *f != fd);
-            if unfinished {
-                pending.push((pid, Pending::Close));
-            } else {
-                out.closes.push(duration_ms(call));
-            }
-        } else if let Some(rest) = call.strip_prefix("<... ") {
-            let Some(i) = pending.iter().position(|(p, _)| *p == pid) else {
-                continue;
-            };
-            match pending.remove(i).1 {
-                Pending::Socket if rest.starts_with("socket resumed>") => {
-                    opened(returned(call), &mut out, &mut open)
-                }
-                Pending::Close if rest.starts_with("close resumed>") => {
-                    out.closes.push(duration_ms(call))
-                }
-                _ => {}
-            }
-        }
-    }
-    out
+    /// Its netlink requests by message type: count and ms, from the trace.
+    pub requests: Vec<(String, usize, f64)>,
 }
 
 /// strace's summary table at the end of a `-C` trace.
@@ -286,6 +199,7 @@ pub fn strace_chain(
             let text =
                 std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
             let raw = summary_of(&text).to_string();
+            let calls = trace::calls(&text);
             let mut rows = parse_strace(&raw);
             rows.sort_by(|a, b| b.2.total_cmp(&a.2).then(b.1.cmp(&a.1)));
             out.push(Syscalls {
@@ -293,7 +207,8 @@ pub fn strace_chain(
                 command: command.into(),
                 rows,
                 raw,
-                netfilter: parse_netfilter_sockets(&text),
+                netfilter: trace::netfilter_sockets(&calls),
+                requests: trace::netlink_requests(&calls),
             });
         }
     }
@@ -426,25 +341,7 @@ mod tests {
     }
 
     #[test]
-    fn finds_the_netfilter_sockets_and_their_releases_in_a_trace() {
-        let trace = "\
-11773 socket(AF_NETLINK, SOCK_DGRAM|SOCK_CLOEXEC, NETLINK_ROUTE) = 3 <0.000060>
-11773 socket(AF_NETLINK, SOCK_DGRAM|SOCK_CLOEXEC, NETLINK_NETFILTER <unfinished ...>
-11774 close(3)          = 0 <0.000010>
-11773 <... socket resumed>)             = 9 <0.000060>
-11773 close(9 <unfinished ...>
-11776 execve(\"/bin/host-local\", [...], 0x7f /* 44 vars */ <unfinished ...>
-11773 <... close resumed>) = 0 <0.006911>
-11780 socket(AF_NETLINK, SOCK_DGRAM|SOCK_CLOEXEC, NETLINK_NETFILTER) = 4 <0.000008>
-11780 close(4)          = 0 <0.000015>
-11781 socket(AF_NETLINK, SOCK_DGRAM|SOCK_CLOEXEC, NETLINK_NETFILTER) = 5 <0.000008>
-11781 exit_group(0)     = ?
-";
-        let n = parse_netfilter_sockets(trace);
-        assert_eq!(n.opened, 3);
-        assert_eq!(n.closes.len(), 2);
-        assert!((n.closes[0] - 6.911).abs() < 1e-9, "{:?}", n.closes);
-        assert_eq!(n.waiting(), 1);
+    fn the_summary_is_what_follows_the_trace() {
         assert_eq!(
             summary_of("11 close(3) = 0\n% time  seconds\n"),
             "% time  seconds\n"

@@ -13,7 +13,8 @@
 //! dynamic ones), [`burst`] (pods ADDed and DELed at once), [`floors`]
 //! (each chain against plugins that do nothing and against the kernel's
 //! own work, with `src/bin/floor.rs`), [`status`] (STATUS per plugin), [`sweep`] (the scaling sweep),
-//! [`diagnose`] (where the time goes), [`machine`], [`stats`], and the
+//! [`diagnose`] (where the time goes, reading strace's traces with
+//! [`trace`]), [`machine`], [`stats`], and the
 //! output: [`report`] (RESULTS.md, its table cells in [`cells`]) and
 //! [`plot`] (the SVG).
 
@@ -39,3 +40,4 @@ pub mod static_build;
 pub mod stats;
 pub mod status;
 pub mod sweep;
+pub mod trace;

@@ -95,12 +95,16 @@ impl Run<'_> {
         eprintln!("[{:>4.0}s] {what}", self.started.elapsed().as_secs_f64());
     }
 
-    /// Whether `--chains` (absent: all) names the chain `key`.
+    /// Whether `--chains` (absent: all) names the chain `key`; with
+    /// `--floors-only`, only the chains the floors stand in for.
     fn wants(&self, key: &str) -> bool {
-        self.opts
-            .chains
-            .as_ref()
-            .is_none_or(|only| only.iter().any(|k| k == key))
+        let floors = !self.opts.floors_only || bench::floors::CHAINS.contains(&key);
+        floors
+            && self
+                .opts
+                .chains
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|k| k == key))
     }
 
     /// The iterations of the diagnostics, fewer than the main table's.
@@ -175,6 +179,10 @@ fn run() -> Result<(), String> {
         dhcp_ours: &dhcp_ours,
         dhcp_reference: &dhcp_reference,
     };
+
+    if opts.floors_only {
+        return floors_only(&run, &mut ns, &scratch, &dirs);
+    }
 
     // The main table, then again against each further reference.
     let outcomes = main_table(&run, &run.set, &ns, &dirs, no_lan.as_deref())?;
@@ -429,6 +437,29 @@ fn further_references(
         });
     }
     Ok(extra)
+}
+
+/// `--floors-only`: the chains `--chains` names against their floors,
+/// that section alone written to `--results`.
+fn floors_only(
+    run: &Run,
+    ns: &mut Namespaces,
+    scratch: &Scratch,
+    dirs: &StateDirs,
+) -> Result<(), String> {
+    let chains: Vec<chains::Chain> = chains::all(dirs)
+        .into_iter()
+        .filter(|c| run.wants(c.key))
+        .collect();
+    run.progress(format_args!(
+        "the floors: no-op plugins and the kernel's own work"
+    ));
+    let dir = scratch.dir("floors").map_err(|e| e.to_string())?;
+    let floors = bench::floors::measure(&run.set, ns, &dir, &chains)?
+        .map_err(|e| format!("the floors are not measured: {e}"))?;
+    report::write(&run.opts.results, &bench::floors::render(&floors))?;
+    run.progress(format_args!("wrote {}", run.opts.results.display()));
+    Ok(())
 }
 
 /// The sockets of the two dhcp daemons (dummies without a LAN) and why

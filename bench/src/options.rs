@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 pub const USAGE: &str = "\
 usage: cni-bench [--quick] [--iterations N] [--sweep-iterations N] [--rss-runs N]
-                 [--pods 0,100,1000] [--leases 0,100,1000,10000] [--no-sweep]
+                 [--pods 0,100,1000] [--leases 0,100,1000,10000] [--no-sweep] [--floors-only]
                  [--chains bridge,portmap,bandwidth,flannel,full,dhcp,loopback]
                  [--ours DIR] [--reference DIR]... [--dynamic DIR]
                  [--results FILE] [--plot FILE]
@@ -19,6 +19,9 @@ namespaces (root needed) and writes RESULTS.md and the sweep plot.
   --pods LIST           pods present in the pod sweep (default 0,100,1000; quick 0,100)
   --leases LIST         leases present in the host-local sweep (default 0,100,1000,10000; quick 0,1000)
   --no-sweep            main table only
+  --floors-only         only the chains against their two floors, that section alone
+                        written to --results (to compare a kernel setting, e.g.
+                        rcu_expedited: docs/operating.md)
   --chains LIST         only these chains
   --ours DIR            our plugin binaries (default: the directory of cni-bench)
   --reference DIR       the Go plugins (default /usr/lib/cni); repeatable: the first
@@ -41,6 +44,8 @@ pub struct Options {
     pub pods: Vec<usize>,
     pub leases: Vec<usize>,
     pub sweep: bool,
+    /// Only the floors section ([`crate::floors`]).
+    pub floors_only: bool,
     pub chains: Option<Vec<String>>,
     pub ours: Option<PathBuf>,
     /// The reference plugin directories, the first being the main one.
@@ -79,6 +84,7 @@ impl Options {
         let mut quick = false;
         let mut help = false;
         let mut sweep = true;
+        let mut floors_only = false;
         let (mut iterations, mut sweep_iterations, mut rss_runs) = (None, None, None);
         let (mut pods, mut leases, mut chains) = (None, None, None);
         let mut ours = None;
@@ -96,6 +102,7 @@ impl Options {
                 "-h" | "--help" => help = true,
                 "--quick" => quick = true,
                 "--no-sweep" => sweep = false,
+                "--floors-only" => floors_only = true,
                 "--iterations" => iterations = Some(number(&a, &value(&a)?)?),
                 "--sweep-iterations" => sweep_iterations = Some(number(&a, &value(&a)?)?),
                 "--rss-runs" => rss_runs = Some(number(&a, &value(&a)?)?),
@@ -162,6 +169,7 @@ impl Options {
                 }
             }),
             sweep,
+            floors_only,
             chains,
             ours,
             reference,

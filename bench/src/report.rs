@@ -1064,6 +1064,12 @@ impl Report<'_> {
                 b.wall(&["sendto", "sendmsg"]) * 1e3
             );
         }
+        if let Some(grew) = base
+            .map(|b| requests_that_grew(b, full))
+            .filter(|g| !g.is_empty())
+        {
+            let _ = write!(part, "; the netlink requests that grew most: {grew}");
+        }
         if opens as usize >= present / 2 && present >= 100 {
             part.push_str(": it opens about one file per lease present, so it reads the whole lease directory");
         }
@@ -1297,6 +1303,33 @@ impl Report<'_> {
             );
         }
     }
+}
+
+/// The netlink request types whose time grew most from `base` (the empty
+/// node) to `full` (the fullest), at most three: "RTM_NEWLINK ×2 0.4 → 8.1
+/// ms".
+fn requests_that_grew(base: &Syscalls, full: &Syscalls) -> String {
+    let mut grew: Vec<(f64, String)> = full
+        .requests
+        .iter()
+        .filter_map(|(ty, n, ms)| {
+            let before = base.requests.iter().find(|(t, _, _)| t == ty);
+            let (bn, bms) = before.map_or((0, 0.0), |(_, n, ms)| (*n, *ms));
+            let more = ms - bms;
+            let count = if bn == *n {
+                format!("×{n}")
+            } else {
+                format!("×{bn} → ×{n}")
+            };
+            (more >= 0.5).then(|| (more, format!("{ty} {count} {bms:.1} → {ms:.1} ms")))
+        })
+        .collect();
+    grew.sort_by(|a, b| b.0.total_cmp(&a.0));
+    grew.into_iter()
+        .take(3)
+        .map(|(_, s)| s)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Writes `text` to `path` (via a temp file and a rename).
