@@ -31,7 +31,7 @@ pub const BURST_ROUNDS: usize = 10;
 
 /// Where `cni-bench-floor` keeps its records (rule handles) between ADD
 /// and DEL; removed after the measurement.
-const FLOOR_STATE: &str = "/run/cni-bench-floor";
+pub const FLOOR_STATE: &str = "/run/cni-bench-floor";
 
 /// The no-op plugin.
 const NOOP_C: &str = r#"#include <stdio.h>

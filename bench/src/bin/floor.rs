@@ -13,8 +13,9 @@
 //! it is the cost of being a plugin, and it against the no-op floor is the
 //! kernel's own work.
 //!
-//! It trusts its input: the benchmark's own conflists. Its records (lease
-//! and rule handles) live in `$CNI_BENCH_FLOOR_DIR`.
+//! It trusts its input: the benchmark's own conflists. Its leases live in
+//! the config's `ipam.dataDir` (`floor-<network>/`), the handles of its
+//! rules in [`bench::floors::FLOOR_STATE`].
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr};
@@ -126,8 +127,7 @@ fn ifb_name(call: &Call) -> String {
 }
 
 fn state_dir() -> PathBuf {
-    std::env::var_os("CNI_BENCH_FLOOR_DIR")
-        .map_or_else(|| PathBuf::from("/run/cni-bench-floor"), PathBuf::from)
+    PathBuf::from(bench::floors::FLOOR_STATE)
 }
 
 /// Where `plugin` records the handle of the attachment's rule.
