@@ -31,31 +31,35 @@ pub fn measure(
     rounds: usize,
 ) -> Result<Vec<Bursts>, String> {
     let mut out = vec![Bursts::default(); forms.len()];
-    for round in 0..=rounds {
-        for turn in 0..forms.len() {
-            let k = (round + turn) % forms.len();
-            crate::interrupt::check()?;
-            let rts = attachments(chain, pods, &format!("burst-{k}-{round}"));
-            let (add_ms, add_errors) = at_once(&forms[k], &rts, Verb::Add);
-            let (del_ms, del_errors) = at_once(&forms[k], &rts, Verb::Del);
-            // The first round of each form warms it and is not counted.
-            if round == 0 {
-                continue;
-            }
-            let errors: Vec<String> = add_errors.into_iter().chain(del_errors).collect();
-            if errors.is_empty() {
-                out[k].add.push(add_ms);
-                out[k].del.push(del_ms);
-            } else {
-                out[k].errors.extend(errors);
-            }
+    for (round, k) in turns(rounds, forms.len()) {
+        crate::interrupt::check()?;
+        let rts = attachments(chain, pods, &format!("burst-{k}-{round}"));
+        let (add_ms, add_errors) = at_once(&forms[k], &rts, Verb::Add);
+        let (del_ms, del_errors) = at_once(&forms[k], &rts, Verb::Del);
+        // The first round of each form warms it and is not counted.
+        if round == 0 {
+            continue;
+        }
+        let errors: Vec<String> = add_errors.into_iter().chain(del_errors).collect();
+        if errors.is_empty() {
+            out[k].add.push(add_ms);
+            out[k].del.push(del_ms);
+        } else {
+            out[k].errors.extend(errors);
         }
     }
     Ok(out)
 }
 
-/// One attachment per pod, container IDs starting with `prefix`.
-fn attachments(chain: &Chain, pods: &[String], prefix: &str) -> Vec<RuntimeConf> {
+/// `(round, form)` for rounds `0..=rounds` (round 0 warms each form up),
+/// every form once per round, the first of a round rotating.
+pub fn turns(rounds: usize, forms: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..=rounds).flat_map(move |round| (0..forms).map(move |turn| (round, (round + turn) % forms)))
+}
+
+/// One attachment per pod, container IDs starting with `prefix`, each with
+/// a host port of its own when the chain maps ports.
+pub fn attachments(chain: &Chain, pods: &[String], prefix: &str) -> Vec<RuntimeConf> {
     pods.iter()
         .enumerate()
         .map(|(i, pod)| {
@@ -108,4 +112,28 @@ fn at_once(side: &SideSetup, rts: &[RuntimeConf], verb: Verb) -> (f64, Vec<Strin
             .collect()
     });
     (start.elapsed().as_secs_f64() * 1e3, errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_takes_one_turn_a_round_the_first_rotating() {
+        let t: Vec<(usize, usize)> = turns(2, 3).collect();
+        assert_eq!(
+            t,
+            [
+                (0, 0),
+                (0, 1),
+                (0, 2),
+                (1, 1),
+                (1, 2),
+                (1, 0),
+                (2, 2),
+                (2, 0),
+                (2, 1)
+            ]
+        );
+    }
 }

@@ -17,7 +17,7 @@ use crate::cells::{fine_ratio as x, p50_cell as ms};
 use crate::chains::{self, Chain, Side};
 use crate::measure::{self, Setting};
 use crate::namespaces::Namespaces;
-use crate::runner::{runtime_conf, SideSetup};
+use crate::runner::SideSetup;
 use crate::stats::{ratio, Samples};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -199,24 +199,18 @@ fn calls(
     iterations: usize,
 ) -> Result<Vec<Calls>, String> {
     let mut out = vec![Calls::default(); forms.len()];
-    for i in 0..=iterations {
-        for turn in 0..forms.len() {
-            crate::interrupt::check()?;
-            let k = (i + turn) % forms.len();
-            let mut caps = chain.capability_args.clone();
-            if caps.contains_key("portMappings") {
-                caps.insert("portMappings".into(), chains::port_mapping(19_000));
+    for (i, k) in burst::turns(iterations, forms.len()) {
+        crate::interrupt::check()?;
+        let pods = [pod.to_string()];
+        let rts = burst::attachments(chain, &pods, &format!("floor-{k}-{i}"));
+        match forms[k].runtime_add_del(&rts[0]) {
+            // The first iteration warms each form.
+            Ok(_) if i == 0 => {}
+            Ok((add, del)) => {
+                out[k].add.push(add);
+                out[k].del.push(del);
             }
-            let rt = runtime_conf(format!("floor-{k}-{i}"), pod, chain.ifname, &caps);
-            match forms[k].runtime_add_del(&rt) {
-                // The first iteration warms each form.
-                Ok(_) if i == 0 => {}
-                Ok((add, del)) => {
-                    out[k].add.push(add);
-                    out[k].del.push(del);
-                }
-                Err(e) => out[k].errors.push(e),
-            }
+            Err(e) => out[k].errors.push(e),
         }
     }
     Ok(out)
