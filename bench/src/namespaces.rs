@@ -126,7 +126,13 @@ impl Drop for Namespaces {
         for n in self.nodes.iter().chain(std::iter::once(&self.node)) {
             if let Ok(m) = std::fs::metadata(path_of(n)) {
                 use std::os::unix::fs::MetadataExt;
-                for feature in ["portmap", "ipmasq", "portmap-iptables", "ipmasq-iptables"] {
+                for feature in [
+                    "portmap",
+                    "ipmasq",
+                    "portmap-iptables",
+                    "ipmasq-iptables",
+                    "portmap-iptables-jumps",
+                ] {
                     let dir = std::path::Path::new(libcni::netfilter::ledger::ROOT)
                         .join(feature)
                         .join(format!("netns-{}", m.ino()));

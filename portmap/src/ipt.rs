@@ -79,11 +79,61 @@ pub(crate) fn add_changes(
     let Some(container) = spec.container(family) else {
         return;
     };
-    if spec.snat && spec.external_set_mark_chain.is_none() {
+    if masquerades(spec) {
         masquerade_skeleton(spec, saved, r);
     }
     dnat_skeleton(saved, r);
     container_rules(spec, family, container, saved, r);
+}
+
+/// Whether `spec` masquerades through the shared chains: `snat` without
+/// an external mark chain.
+fn masquerades(spec: &PortMapSpec) -> bool {
+    spec.snat && spec.external_set_mark_chain.is_none()
+}
+
+/// POSTROUTING's jump to `CNI-HOSTPORT-MASQ`.
+fn masquerade_jump() -> String {
+    iptables::rule_line(
+        "POSTROUTING",
+        &[
+            "-m",
+            "comment",
+            "--comment",
+            "CNI portfwd requiring masquerade",
+            "-j",
+            IPT_MASQ_CHAIN,
+        ],
+    )
+}
+
+/// PREROUTING's and OUTPUT's jumps to `CNI-HOSTPORT-DNAT` for local
+/// destinations.
+fn dnat_jumps() -> [String; 2] {
+    ["PREROUTING", "OUTPUT"].map(|chain| {
+        iptables::rule_line(
+            chain,
+            &[
+                "-m",
+                "addrtype",
+                "--dst-type",
+                "LOCAL",
+                "-j",
+                IPT_DNAT_CHAIN,
+            ],
+        )
+    })
+}
+
+/// The jumps from the base chains into the shared chains: those an ADD of
+/// `spec` needs, or with `None` every one an ADD may add (each a line as
+/// `iptables-save` shows it).
+pub(crate) fn shared_jumps(spec: Option<&PortMapSpec>) -> Vec<String> {
+    let mut v = dnat_jumps().to_vec();
+    if spec.is_none_or(masquerades) {
+        v.push(masquerade_jump());
+    }
+    v
 }
 
 /// The shared chains and rules of `snat` (without an external mark chain):
@@ -120,17 +170,7 @@ fn masquerade_skeleton(spec: &PortMapSpec, saved: &SavedTable, r: &mut Restore) 
     if !saved.has_rule(&masq_rule) {
         r.append(masq_rule);
     }
-    let entry = iptables::rule_line(
-        "POSTROUTING",
-        &[
-            "-m",
-            "comment",
-            "--comment",
-            "CNI portfwd requiring masquerade",
-            "-j",
-            IPT_MASQ_CHAIN,
-        ],
-    );
+    let entry = masquerade_jump();
     if !saved.has_rule(&entry) {
         r.insert_first(&entry);
     }
@@ -142,18 +182,7 @@ fn dnat_skeleton(saved: &SavedTable, r: &mut Restore) {
     if !saved.has_chain(IPT_DNAT_CHAIN) {
         r.declare(IPT_DNAT_CHAIN);
     }
-    for chain in ["PREROUTING", "OUTPUT"] {
-        let entry = iptables::rule_line(
-            chain,
-            &[
-                "-m",
-                "addrtype",
-                "--dst-type",
-                "LOCAL",
-                "-j",
-                IPT_DNAT_CHAIN,
-            ],
-        );
+    for entry in dnat_jumps() {
         if !saved.has_rule(&entry) {
             r.append(entry);
         }

@@ -3,7 +3,9 @@
 //! `iptables-save` would show it) written over netlink in iptables-nft's
 //! own encoding by [`libcni::netfilter::iptables_nft::nat`], with no
 //! process. The handles of a container's `CNI-HOSTPORT-DNAT` jumps go to a
-//! ledger, so that neither ADD nor DEL lists that chain.
+//! ledger, so that neither ADD nor DEL lists that chain; those of the
+//! base chains' jumps into the shared chains go to a node ledger, so that
+//! ADD lists no base chain (POSTROUTING holds ipMasq's jump of every pod).
 
 use std::collections::BTreeSet;
 
@@ -30,15 +32,27 @@ fn ledger(owner: &Owner) -> Option<Ledger> {
     Ledger::new(LEDGER, &owner.network, &owner.container_id)
 }
 
+/// The node ledger feature of the base chains' jumps into the shared
+/// chains ([`nat::SharedJumps`]).
+pub(crate) const SHARED_JUMPS_LEDGER: &str = "portmap-iptables-jumps";
+
 const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
 
 /// iptables ADD on iptables-nft, both families, with no process: the same
 /// changes as [`ipt::add`], one batch per family; the handles of the
-/// container's jumps in `CNI-HOSTPORT-DNAT` go to its ledger. A family
+/// container's jumps in `CNI-HOSTPORT-DNAT` go to its ledger, those of
+/// the shared jumps it adds to the node ledger. A family
 /// with `conditionsV4`/`conditionsV6` (free iptables text) is written by
 /// `iptables-restore`.
 pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let own = dnat_chain(&spec.owner);
+    let kept = ipt::shared_jumps(None);
+    let needed = ipt::shared_jumps(Some(spec));
+    let shared_jumps = nat::SharedJumps {
+        ledger: Ledger::node(SHARED_JUMPS_LEDGER, "nat"),
+        kept: &kept,
+        needed: &needed,
+    };
     let mut entries = Vec::new();
     for family in IpFamily::BOTH {
         if spec.container(family).is_none() || spec.mappings.is_empty() {
@@ -55,9 +69,8 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
             .collect();
         chains.push(own.clone());
         let rules_of = |found: &BTreeSet<String>| {
-            let mut v: Vec<String> = NAT_BASE
+            let mut v: Vec<String> = [IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN]
                 .into_iter()
-                .chain([IPT_SETMARK_CHAIN, IPT_MASQ_CHAIN])
                 .map(str::to_string)
                 .collect();
             // Old jumps to the container's chain exist only with it.
@@ -69,15 +82,18 @@ pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let plan = nat::ReadPlan {
             chains,
             rules_of: &rules_of,
+            shared_jumps: Some(&shared_jumps),
         };
         let added = nat::apply_planned(
             nft,
             family,
             &plan,
             &mut |saved, r| add_changes(spec, family, saved, r),
-            &|c| c == IPT_DNAT_CHAIN,
+            &|c| c == IPT_DNAT_CHAIN || NAT_BASE.contains(&c),
         )?;
-        entries.extend(added.into_iter().map(|(_, chain, handle)| Entry {
+        shared_jumps.record(family, &added);
+        let container = added.into_iter().filter(|(_, c, _)| c == IPT_DNAT_CHAIN);
+        entries.extend(container.map(|(_, chain, handle)| Entry {
             family: Family::of(family),
             table: nat::TABLE.to_string(),
             chain,
@@ -116,6 +132,7 @@ fn read_container(
             IPT_OLD_SNAT_CHAIN.to_string(),
         ],
         rules_of: &|_| Vec::new(),
+        shared_jumps: None,
     };
     let (mut saved, mut handles) = nat::read(nft, family, &plan)?;
     let fam = Family::of(family);
@@ -208,6 +225,7 @@ pub fn check(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
         let plan = nat::ReadPlan {
             chains: vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
             rules_of: &|_| vec![own.clone(), IPT_DNAT_CHAIN.to_string()],
+            shared_jumps: None,
         };
         let (saved, _) = nat::read(nft, family, &plan)?;
         check_saved(spec, family, &saved)?;

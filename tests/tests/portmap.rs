@@ -904,6 +904,200 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
     }
 }
 
+/// The node ledger of the jumps from the base chains into the shared
+/// chains, as `<feature>/netns-<inode>/nat` under the node's `/run/cni`:
+/// its lines.
+fn shared_jumps_ledger(node: &Netns) -> (std::path::PathBuf, Vec<String>) {
+    let dir = node.run_dir().join("portmap-iptables-jumps");
+    let ns = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .flatten()
+        .next()
+        .expect("a namespace directory");
+    let path = ns.path().join("nat");
+    let text = std::fs::read_to_string(&path).expect("the node ledger");
+    (path, text.lines().map(str::to_string).collect())
+}
+
+/// An ADD finds the jumps of PREROUTING, OUTPUT and POSTROUTING into the
+/// shared chains by their handles in a node ledger, but never trusts one
+/// it has not read back: a jump removed by hand, or a handle that now
+/// names another rule, is noticed, and the jump added again, once.
+#[test]
+fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
+    if !require_root("portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names") {
+        return;
+    }
+    let node = forwarding_node("pmipt-jumps");
+    let a = Peer::attach(&node, "pmij-a", 1);
+    let up = Peer::attach(&node, "pmij-up", 9);
+    let _srv = echo_server(&a.ns, "podA", 80);
+    let prev = a.prev_result();
+    let netns = a.ns.path().to_str().unwrap().to_string();
+    let mk = |port: u16| {
+        conf(
+            "pmnet",
+            json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
+            json!({"backend": "iptables"}),
+            Some(&prev),
+        )
+    };
+    let jumps = [
+        "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+        "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
+        "-A POSTROUTING -m comment --comment \"CNI portfwd requiring masquerade\" -j CNI-HOSTPORT-MASQ",
+    ];
+    let each_once = |when: &str| {
+        for family in IpFamily::BOTH {
+            let saved = iptables_save(&node, family);
+            for j in jumps {
+                let n = saved.lines().filter(|l| *l == j).count();
+                assert_eq!(n, 1, "{when}, {family:?}, {j}:\n{saved}");
+            }
+        }
+    };
+    // The first ADD adds the jumps and records their handles; the second
+    // finds them by those handles.
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-1",
+        &netns,
+        &mk(8080),
+    ));
+    let (path, lines) = shared_jumps_ledger(&node);
+    assert_eq!(lines.len(), 6, "three jumps in each family: {lines:?}");
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-2",
+        &netns,
+        &mk(8081),
+    ));
+    each_once("two ADDs");
+    assert_eq!(shared_jumps_ledger(&node).1, lines);
+
+    // The ledger's PREROUTING entry now names another rule of
+    // PREROUTING, while the jump stays where it was: the ADD must not
+    // take the jump for missing (a second copy), but list and record.
+    run_ok(node.command("iptables").args([
+        "-t",
+        "nat",
+        "-I",
+        "PREROUTING",
+        "-p",
+        "tcp",
+        "--dport",
+        "9",
+        "-j",
+        "ACCEPT",
+    ]));
+    let listed =
+        run_ok(
+            node.command("nft")
+                .args(["-a", "list", "chain", "ip", "nat", "PREROUTING"]),
+        );
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let foreign = listed
+        .lines()
+        .find(|l| l.contains("dport 9"))
+        .and_then(|l| l.rsplit("# handle ").next())
+        .unwrap_or_else(|| panic!("the foreign rule in\n{listed}"))
+        .trim()
+        .to_string();
+    let pointed: Vec<String> = lines
+        .iter()
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, ' ').collect();
+            if f[..3] == ["ip", "nat", "PREROUTING"] {
+                format!("ip nat PREROUTING {foreign} {}", f[4])
+            } else {
+                l.clone()
+            }
+        })
+        .collect();
+    assert_ne!(pointed, lines);
+    std::fs::write(&path, pointed.join("\n") + "\n").unwrap();
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-3",
+        &netns,
+        &mk(8082),
+    ));
+    each_once("a ledger handle naming another rule");
+    let saved = iptables_save(&node, IpFamily::V4);
+    assert!(
+        saved.contains("-A PREROUTING -p tcp -m tcp --dport 9 -j ACCEPT"),
+        "the foreign rule stays:\n{saved}"
+    );
+    let (_, lines) = shared_jumps_ledger(&node);
+    assert_eq!(lines.len(), 6, "{lines:?}");
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with(&format!("ip nat PREROUTING {foreign} "))),
+        "the ledger names the jump again: {lines:?}"
+    );
+
+    // POSTROUTING's jump removed by hand: hairpin traffic is no longer
+    // masqueraded until the next ADD puts the jump back.
+    run_ok(node.command("iptables").args([
+        "-t",
+        "nat",
+        "-D",
+        "POSTROUTING",
+        "-m",
+        "comment",
+        "--comment",
+        "CNI portfwd requiring masquerade",
+        "-j",
+        "CNI-HOSTPORT-MASQ",
+    ]));
+    let hairpin = format!("podA {}", a.node_v4());
+    assert_ne!(
+        connect(&a.ns, "tcp", "10.9.0.1", 8082).as_deref(),
+        Some(hairpin.as_str())
+    );
+    assert_ok(&call_eth0(
+        &ours(),
+        &node,
+        "ADD",
+        "ctr-4",
+        &netns,
+        &mk(8083),
+    ));
+    each_once("a jump removed by hand");
+    let (_, repaired) = shared_jumps_ledger(&node);
+    assert_eq!(
+        repaired.len(),
+        6,
+        "the jump put back is recorded: {repaired:?}"
+    );
+    assert_eq!(
+        connect(&a.ns, "tcp", "10.9.0.1", 8083).as_deref(),
+        Some(hairpin.as_str())
+    );
+    let from_up = format!("podA {}", up.v4());
+    assert_eq!(
+        connect(&up.ns, "tcp", "10.9.0.1", 8080).as_deref(),
+        Some(from_up.as_str())
+    );
+    for (cid, port) in [
+        ("ctr-1", 8080),
+        ("ctr-2", 8081),
+        ("ctr-3", 8082),
+        ("ctr-4", 8083),
+    ] {
+        assert_ok(&call_eth0(&ours(), &node, "DEL", cid, &netns, &mk(port)));
+    }
+    let saved = iptables_save(&node, IpFamily::V4);
+    assert!(!saved.contains("CNI-DN-"), "{saved}");
+}
+
 #[test]
 fn portmap_nft_conditions_restrict_who_reaches_the_host_port() {
     if !require_root("portmap_nft_conditions_restrict_who_reaches_the_host_port") {

@@ -11,6 +11,12 @@
 //! line per rule: `<family> <table> <chain> <handle> <note>`, the note
 //! being what the feature wants back (a host port, an address).
 //!
+//! A node ledger ([`Ledger::node`], `<root>/<feature>/<netns>/<name>`)
+//! keeps the handles of rules no attachment owns: the jumps from the base
+//! chains into a feature's shared chains, which every ADD must know are
+//! there and which no DEL removes. Nothing collects it: it stays as small
+//! as the set of such rules, and a stale one only costs one listing.
+//!
 //! The file is a hint, never the truth: a handle is used only after the
 //! rule it names was read back with the comment the attachment gave it
 //! ([`super::nft::Nft::get_rule`]), and a missing or unreadable file makes
@@ -126,6 +132,19 @@ impl Ledger {
         }
         Some(Ledger {
             dir: Ledger::network_dir(feature, network)?,
+            name: name.to_string(),
+        })
+    }
+
+    /// The ledger `name` of the node's namespace for `feature`: rules no
+    /// attachment owns. Its feature must differ from every attachment
+    /// ledger's, whose directory holds a directory per network.
+    pub fn node(feature: &str, name: &str) -> Option<Ledger> {
+        if !safe_component(name) {
+            return None;
+        }
+        Some(Ledger {
+            dir: namespace_dir(feature)?,
             name: name.to_string(),
         })
     }

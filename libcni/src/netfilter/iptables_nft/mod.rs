@@ -134,8 +134,8 @@ pub fn push_rule(saved: &mut SavedTable, handles: &mut Handles, rule: &RawRule, 
 }
 
 /// The batch of a change list against what was read, and the batch index
-/// of each rule line appended with `echo` (those whose chain `echo`
-/// accepts). The table and the base chains the list writes to are created
+/// of each rule line appended or inserted with `echo` (those whose chain
+/// `echo` accepts; an inserted one as its `-A` line). The table and the base chains the list writes to are created
 /// first when missing, as iptables-nft does. Every rule carries
 /// `NFTA_RULE_COMPAT`, as iptables-nft's do.
 pub fn translate(
@@ -208,9 +208,17 @@ pub fn translate(
             "-I" => {
                 let (chain, args) = rest.split_once(' ').ok_or_else(|| unsupported(l))?;
                 let args = args.strip_prefix("1 ").ok_or_else(|| unsupported(l))?;
-                let e =
-                    encode(&format!("-A {chain} {args}"), family).ok_or_else(|| unsupported(l))?;
-                b.add_rule_xt(fam, name, chain, &e.exprs, e.proto, XtPlacement::First);
+                let line = format!("-A {chain} {args}");
+                let e = encode(&line, family).ok_or_else(|| unsupported(l))?;
+                let place = if echo(chain) {
+                    XtPlacement::FirstEcho
+                } else {
+                    XtPlacement::First
+                };
+                let i = b.add_rule_xt(fam, name, chain, &e.exprs, e.proto, place);
+                if place == XtPlacement::FirstEcho {
+                    echoed.push((i, line));
+                }
             }
             "-D" => {
                 let line = format!("-A {rest}");
@@ -230,7 +238,7 @@ pub type Reader<'a> = dyn FnMut(&mut Nft) -> Result<(SavedTable, Handles)> + 'a;
 /// One read (`read`), the changes `build` derives from it, one batch
 /// (none when there is nothing to change), retried on a fresh read when
 /// another process changed the table in between. Returns the rules
-/// appended to chains `echo` accepts: (line, chain, handle).
+/// added to chains `echo` accepts: (`-A` line, chain, handle).
 pub fn apply(
     table: Table,
     nft: &mut Nft,

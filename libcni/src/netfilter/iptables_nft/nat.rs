@@ -1,14 +1,16 @@
 //! iptables-nft's `nat` table (`ip nat`, `ip6 nat`): the Go portmap
 //! plugin's and ipMasq's iptables rules. A decision reads only the chains
-//! it names (a node's nat table holds kube-proxy's thousands), and a DEL
-//! finds its jumps by the ledger's handles.
+//! it names (a node's nat table holds kube-proxy's thousands), a DEL
+//! finds its jumps by the ledger's handles, and an ADD finds the shared
+//! jumps in the base chains by a node ledger's handles ([`SharedJumps`]):
+//! POSTROUTING holds a jump per pod (ipMasq's), which no ADD should list.
 
 use std::collections::BTreeSet;
 
 pub use super::{push_rule, Handles};
 use super::{read_rules, render, Table};
 use crate::netfilter::iptables::{self, Restore, SavedTable};
-use crate::netfilter::ledger::{self, Entry};
+use crate::netfilter::ledger::{self, Entry, Ledger};
 use crate::netfilter::nft::{Family, Nft, RawRule};
 use crate::types::Attachment;
 use crate::IpFamily;
@@ -17,11 +19,28 @@ use crate::Result;
 /// iptables-nft's table.
 pub const TABLE: &str = "nat";
 
-/// What a decision reads: which chains' existence, and (given the chains
-/// found) which chains' rules.
+/// What a decision reads: which chains' existence, (given the chains
+/// found) which chains' rules, and which shared jumps of the base chains.
 pub struct ReadPlan<'a> {
     pub chains: Vec<String>,
     pub rules_of: &'a (dyn Fn(&BTreeSet<String>) -> Vec<String> + Sync),
+    pub shared_jumps: Option<&'a SharedJumps<'a>>,
+}
+
+/// Rules of the base chains that a decision needs only to know are there:
+/// the jumps into a feature's shared chains, added by the first ADD on
+/// the node and removed by none. Their handles live in a node ledger
+/// (`ledger`, each entry's note being the rule's line); each needed one
+/// is read back alone and must render as its line, else the chains of
+/// the needed lines are listed and the ledger written again from what
+/// the listing found. The chains of the lines must be among the plan's
+/// `chains` (a chain not found is not listed).
+pub struct SharedJumps<'a> {
+    pub ledger: Option<Ledger>,
+    /// The lines the ledger keeps a handle of, when found.
+    pub kept: &'a [String],
+    /// The lines this decision reads (among `kept`).
+    pub needed: &'a [String],
 }
 
 /// [`super::apply`] on the family's nat table, read as `plan` asks.
@@ -56,14 +75,119 @@ pub fn read(nft: &mut Nft, family: IpFamily, plan: &ReadPlan) -> Result<(SavedTa
             saved.chains.insert(c.clone());
         }
     }
-    let handles = read_rules(
-        nft,
-        Table::Nat,
-        family,
-        (plan.rules_of)(&saved.chains),
-        &mut saved,
-    )?;
+    let read = (plan.rules_of)(&saved.chains);
+    let mut handles = read_rules(nft, Table::Nat, family, read.clone(), &mut saved)?;
+    if let Some(jumps) = plan.shared_jumps {
+        read_shared_jumps(nft, family, jumps, &read, &mut saved, &mut handles)?;
+    }
     Ok((saved, handles))
+}
+
+/// Adds the needed lines of `jumps` to `saved` and `handles`: by the node
+/// ledger's handles when every needed line reads back so, else by listing
+/// their chains (those not in `listed`, which are read already), after
+/// which the ledger keeps this family's kept lines found.
+fn read_shared_jumps(
+    nft: &mut Nft,
+    family: IpFamily,
+    jumps: &SharedJumps,
+    listed: &[String],
+    saved: &mut SavedTable,
+    handles: &mut Handles,
+) -> Result<()> {
+    let fam = Family::of(family);
+    let recorded = jumps
+        .ledger
+        .as_ref()
+        .and_then(Ledger::load)
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for line in jumps.needed {
+        let Some(e) = recorded
+            .iter()
+            .find(|e| e.family == fam && e.table == TABLE && &e.note == line)
+        else {
+            break;
+        };
+        match nft.get_rule_raw(fam, TABLE, &e.chain, e.handle)? {
+            Some(r) if &render(&r, family) == line => found.push(r),
+            _ => break,
+        }
+    }
+    if found.len() == jumps.needed.len() {
+        for r in &found {
+            push_rule(saved, handles, r, family);
+        }
+        return Ok(());
+    }
+    let chains: BTreeSet<String> = jumps
+        .needed
+        .iter()
+        .filter_map(|l| iptables::rule_chain(l))
+        .filter(|c| !listed.iter().any(|l| l == c))
+        .map(str::to_string)
+        .collect();
+    let more = read_rules(nft, Table::Nat, family, chains.iter().cloned(), saved)?;
+    for (line, at) in more {
+        handles.entry(line).or_default().extend(at);
+    }
+    let mut entries: Vec<Entry> = recorded.into_iter().filter(|e| e.family != fam).collect();
+    for line in jumps.kept {
+        if let Some(at) = handles.get(line).and_then(|h| h.first()) {
+            entries.push(jump_entry(fam, line, at));
+        }
+    }
+    jumps.store(&entries);
+    Ok(())
+}
+
+/// The node ledger's entry of the shared jump `line` found at `at`
+/// (chain, handle).
+fn jump_entry(family: Family, line: &str, at: &(String, u64)) -> Entry {
+    Entry {
+        family,
+        table: TABLE.to_string(),
+        chain: at.0.clone(),
+        handle: at.1,
+        note: line.to_string(),
+    }
+}
+
+impl SharedJumps<'_> {
+    /// Adds the kept jumps an ADD's batch inserted or appended to the
+    /// node ledger, from what [`apply`] returned: (line, chain, handle).
+    pub fn record(&self, family: IpFamily, added: &[(String, String, u64)]) {
+        let fam = Family::of(family);
+        let added: Vec<Entry> = added
+            .iter()
+            .filter(|(line, _, _)| self.kept.contains(line))
+            .map(|(line, chain, handle)| jump_entry(fam, line, &(chain.clone(), *handle)))
+            .collect();
+        if added.is_empty() {
+            return;
+        }
+        let mut entries: Vec<Entry> = self
+            .ledger
+            .as_ref()
+            .and_then(Ledger::load)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| {
+                !added
+                    .iter()
+                    .any(|a| a.family == e.family && a.note == e.note)
+            })
+            .collect();
+        entries.extend(added);
+        self.store(&entries);
+    }
+
+    /// Writes the node ledger. A hint only: an ADD goes on without it.
+    fn store(&self, entries: &[Entry]) {
+        if let Some(ledger) = &self.ledger {
+            let _ = ledger.store(entries);
+        }
+    }
 }
 
 /// The family's nat table as GC reads it: every chain (one dump, no

@@ -48,6 +48,7 @@ pub fn add(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
         let plan = nat::ReadPlan {
             chains: vec![chain.clone(), POSTROUTING.to_string()],
             rules_of: &rules_of,
+            shared_jumps: None,
         };
         let added = nat::apply_planned(
             nft,
@@ -99,6 +100,7 @@ fn ipt_read_container(
     let plan = nat::ReadPlan {
         chains: vec![own.clone()],
         rules_of: &|found| found.iter().cloned().collect(),
+        shared_jumps: None,
     };
     let (mut saved, mut handles) = nat::read(nft, family, &plan)?;
     if !saved.has_chain(&own) {
@@ -157,6 +159,7 @@ pub fn check(nft: &mut Nft, owner: &Owner, addrs: &[IpPrefix]) -> Result<()> {
         let plan = nat::ReadPlan {
             chains: vec![own.clone(), POSTROUTING.to_string()],
             rules_of: &|found| found.iter().cloned().collect(),
+            shared_jumps: None,
         };
         let (saved, _) = nat::read(nft, family, &plan)?;
         ipt::check_saved(owner, &fam, family, &saved)?;

@@ -131,6 +131,8 @@ pub enum XtPlacement {
     AppendEcho,
     /// At the top (`-I CHAIN 1`).
     First,
+    /// At the top, echoed back with its handle.
+    FirstEcho,
 }
 
 /// A table family.
@@ -513,6 +515,7 @@ impl Batch {
             XtPlacement::Append => (NLM_F_CREATE | NLM_F_APPEND, "append rule to"),
             XtPlacement::AppendEcho => (NLM_F_CREATE | NLM_F_APPEND | NLM_F_ECHO, "append rule to"),
             XtPlacement::First => (NLM_F_CREATE, "insert rule into"),
+            XtPlacement::FirstEcho => (NLM_F_CREATE | NLM_F_ECHO, "insert rule into"),
         };
         let what = format!("{verb} {} {table} {chain}", family.as_str());
         self.push(NFT_MSG_NEWRULE, flags, family, a, what);
