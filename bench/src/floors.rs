@@ -84,6 +84,23 @@ struct FloorDirs {
     kernel: PathBuf,
 }
 
+/// The kernel floor's records ([`FLOOR_STATE`]) for one measurement: none
+/// at its start (a killed run's go), none at its end, however it ends.
+struct FloorState;
+
+impl FloorState {
+    fn fresh() -> FloorState {
+        let _ = std::fs::remove_dir_all(FLOOR_STATE);
+        FloorState
+    }
+}
+
+impl Drop for FloorState {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(FLOOR_STATE);
+    }
+}
+
 /// Measures `chains` (those of [`CHAINS`] that ran) against their floors;
 /// `Ok(Err)`: not measured, and why.
 pub fn measure(
@@ -101,6 +118,7 @@ pub fn measure(
         Err(e) => return Ok(Err(e)),
     };
     let pods = ns.add_pods(BURST_PODS).map_err(|e| e.to_string())?;
+    let _state = FloorState::fresh();
     let mut out = Vec::new();
     for chain in chains {
         crate::interrupt::check()?;
@@ -114,7 +132,6 @@ pub fn measure(
             bursts,
         });
     }
-    let _ = std::fs::remove_dir_all(FLOOR_STATE);
     Ok(Ok(Floors {
         chains: out,
         iterations: set.iterations,

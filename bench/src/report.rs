@@ -1076,11 +1076,34 @@ impl Report<'_> {
         Some(part)
     }
 
+    /// How much longer `plugins`' `verb` waited in netlink requests where
+    /// `place` labels the fullest node's summary than on the empty node
+    /// (`empty`), in ms; `None` without both summaries.
+    fn netlink_growth(
+        &self,
+        place: &str,
+        empty: &str,
+        plugins: &[&str],
+        verb: &str,
+    ) -> Option<f64> {
+        let base = &self.syscalls.iter().find(|(l, _)| l == empty)?.1;
+        let mut grown = 0.0;
+        for plugin in plugins {
+            let (_, full) = self.syscalls_of(place, plugin, verb)?;
+            let before = base
+                .iter()
+                .find(|sc| sc.plugin == *plugin && sc.command == verb)?;
+            grown +=
+                (full.wall(&["sendto", "sendmsg"]) - before.wall(&["sendto", "sendmsg"])) * 1e3;
+        }
+        Some(grown)
+    }
+
     /// Notes on each missed growth, RSS or size target: what our plugins
     /// did on the fullest node against the empty one.
     fn miss_notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
-        let growth = |sw: &Sweep, verb: &str| -> Option<(usize, f64, Option<f64>)> {
+        let growth = |sw: &Sweep, verb: &str| -> Option<(usize, f64, Option<f64>, f64)> {
             let zero = sw.levels.iter().find(|l| l.present == 0)?;
             let top = sw
                 .levels
@@ -1088,15 +1111,17 @@ impl Report<'_> {
                 .filter(|l| l.present > 0)
                 .max_by_key(|l| l.present)?;
             let add = verb == "ADD";
+            let grown_ms = top.here(Side::Ours, add).p50()? - zero.here(Side::Ours, add).p50()?;
             Some((
                 top.present,
                 top.growth(zero, Side::Ours, add)?,
                 top.growth_vs_twin(Side::Ours, add),
+                grown_ms,
             ))
         };
         for sw in self.sweeps {
             for verb in ["ADD", "DEL"] {
-                let Some((present, g, twin)) = growth(sw, verb) else {
+                let Some((present, g, twin, grown_ms)) = growth(sw, verb) else {
                     continue;
                 };
                 if g <= GROWTH_TARGET {
@@ -1128,6 +1153,16 @@ impl Report<'_> {
                     .iter()
                     .filter_map(|plugin| self.growth_syscalls(&place, empty, plugin, verb, present))
                     .collect();
+                let kernel = self
+                    .netlink_growth(&place, empty, plugins, verb)
+                    .map(|k| {
+                        format!(
+                            " The kernel's share: of the {grown_ms:.1} ms it grew, {k:.1} ms is \
+                             the growth of our plugins' netlink requests (the kernel's work on \
+                             the node's state and its locks, traced: the requests are named below)."
+                        )
+                    })
+                    .unwrap_or_default();
                 let floor = sw.levels.iter().find(|l| l.present == present).and_then(|l| {
                     let z = sw.levels.iter().find(|l| l.present == 0)?.floor.as_ref()?;
                     let f = l.floor.as_ref()?;
@@ -1143,7 +1178,7 @@ impl Report<'_> {
                 notes.push(format!(
                     "**{} {verb} grows {}** with {} {} present (target {GROWTH_TARGET}x); against \
                      the empty twin in the same minutes it is {}: the difference is load drift \
-                     between levels or machine-wide cost.{} On that node: {}.",
+                     between levels or machine-wide cost.{}{kernel} On that node: {}.",
                     sw.title,
                     x(Some(g)),
                     thousands(present as u64),

@@ -136,7 +136,11 @@ pub fn netlink_requests(calls: &[TracedCall]) -> Vec<(String, usize, f64)> {
             continue;
         };
         let ty = rest.split([',', '}']).next().unwrap_or_default();
-        let ty = ty.rsplit('|').next().unwrap_or(ty).to_string();
+        let ty = ty.rsplit('|').next().unwrap_or(ty);
+        let ty = match undecoded_rtnetlink(ty) {
+            Some(name) => format!("{name} ({})", ty.split(' ').next().unwrap_or(ty)),
+            None => ty.to_string(),
+        };
         match out.iter_mut().find(|(t, _, _)| *t == ty) {
             Some(row) => {
                 row.1 += 1;
@@ -147,6 +151,38 @@ pub fn netlink_requests(calls: &[TracedCall]) -> Vec<(String, usize, f64)> {
     }
     out.sort_by(|a, b| b.2.total_cmp(&a.2));
     out
+}
+
+/// The rtnetlink request types our plugins send, by number.
+const RTNETLINK_TYPES: [(u16, &str); 16] = [
+    (16, "RTM_NEWLINK"),
+    (17, "RTM_DELLINK"),
+    (18, "RTM_GETLINK"),
+    (19, "RTM_SETLINK"),
+    (20, "RTM_NEWADDR"),
+    (21, "RTM_DELADDR"),
+    (22, "RTM_GETADDR"),
+    (24, "RTM_NEWROUTE"),
+    (25, "RTM_DELROUTE"),
+    (26, "RTM_GETROUTE"),
+    (28, "RTM_NEWNEIGH"),
+    (32, "RTM_NEWRULE"),
+    (33, "RTM_DELRULE"),
+    (36, "RTM_NEWQDISC"),
+    (37, "RTM_DELQDISC"),
+    (40, "RTM_NEWTFILTER"),
+];
+
+/// The name of a message type strace printed as a number (`0x18 /*
+/// NLMSG_??? */`): it decodes rtnetlink only on a socket of its own
+/// network namespace, and our plugins open theirs in the pod's.
+fn undecoded_rtnetlink(ty: &str) -> Option<&'static str> {
+    let hex = ty.strip_prefix("0x")?.split(' ').next()?;
+    let n = u16::from_str_radix(hex, 16).ok()?;
+    RTNETLINK_TYPES
+        .iter()
+        .find(|(t, _)| *t == n)
+        .map(|(_, name)| *name)
 }
 
 #[cfg(test)]
@@ -199,5 +235,14 @@ mod tests {
         assert_eq!((r[0].0.as_str(), r[0].1), ("RTM_NEWLINK", 2));
         assert!((r[0].2 - 3.0).abs() < 1e-9);
         assert_eq!((r[1].0.as_str(), r[1].1), ("NFT_MSG_GETRULE", 1));
+    }
+
+    #[test]
+    fn names_the_rtnetlink_types_strace_left_as_numbers() {
+        let trace = "7 sendto(4, [{nlmsg_len=52, nlmsg_type=0x18 /* NLMSG_??? */, nlmsg_flags=NLM_F_REQUEST}, ...], 52, 0, NULL, 0) = 52 <0.002900>\n\
+                     7 sendto(4, [{nlmsg_len=52, nlmsg_type=0x7f /* NLMSG_??? */, nlmsg_flags=NLM_F_REQUEST}, ...], 52, 0, NULL, 0) = 52 <0.000100>\n";
+        let r = netlink_requests(&calls(trace));
+        let names: Vec<&str> = r.iter().map(|x| x.0.as_str()).collect();
+        assert_eq!(names, ["RTM_NEWROUTE (0x18)", "0x7f /* NLMSG_??? */"]);
     }
 }
