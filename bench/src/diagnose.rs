@@ -19,8 +19,54 @@ use std::time::Instant;
 pub struct StartCosts {
     /// `/bin/true`, spawned and reaped the same way.
     pub floor: Samples,
+    /// The floors under it, when they could be built: a static program
+    /// with no C library, and a static glibc one whose `main` returns.
+    pub bare: Vec<StartFloor>,
     /// By binary path.
     pub version: BTreeMap<PathBuf, Samples>,
+}
+
+/// A program started and reaped as a plugin is, to time what starting
+/// any process costs here.
+#[derive(Debug, Clone)]
+pub struct StartFloor {
+    pub label: &'static str,
+    pub program: PathBuf,
+    pub samples: Samples,
+}
+
+impl StartFloor {
+    /// The bare start floors built into `dir`: `(label, source, flags)`
+    /// compiled with [`crate::cprog::build`]; one that does not build is
+    /// left out, and why goes to `notes`.
+    pub fn build(dir: &Path, notes: &mut Vec<String>) -> Vec<StartFloor> {
+        let programs = [
+            (
+                "static, no C library (`_start` exits)",
+                "start-nolibc",
+                crate::cprog::NO_LIBC,
+                &["-nostdlib"][..],
+            ),
+            (
+                "static glibc (`main` returns)",
+                "start-glibc",
+                crate::cprog::EMPTY_MAIN,
+                &[][..],
+            ),
+        ];
+        let mut out = Vec::new();
+        for (label, name, source, flags) in programs {
+            match crate::cprog::build(dir, name, source, flags) {
+                Ok(program) => out.push(StartFloor {
+                    label,
+                    program,
+                    samples: Samples::default(),
+                }),
+                Err(e) => notes.push(format!("start floor {label}: {e}")),
+            }
+        }
+        out
+    }
 }
 
 /// Each plugin's start (`VERSION`) from two directories, measured in one
@@ -35,7 +81,7 @@ pub fn start_pairs(
         .iter()
         .flat_map(|p| [a.join(p), b.join(p)])
         .collect();
-    let mut costs = start_costs(&programs, runs)?;
+    let mut costs = start_costs(&programs, Vec::new(), runs)?;
     Ok(plugins
         .iter()
         .map(|p| {
@@ -75,15 +121,26 @@ fn version_runs(program: &Path, runs: usize) -> Result<Samples, String> {
 }
 
 /// Measures the start costs of `programs` (interleaved, so noise spreads
-/// evenly) and of `/bin/true`.
-pub fn start_costs(programs: &[PathBuf], runs: usize) -> Result<StartCosts, String> {
-    let mut costs = StartCosts::default();
+/// evenly), of `/bin/true` and of the `bare` floors.
+pub fn start_costs(
+    programs: &[PathBuf],
+    bare: Vec<StartFloor>,
+    runs: usize,
+) -> Result<StartCosts, String> {
+    let mut costs = StartCosts {
+        bare,
+        ..StartCosts::default()
+    };
     for _ in 0..runs {
         costs.floor.push(
             version_runs(Path::new("/bin/true"), 1)?
                 .p50()
                 .unwrap_or(0.0),
         );
+        for f in &mut costs.bare {
+            f.samples
+                .push(version_runs(&f.program, 1)?.p50().unwrap_or(0.0));
+        }
         for p in programs {
             let s = version_runs(p, 1)?;
             let entry = costs.version.entry(p.clone()).or_default();

@@ -152,20 +152,7 @@ fn lay_out(scratch: &Path, chains: &[&Chain]) -> Result<FloorDirs, String> {
     for d in [&dirs.noop, &dirs.kernel] {
         std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
     }
-    let source = scratch.join("noop.c");
-    std::fs::write(&source, NOOP_C).map_err(|e| io(&source, e))?;
-    let noop = scratch.join("noop-plugin");
-    let built = std::process::Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&noop)
-        .arg(&source)
-        .status()
-        .map_err(|e| format!("cc: {e}"))?;
-    if !built.success() {
-        return Err(format!(
-            "cc -static could not build the no-op plugin ({built})"
-        ));
-    }
+    let noop = crate::cprog::build(scratch, "noop-plugin", NOOP_C, &[])?;
     let floor = std::env::current_exe()
         .map_err(|e| e.to_string())?
         .with_file_name("cni-bench-floor");

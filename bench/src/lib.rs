@@ -4,7 +4,7 @@
 //! Code map: [`options`] (flags), [`namespaces`] and [`scratch`] (the
 //! throwaway node, pods and temp dir), [`interrupt`] (SIGINT/SIGTERM),
 //! [`chains`] (the conflists), [`dhcp`] (the dhcp chain's LAN, dnsmasq and
-//! daemons),
+//! daemons), [`cprog`] (the C programs it builds: no-op plugin, start floors),
 //! [`process`] (one plugin process: timed, or traced for peak RSS),
 //! [`runner`] (a chain, through libcni's runtime or plugin by plugin),
 //! [`measure`] (the main table), [`calllog_cost`] (the call log on and
@@ -22,6 +22,7 @@ pub mod burst;
 pub mod calllog_cost;
 pub mod cells;
 pub mod chains;
+pub mod cprog;
 pub mod dhcp;
 pub mod diagnose;
 pub mod floors;

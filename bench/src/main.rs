@@ -87,6 +87,8 @@ struct Run<'a> {
     started: Instant,
     set: Setting<'a>,
     pod: &'a str,
+    /// The run's temp dir (programs it builds, conf dirs).
+    scratch: &'a Path,
 }
 
 impl Run<'_> {
@@ -148,6 +150,7 @@ fn run() -> Result<(), String> {
     let run = Run {
         opts: &opts,
         started,
+        scratch: scratch.root(),
         set: Setting {
             ours_dir: &ours_dir,
             reference_dir: &reference_dir,
@@ -548,8 +551,9 @@ fn where_time_goes(
     run.progress(format_args!("start costs and syscall summaries"));
     let programs = programs_measured(run, outcomes, extra);
     let iterations = run.diagnostic_iterations();
+    let bare = diagnose::StartFloor::build(&run.scratch.join("start"), notes);
     let starts = or_note(
-        diagnose::start_costs(&programs, iterations),
+        diagnose::start_costs(&programs, bare, iterations),
         "start costs",
         notes,
     )?;

@@ -785,8 +785,9 @@ impl Report<'_> {
             let _ = writeln!(
                 s,
                 "Floor of starting any process here (`/bin/true`, spawned and reaped like a plugin): \
-                 {} ms p50. Start of each binary (`VERSION`, p50 ms):\n",
-                ms(st.floor.p50())
+                 {} ms p50.{} Start of each binary (`VERSION`, p50 ms):\n",
+                ms(st.floor.p50()),
+                bare_starts(st)
             );
             let _ = writeln!(s, "| Binary | Ours | Reference |\n|---|---|---|");
             let mut names: Vec<String> = Vec::new();
@@ -1338,6 +1339,28 @@ impl Report<'_> {
             );
         }
     }
+}
+
+/// The bare start floors, as a sentence: what `execve` alone costs here
+/// and what static glibc's start adds (on x86 its `init_cpu_features` and
+/// cache-size probing run `CPUID` dozens of times, each a VM exit on a
+/// virtual machine), which every static glibc plugin pays.
+fn bare_starts(st: &StartCosts) -> String {
+    if st.bare.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = st
+        .bare
+        .iter()
+        .map(|f| format!("{}: {} ms", f.label, ms(f.samples.p50())))
+        .collect();
+    format!(
+        " Under it ({}): the difference is the C library's start, which our static \
+         plugins, the no-op floor and the kernel floor pay alike (static glibc probes the \
+         CPU with `CPUID` dozens of times, a VM exit each on a virtual machine; a C \
+         library without it, musl, would spare it).",
+        each.join("; ")
+    )
 }
 
 /// The netlink request types whose time grew most from `base` (the empty
