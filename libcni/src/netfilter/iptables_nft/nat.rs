@@ -155,7 +155,7 @@ fn jump_entry(family: Family, line: &str, at: &(String, u64)) -> Entry {
 
 impl SharedJumps<'_> {
     /// Adds the kept jumps an ADD's batch inserted or appended to the
-    /// node ledger, from what [`apply`] returned: (line, chain, handle).
+    /// node ledger, from what [`super::apply`] returned: (line, chain, handle).
     pub fn record(&self, family: IpFamily, added: &[(String, String, u64)]) {
         let fam = Family::of(family);
         let added: Vec<Entry> = added
