@@ -904,6 +904,46 @@ fn portmap_iptables_forwards_traffic_and_checks_and_collects() {
     }
 }
 
+/// A forwarding node with pod A (an echo service on port 80) and an
+/// upstream peer, for the tests that map one host port at a time.
+struct OneMappingSite {
+    node: Netns,
+    a: Peer,
+    up: Peer,
+    _srv: Listener,
+    prev: Value,
+    netns: String,
+}
+
+impl OneMappingSite {
+    fn new(tag: &str) -> OneMappingSite {
+        let node = forwarding_node(tag);
+        let a = Peer::attach(&node, &format!("{tag}-a"), 1);
+        let up = Peer::attach(&node, &format!("{tag}-up"), 9);
+        let _srv = echo_server(&a.ns, "podA", 80);
+        let prev = a.prev_result();
+        let netns = a.ns.path().to_str().unwrap().to_string();
+        OneMappingSite {
+            node,
+            a,
+            up,
+            _srv,
+            prev,
+            netns,
+        }
+    }
+
+    /// The config mapping host port `port` to pod A's port 80 on `backend`.
+    fn conf(&self, port: u16, backend: &str) -> String {
+        conf(
+            "pmnet",
+            json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
+            json!({ "backend": backend }),
+            Some(&self.prev),
+        )
+    }
+}
+
 /// The node ledger of the jumps from the base chains into the shared
 /// chains, as `<feature>/netns-<inode>/nat` under the node's `/run/cni`:
 /// its lines.
@@ -928,20 +968,11 @@ fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
     if !require_root("portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names") {
         return;
     }
-    let node = forwarding_node("pmipt-jumps");
-    let a = Peer::attach(&node, "pmij-a", 1);
-    let up = Peer::attach(&node, "pmij-up", 9);
-    let _srv = echo_server(&a.ns, "podA", 80);
-    let prev = a.prev_result();
-    let netns = a.ns.path().to_str().unwrap().to_string();
-    let mk = |port: u16| {
-        conf(
-            "pmnet",
-            json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
-            json!({"backend": "iptables"}),
-            Some(&prev),
-        )
-    };
+    let site = OneMappingSite::new("pmij");
+    let OneMappingSite {
+        node, a, up, netns, ..
+    } = &site;
+    let mk = |port: u16| site.conf(port, "iptables");
     let jumps = [
         "-A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
         "-A OUTPUT -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT",
@@ -949,7 +980,7 @@ fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
     ];
     let each_once = |when: &str| {
         for family in IpFamily::BOTH {
-            let saved = iptables_save(&node, family);
+            let saved = iptables_save(node, family);
             for j in jumps {
                 let n = saved.lines().filter(|l| *l == j).count();
                 assert_eq!(n, 1, "{when}, {family:?}, {j}:\n{saved}");
@@ -958,26 +989,12 @@ fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
     };
     // The first ADD adds the jumps and records their handles; the second
     // finds them by those handles.
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-1",
-        &netns,
-        &mk(8080),
-    ));
-    let (path, lines) = shared_jumps_ledger(&node);
+    assert_ok(&call_eth0(&ours(), node, "ADD", "ctr-1", netns, &mk(8080)));
+    let (path, lines) = shared_jumps_ledger(node);
     assert_eq!(lines.len(), 6, "three jumps in each family: {lines:?}");
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-2",
-        &netns,
-        &mk(8081),
-    ));
+    assert_ok(&call_eth0(&ours(), node, "ADD", "ctr-2", netns, &mk(8081)));
     each_once("two ADDs");
-    assert_eq!(shared_jumps_ledger(&node).1, lines);
+    assert_eq!(shared_jumps_ledger(node).1, lines);
 
     // The ledger's PREROUTING entry now names another rule of
     // PREROUTING, while the jump stays where it was: the ADD must not
@@ -1020,21 +1037,14 @@ fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
         .collect();
     assert_ne!(pointed, lines);
     std::fs::write(&path, pointed.join("\n") + "\n").unwrap();
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-3",
-        &netns,
-        &mk(8082),
-    ));
+    assert_ok(&call_eth0(&ours(), node, "ADD", "ctr-3", netns, &mk(8082)));
     each_once("a ledger handle naming another rule");
-    let saved = iptables_save(&node, IpFamily::V4);
+    let saved = iptables_save(node, IpFamily::V4);
     assert!(
         saved.contains("-A PREROUTING -p tcp -m tcp --dport 9 -j ACCEPT"),
         "the foreign rule stays:\n{saved}"
     );
-    let (_, lines) = shared_jumps_ledger(&node);
+    let (_, lines) = shared_jumps_ledger(node);
     assert_eq!(lines.len(), 6, "{lines:?}");
     assert!(
         !lines
@@ -1045,33 +1055,16 @@ fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
 
     // POSTROUTING's jump removed by hand: hairpin traffic is no longer
     // masqueraded until the next ADD puts the jump back.
-    run_ok(node.command("iptables").args([
-        "-t",
-        "nat",
-        "-D",
-        "POSTROUTING",
-        "-m",
-        "comment",
-        "--comment",
-        "CNI portfwd requiring masquerade",
-        "-j",
-        "CNI-HOSTPORT-MASQ",
-    ]));
+    let unjump = libcni::netfilter::iptables::split_tokens(&jumps[2].replacen("-A ", "-D ", 1));
+    run_ok(node.command("iptables").args(["-t", "nat"]).args(&unjump));
     let hairpin = format!("podA {}", a.node_v4());
     assert_ne!(
         connect(&a.ns, "tcp", "10.9.0.1", 8082).as_deref(),
         Some(hairpin.as_str())
     );
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-4",
-        &netns,
-        &mk(8083),
-    ));
+    assert_ok(&call_eth0(&ours(), node, "ADD", "ctr-4", netns, &mk(8083)));
     each_once("a jump removed by hand");
-    let (_, repaired) = shared_jumps_ledger(&node);
+    let (_, repaired) = shared_jumps_ledger(node);
     assert_eq!(
         repaired.len(),
         6,
@@ -1092,9 +1085,9 @@ fn portmap_iptables_add_reads_back_the_shared_jumps_the_node_ledger_names() {
         ("ctr-3", 8082),
         ("ctr-4", 8083),
     ] {
-        assert_ok(&call_eth0(&ours(), &node, "DEL", cid, &netns, &mk(port)));
+        assert_ok(&call_eth0(&ours(), node, "DEL", cid, netns, &mk(port)));
     }
-    let saved = iptables_save(&node, IpFamily::V4);
+    let saved = iptables_save(node, IpFamily::V4);
     assert!(!saved.contains("CNI-DN-"), "{saved}");
 }
 
@@ -1170,52 +1163,29 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
     if !require_root("portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it") {
         return;
     }
-    let node = forwarding_node("pmskel");
-    let a = Peer::attach(&node, "pms-a", 1);
-    let up = Peer::attach(&node, "pms-up", 9);
-    let _srv = echo_server(&a.ns, "podA", 80);
-    let prev = a.prev_result();
-    let netns = a.ns.path().to_str().unwrap().to_string();
-    let mk = |port: u16| {
-        conf(
-            "pmnet",
-            json!([{"hostPort": port, "containerPort": 80, "protocol": "tcp"}]),
-            json!({"backend": "nftables"}),
-            Some(&prev),
-        )
-    };
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
-        "ADD",
-        "ctr-1",
-        &netns,
-        &mk(8080),
-    ));
+    let site = OneMappingSite::new("pmskel");
+    let OneMappingSite {
+        node, up, netns, ..
+    } = &site;
+    let mk = |port: u16| site.conf(port, "nftables");
+    assert_ok(&call_eth0(&ours(), node, "ADD", "ctr-1", netns, &mk(8080)));
     run_ok(
         node.command("nft")
             .args(["flush", "chain", "ip", "cni_hostport", "prerouting"]),
     );
-    call_eth0(&ours(), &node, "CHECK", "ctr-1", &netns, &mk(8080)).assert_error(
+    call_eth0(&ours(), node, "CHECK", "ctr-1", netns, &mk(8080)).assert_error(
         102,
         "the shared chains of table ip cni_hostport are missing or changed",
     );
     assert_eq!(connect(&up.ns, "tcp", "10.9.0.1", 8080), None);
     // The next ADD finds the skeleton incomplete and rewrites it whole.
+    assert_ok(&call_eth0(&ours(), node, "ADD", "ctr-2", netns, &mk(8081)));
     assert_ok(&call_eth0(
         &ours(),
-        &node,
-        "ADD",
-        "ctr-2",
-        &netns,
-        &mk(8081),
-    ));
-    assert_ok(&call_eth0(
-        &ours(),
-        &node,
+        node,
         "CHECK",
         "ctr-1",
-        &netns,
+        netns,
         &mk(8080),
     ));
     let seen = format!("podA {}", up.v4());
@@ -1224,7 +1194,7 @@ fn portmap_nft_check_notices_a_broken_skeleton_and_add_repairs_it() {
         Some(seen.as_str())
     );
     assert_eq!(
-        nft_table(&node)
+        nft_table(node)
             .matches("fib daddr type local jump hostports_all")
             .count(),
         4,
