@@ -36,9 +36,9 @@ pub struct StartFloor {
 }
 
 impl StartFloor {
-    /// The bare start floors built into `dir`: `(label, source, flags)`
-    /// compiled with [`crate::cprog::build`]; one that does not build is
-    /// left out, and why goes to `notes`.
+    /// The bare start floors, compiled into `dir` with
+    /// [`crate::cprog::build`] (label, file name, source, compiler flags);
+    /// one that does not build is left out, and why goes to `notes`.
     pub fn build(dir: &Path, notes: &mut Vec<String>) -> Vec<StartFloor> {
         let programs = [
             (

@@ -125,12 +125,19 @@ fn dnat_jumps() -> [String; 2] {
     })
 }
 
-/// The jumps from the base chains into the shared chains: those an ADD of
-/// `spec` needs, or with `None` every one an ADD may add (each a line as
-/// `iptables-save` shows it).
-pub(crate) fn shared_jumps(spec: Option<&PortMapSpec>) -> Vec<String> {
+/// Every jump from the base chains into the shared chains an ADD may
+/// add, each a line as `iptables-save` shows it.
+pub(crate) fn shared_jumps() -> Vec<String> {
     let mut v = dnat_jumps().to_vec();
-    if spec.is_none_or(masquerades) {
+    v.push(masquerade_jump());
+    v
+}
+
+/// The jumps from the base chains into the shared chains an ADD of
+/// `spec` needs.
+pub(crate) fn shared_jumps_of(spec: &PortMapSpec) -> Vec<String> {
+    let mut v = dnat_jumps().to_vec();
+    if masquerades(spec) {
         v.push(masquerade_jump());
     }
     v

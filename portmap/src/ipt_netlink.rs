@@ -46,8 +46,8 @@ const NAT_BASE: [&str; 3] = ["PREROUTING", "OUTPUT", "POSTROUTING"];
 /// `iptables-restore`.
 pub fn add(nft: &mut Nft, spec: &PortMapSpec) -> Result<()> {
     let own = dnat_chain(&spec.owner);
-    let kept = ipt::shared_jumps(None);
-    let needed = ipt::shared_jumps(Some(spec));
+    let kept = ipt::shared_jumps();
+    let needed = ipt::shared_jumps_of(spec);
     let shared_jumps = nat::SharedJumps {
         ledger: Ledger::node(SHARED_JUMPS_LEDGER, "nat"),
         kept: &kept,

@@ -135,9 +135,10 @@ pub fn push_rule(saved: &mut SavedTable, handles: &mut Handles, rule: &RawRule, 
 
 /// The batch of a change list against what was read, and the batch index
 /// of each rule line appended or inserted with `echo` (those whose chain
-/// `echo` accepts; an inserted one as its `-A` line). The table and the base chains the list writes to are created
-/// first when missing, as iptables-nft does. Every rule carries
-/// `NFTA_RULE_COMPAT`, as iptables-nft's do.
+/// `echo` accepts; an inserted one as its `-A` line). The table and the
+/// base chains the list writes to are created first when missing, as
+/// iptables-nft does. Every rule carries `NFTA_RULE_COMPAT`, as
+/// iptables-nft's do.
 pub fn translate(
     table: Table,
     r: &Restore,
