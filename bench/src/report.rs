@@ -1104,25 +1104,15 @@ impl Report<'_> {
     /// did on the fullest node against the empty one.
     fn miss_notes(&self) -> Vec<String> {
         let mut notes = Vec::new();
-        let growth = |sw: &Sweep, verb: &str| -> Option<(usize, f64, Option<f64>, f64)> {
-            let zero = sw.levels.iter().find(|l| l.present == 0)?;
-            let top = sw
-                .levels
-                .iter()
-                .filter(|l| l.present > 0)
-                .max_by_key(|l| l.present)?;
-            let add = verb == "ADD";
-            let grown_ms = top.here(Side::Ours, add).p50()? - zero.here(Side::Ours, add).p50()?;
-            Some((
-                top.present,
-                top.growth(zero, Side::Ours, add)?,
-                top.growth_vs_twin(Side::Ours, add),
-                grown_ms,
-            ))
-        };
         for sw in self.sweeps {
             for verb in ["ADD", "DEL"] {
-                let Some((present, g, twin, grown_ms)) = growth(sw, verb) else {
+                let Some(Growth {
+                    present,
+                    ratio: g,
+                    vs_twin: twin,
+                    grown_ms,
+                }) = Growth::of(sw, verb == "ADD")
+                else {
                     continue;
                 };
                 if g <= GROWTH_TARGET {
@@ -1157,11 +1147,19 @@ impl Report<'_> {
                 let kernel = self
                     .netlink_growth(&place, empty, plugins, verb)
                     .map(|k| {
-                        format!(
-                            " The kernel's share: of the {grown_ms:.1} ms it grew, {k:.1} ms is \
-                             the growth of our plugins' netlink requests (the kernel's work on \
-                             the node's state and its locks, traced: the requests are named below)."
-                        )
+                        if k < 0.05 {
+                            format!(
+                                " The kernel's share: none of the {grown_ms:.1} ms it grew is in \
+                                 our plugins' netlink requests (their traced time did not grow)."
+                            )
+                        } else {
+                            format!(
+                                " The kernel's share: of the {grown_ms:.1} ms it grew, {k:.1} ms is \
+                                 the growth of our plugins' netlink requests (the kernel's work \
+                                 on the node's state and its locks, traced: the requests are \
+                                 named below)."
+                            )
+                        }
                     })
                     .unwrap_or_default();
                 let floor = sw.levels.iter().find(|l| l.present == present).and_then(|l| {
@@ -1338,6 +1336,36 @@ impl Report<'_> {
                 serde_json::Value::Object(chain.capability_args.clone())
             );
         }
+    }
+}
+
+/// How our side of a sweep grew from the empty node to its fullest level.
+struct Growth {
+    /// What the fullest level has present (pods, leases).
+    present: usize,
+    /// p50 there against the empty node.
+    ratio: f64,
+    /// p50 there against the empty twin in the same minutes.
+    vs_twin: Option<f64>,
+    /// p50 there minus the empty node's, in ms.
+    grown_ms: f64,
+}
+
+impl Growth {
+    /// `None` when the sweep has no empty level or no fuller one.
+    fn of(sw: &Sweep, add: bool) -> Option<Growth> {
+        let zero = sw.levels.iter().find(|l| l.present == 0)?;
+        let top = sw
+            .levels
+            .iter()
+            .filter(|l| l.present > 0)
+            .max_by_key(|l| l.present)?;
+        Some(Growth {
+            present: top.present,
+            ratio: top.growth(zero, Side::Ours, add)?,
+            vs_twin: top.growth_vs_twin(Side::Ours, add),
+            grown_ms: top.here(Side::Ours, add).p50()? - zero.here(Side::Ours, add).p50()?,
+        })
     }
 }
 

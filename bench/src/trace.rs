@@ -153,24 +153,25 @@ pub fn netlink_requests(calls: &[TracedCall]) -> Vec<(String, usize, f64)> {
     out
 }
 
-/// The rtnetlink request types our plugins send, by number.
+/// The rtnetlink request types our plugins send, with the kernel's
+/// numbers (libc's).
 const RTNETLINK_TYPES: [(u16, &str); 16] = [
-    (16, "RTM_NEWLINK"),
-    (17, "RTM_DELLINK"),
-    (18, "RTM_GETLINK"),
-    (19, "RTM_SETLINK"),
-    (20, "RTM_NEWADDR"),
-    (21, "RTM_DELADDR"),
-    (22, "RTM_GETADDR"),
-    (24, "RTM_NEWROUTE"),
-    (25, "RTM_DELROUTE"),
-    (26, "RTM_GETROUTE"),
-    (28, "RTM_NEWNEIGH"),
-    (32, "RTM_NEWRULE"),
-    (33, "RTM_DELRULE"),
-    (36, "RTM_NEWQDISC"),
-    (37, "RTM_DELQDISC"),
-    (40, "RTM_NEWTFILTER"),
+    (libc::RTM_NEWLINK, "RTM_NEWLINK"),
+    (libc::RTM_DELLINK, "RTM_DELLINK"),
+    (libc::RTM_GETLINK, "RTM_GETLINK"),
+    (libc::RTM_SETLINK, "RTM_SETLINK"),
+    (libc::RTM_NEWADDR, "RTM_NEWADDR"),
+    (libc::RTM_DELADDR, "RTM_DELADDR"),
+    (libc::RTM_GETADDR, "RTM_GETADDR"),
+    (libc::RTM_NEWROUTE, "RTM_NEWROUTE"),
+    (libc::RTM_DELROUTE, "RTM_DELROUTE"),
+    (libc::RTM_GETROUTE, "RTM_GETROUTE"),
+    (libc::RTM_NEWNEIGH, "RTM_NEWNEIGH"),
+    (libc::RTM_NEWRULE, "RTM_NEWRULE"),
+    (libc::RTM_DELRULE, "RTM_DELRULE"),
+    (libc::RTM_NEWQDISC, "RTM_NEWQDISC"),
+    (libc::RTM_DELQDISC, "RTM_DELQDISC"),
+    (libc::RTM_NEWTFILTER, "RTM_NEWTFILTER"),
 ];
 
 /// The name of a message type strace printed as a number (`0x18 /*
